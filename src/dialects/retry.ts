@@ -1,0 +1,32 @@
+import { WriteTimeoutError } from '../errors.js';
+import type { DialectStats, ErrorKind } from './types.js';
+
+/**
+ * Retries `attempt` while `classify` says the failure is transient, with jittered exponential
+ * backoff, until `deadlineMs` has passed. Shared by both dialects' write transactions.
+ */
+export async function retryTransient<T>(
+  attempt: () => Promise<T>,
+  classify: (error: unknown) => ErrorKind,
+  retryable: ReadonlySet<ErrorKind>,
+  deadlineMs: number,
+  stats: DialectStats,
+): Promise<T> {
+  const started = Date.now();
+  let attempts = 0;
+  let backoff = 2;
+  for (;;) {
+    attempts++;
+    try {
+      return await attempt();
+    } catch (error) {
+      if (!retryable.has(classify(error))) throw error;
+      const elapsed = Date.now() - started;
+      if (elapsed >= deadlineMs) throw new WriteTimeoutError(deadlineMs, attempts, error);
+      stats.retries++;
+      const wait = Math.min(backoff, deadlineMs - elapsed) * (0.5 + Math.random());
+      backoff = Math.min(backoff * 2, 100);
+      await new Promise((resolve) => setTimeout(resolve, wait));
+    }
+  }
+}

@@ -1,0 +1,128 @@
+import type BetterSqlite3 from 'better-sqlite3';
+import {
+  CompiledQuery,
+  type DatabaseConnection,
+  type Driver,
+  type QueryCompiler,
+  type QueryResult,
+} from 'kysely';
+
+const STATEMENT_CACHE_SIZE = 256;
+
+/**
+ * A Kysely driver for one better-sqlite3 connection that differs from Kysely's own in two ways
+ * that matter for us: every transaction opens with `BEGIN IMMEDIATE` (a deferred transaction
+ * that later upgrades to a write gets SQLITE_BUSY at once, ignoring busy_timeout), and
+ * prepared statements are cached instead of prepared anew for every query.
+ */
+export class ImmediateSqliteDriver implements Driver {
+  readonly #db: BetterSqlite3.Database;
+  readonly #connection: CachingSqliteConnection;
+  #locked: Promise<void> | undefined;
+  #unlock: (() => void) | undefined;
+
+  constructor(db: BetterSqlite3.Database) {
+    this.#db = db;
+    this.#connection = new CachingSqliteConnection(db);
+  }
+
+  async init(): Promise<void> {}
+
+  async acquireConnection(): Promise<DatabaseConnection> {
+    // One connection: queue callers until the holder releases it.
+    while (this.#locked) await this.#locked;
+    this.#locked = new Promise((resolve) => (this.#unlock = resolve));
+    return this.#connection;
+  }
+
+  async beginTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw('begin immediate'));
+  }
+
+  async commitTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw('commit'));
+  }
+
+  async rollbackTransaction(connection: DatabaseConnection): Promise<void> {
+    // SQLite may already have rolled back by itself (SQLITE_BUSY, SQLITE_FULL, …).
+    if (this.#db.inTransaction) await connection.executeQuery(CompiledQuery.raw('rollback'));
+  }
+
+  async savepoint(connection: DatabaseConnection, name: string, compile: QueryCompiler['compileQuery']): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw(`savepoint ${quoteIdentifier(name)}`));
+    void compile;
+  }
+
+  async rollbackToSavepoint(connection: DatabaseConnection, name: string): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw(`rollback to ${quoteIdentifier(name)}`));
+  }
+
+  async releaseSavepoint(connection: DatabaseConnection, name: string): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw(`release ${quoteIdentifier(name)}`));
+  }
+
+  async releaseConnection(): Promise<void> {
+    const unlock = this.#unlock;
+    this.#locked = undefined;
+    this.#unlock = undefined;
+    unlock?.();
+  }
+
+  async destroy(): Promise<void> {
+    if (this.#db.open) this.#db.close();
+  }
+}
+
+class CachingSqliteConnection implements DatabaseConnection {
+  readonly #db: BetterSqlite3.Database;
+  readonly #cache = new Map<string, BetterSqlite3.Statement>();
+
+  constructor(db: BetterSqlite3.Database) {
+    this.#db = db;
+  }
+
+  #prepare(sqlText: string): BetterSqlite3.Statement {
+    let stmt = this.#cache.get(sqlText);
+    if (stmt) return stmt;
+    stmt = this.#db.prepare(sqlText);
+    // Only cache statements that will be reused; DDL and transaction control are cheap to prepare.
+    if (this.#cache.size >= STATEMENT_CACHE_SIZE) {
+      const oldest = this.#cache.keys().next().value;
+      if (oldest !== undefined) this.#cache.delete(oldest);
+    }
+    this.#cache.set(sqlText, stmt);
+    return stmt;
+  }
+
+  async executeQuery<R>(compiledQuery: CompiledQuery): Promise<QueryResult<R>> {
+    const { sql: sqlText, parameters } = compiledQuery;
+    const stmt = this.#prepare(sqlText);
+    const params = parameters.map(toSqliteValue);
+    if (stmt.reader) {
+      return { rows: stmt.all(params) as R[] };
+    }
+    const { changes, lastInsertRowid } = stmt.run(params);
+    return {
+      numAffectedRows: BigInt(changes),
+      insertId: BigInt(lastInsertRowid),
+      rows: [],
+    };
+  }
+
+  async *streamQuery<R>(compiledQuery: CompiledQuery): AsyncIterableIterator<QueryResult<R>> {
+    const stmt = this.#prepare(compiledQuery.sql);
+    for (const row of stmt.iterate(compiledQuery.parameters.map(toSqliteValue))) {
+      yield { rows: [row as R] };
+    }
+  }
+}
+
+function toSqliteValue(value: unknown): unknown {
+  if (typeof value === 'boolean') return value ? 1 : 0;
+  if (value instanceof Date) return value.getTime();
+  return value;
+}
+
+function quoteIdentifier(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}

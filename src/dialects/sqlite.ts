@@ -1,0 +1,99 @@
+import Database from 'better-sqlite3';
+import { Kysely, SqliteAdapter, SqliteIntrospector, SqliteQueryCompiler, sql, type Transaction } from 'kysely';
+import type { Database as Schema } from '../schema/database.js';
+import type { SchemaDescription } from '../schema/describe.js';
+import { describeSqliteSchema } from './sqlite-describe.js';
+import { ImmediateSqliteDriver } from './sqlite-driver.js';
+import { SQLITE_COLUMN_TYPES } from './recording.js';
+import { retryTransient } from './retry.js';
+import {
+  DEFAULT_WRITE_DEADLINE_MS,
+  type DialectOptions,
+  type DialectStats,
+  type ErrorKind,
+  type StoreDialect,
+  type WriteTransactionFn,
+  type WriteTransactionOptions,
+} from './types.js';
+import { DatabaseUnavailableError } from '../errors.js';
+
+const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['busy']);
+
+/** Opens one better-sqlite3 connection in WAL mode and wraps it as a `StoreDialect`. */
+export function openSqliteDialect(filename: string, options: DialectOptions = {}): StoreDialect {
+  let raw: Database.Database;
+  try {
+    raw = new Database(filename, { timeout: options.busyTimeoutMs ?? 250 });
+    raw.pragma('journal_mode = WAL');
+  } catch (error) {
+    throw new DatabaseUnavailableError(`sqlite:${filename}`, error);
+  }
+  raw.pragma('foreign_keys = ON');
+  raw.pragma('synchronous = NORMAL');
+  const db = new Kysely<Schema>({
+    dialect: {
+      createAdapter: () => new SqliteAdapter(),
+      createDriver: () => new ImmediateSqliteDriver(raw),
+      createIntrospector: (k) => new SqliteIntrospector(k),
+      createQueryCompiler: () => new SqliteQueryCompiler(),
+    },
+  });
+  return new SqliteDialect(raw, db, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS);
+}
+
+class SqliteDialect implements StoreDialect {
+  readonly kind = 'sqlite' as const;
+  readonly columnTypes = SQLITE_COLUMN_TYPES;
+  readonly stats: DialectStats = { retries: 0 };
+
+  constructor(
+    private readonly raw: Database.Database,
+    readonly db: Kysely<Schema>,
+    private readonly writeDeadlineMs: number,
+  ) {}
+
+  writeTransaction<T>(fn: WriteTransactionFn<T>, options?: WriteTransactionOptions): Promise<T> {
+    return retryTransient(
+      () => this.db.transaction().execute(fn),
+      (e) => this.classifyError(e),
+      RETRYABLE,
+      options?.deadlineMs ?? this.writeDeadlineMs,
+      this.stats,
+    );
+  }
+
+  async lockKey(_trx: Transaction<Schema>, _key: string): Promise<void> {
+    // BEGIN IMMEDIATE already serializes every writer on the file.
+  }
+
+  classifyError(error: unknown): ErrorKind {
+    const code = (error as { code?: unknown } | null)?.code;
+    if (typeof code !== 'string') return 'unknown';
+    if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED')) return 'busy';
+    if (code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY') return 'unique_violation';
+    if (code === 'SQLITE_CONSTRAINT_FOREIGNKEY') return 'foreign_key_violation';
+    if (code === 'SQLITE_CONSTRAINT_CHECK' || code === 'SQLITE_CONSTRAINT_NOTNULL') return 'check_violation';
+    if (code.startsWith('SQLITE_CANTOPEN') || code.startsWith('SQLITE_IOERR') || code === 'SQLITE_NOTADB')
+      return 'connection_lost';
+    return 'unknown';
+  }
+
+  async withMigrationLock<T>(fn: () => Promise<T>): Promise<T> {
+    // Each migration runs in BEGIN IMMEDIATE and re-reads the history inside it (see migrator).
+    return fn();
+  }
+
+  describeSchema(): Promise<SchemaDescription> {
+    return describeSqliteSchema(this.db);
+  }
+
+  async readUserVersion(): Promise<number | null> {
+    const { rows } = await sql<{ user_version: number }>`pragma user_version`.execute(this.db);
+    return rows[0]?.user_version ?? 0;
+  }
+
+  async close(): Promise<void> {
+    await this.db.destroy();
+    if (this.raw.open) this.raw.close();
+  }
+}

@@ -1,0 +1,96 @@
+import type { Kysely, Transaction } from 'kysely';
+import type { Database } from '../schema/database.js';
+import type { SchemaDescription } from '../schema/describe.js';
+
+/** What kind of failure a driver error is; the only thing repositories may ask about an error. */
+export type ErrorKind =
+  | 'busy'
+  | 'serialization'
+  | 'deadlock'
+  | 'unique_violation'
+  | 'foreign_key_violation'
+  | 'check_violation'
+  | 'lock_timeout'
+  | 'connection_lost'
+  | 'unknown';
+
+/** Column types that differ per dialect, for migrations (see the type mapping in README). */
+export interface ColumnTypes {
+  /** Epoch milliseconds: `integer` on SQLite (64-bit), `bigint` on PostgreSQL. */
+  readonly epochMs: 'integer' | 'bigint';
+  /** Text compared byte by byte (path-lease keys): SQLite's BINARY default, `COLLATE "C"` on PostgreSQL. */
+  readonly bytewiseText: string;
+}
+
+export interface WriteTransactionOptions {
+  /** Give up retrying busy/serialization failures after this long (default: the store's writeDeadlineMs). */
+  readonly deadlineMs?: number;
+}
+
+/** Counters a dialect keeps, for benchmarks and diagnostics. */
+export interface DialectStats {
+  /** Write transactions retried because of SQLITE_BUSY, serialization failures or deadlocks. */
+  retries: number;
+}
+
+export type WriteTransactionFn<T> = (trx: Transaction<Database>) => Promise<T>;
+
+/**
+ * The one place dialect differences live. Repositories receive a `StoreDialect` and use
+ * only these methods; they never ask which dialect they run on.
+ */
+export interface StoreDialect {
+  /** For diagnostics and for the migration engine's SQL recorder; repositories must not branch on it. */
+  readonly kind: 'sqlite' | 'postgres';
+  readonly db: Kysely<Database>;
+  readonly columnTypes: ColumnTypes;
+  readonly stats: DialectStats;
+
+  /**
+   * Runs `fn` in a transaction that holds write intent from its first statement
+   * (SQLite `BEGIN IMMEDIATE`; PostgreSQL READ COMMITTED) and retries it whole on
+   * SQLITE_BUSY, serialization failures and deadlocks, with jittered backoff, until the deadline.
+   * `fn` may therefore run more than once: keep side effects outside the database out of it.
+   */
+  writeTransaction<T>(fn: WriteTransactionFn<T>, options?: WriteTransactionOptions): Promise<T>;
+
+  /**
+   * Serializes writers on `key` until the surrounding write transaction ends
+   * (PostgreSQL: a transaction-scoped advisory lock; SQLite: already serialized by `BEGIN IMMEDIATE`).
+   * Take it before reading the rows the decision depends on.
+   */
+  lockKey(trx: Transaction<Database>, key: string): Promise<void>;
+
+  /** Classifies a driver error. */
+  classifyError(error: unknown): ErrorKind;
+
+  /**
+   * Runs `fn` while holding the database-wide migration lock. PostgreSQL: a session advisory
+   * lock on a dedicated connection, taken by polling a try-lock until `timeoutMs`. SQLite: each
+   * migration's `BEGIN IMMEDIATE` transaction re-reads the history, so `fn` runs directly.
+   */
+  withMigrationLock<T>(fn: () => Promise<T>, timeoutMs: number): Promise<T>;
+
+  /** A normalized description of the schema, comparable across dialects. */
+  describeSchema(): Promise<SchemaDescription>;
+
+  /** `PRAGMA user_version` on SQLite, `null` on PostgreSQL. */
+  readUserVersion(): Promise<number | null>;
+
+  close(): Promise<void>;
+}
+
+export interface DialectOptions {
+  /** Retry deadline of write transactions (default 30 000 ms). */
+  readonly writeDeadlineMs?: number;
+  /** SQLite `busy_timeout`, the synchronous wait inside one attempt (default 250 ms; the async retry loop does the rest). */
+  readonly busyTimeoutMs?: number;
+  /** PostgreSQL pool size (default 10). */
+  readonly poolSize?: number;
+  /** PostgreSQL `lock_timeout` in ms (default 10 000; 0 disables). */
+  readonly lockTimeoutMs?: number;
+  /** PostgreSQL `statement_timeout` in ms (default 60 000; 0 disables). */
+  readonly statementTimeoutMs?: number;
+}
+
+export const DEFAULT_WRITE_DEADLINE_MS = 30_000;

@@ -1,0 +1,199 @@
+/**
+ * Every error taskfence throws on purpose is a `TaskfenceError` with a stable `code`,
+ * the ids involved as fields, and a message that tells the operator what to do.
+ */
+export abstract class TaskfenceError extends Error {
+  abstract readonly code: string;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** The database URL is malformed or names a dialect taskfence does not support. */
+export class InvalidDatabaseUrlError extends TaskfenceError {
+  readonly code = 'INVALID_DATABASE_URL';
+  constructor(
+    readonly url: string,
+    readonly reason: string,
+  ) {
+    super(
+      `Invalid database URL ${JSON.stringify(url)}: ${reason}. ` +
+        'Use sqlite:<path>, sqlite::memory:, postgres://… or postgresql://….',
+    );
+  }
+}
+
+/** The database could not be reached or the connection dropped. */
+export class DatabaseUnavailableError extends TaskfenceError {
+  readonly code = 'DATABASE_UNAVAILABLE';
+  constructor(
+    readonly target: string,
+    cause: unknown,
+  ) {
+    super(
+      `Cannot reach the database at ${target}: ${describeCause(cause)}. ` +
+        'Check that the server is running and the URL (host, port, database, credentials) is right.',
+      { cause },
+    );
+  }
+}
+
+/** A write transaction could not get the write lock (SQLITE_BUSY) or commit before its deadline. */
+export class WriteTimeoutError extends TaskfenceError {
+  readonly code = 'WRITE_TIMEOUT';
+  constructor(
+    readonly deadlineMs: number,
+    readonly attempts: number,
+    cause: unknown,
+  ) {
+    super(
+      `A write transaction did not complete within ${deadlineMs} ms after ${attempts} attempts ` +
+        `(${describeCause(cause)}). Another writer holds the database too long; raise writeDeadlineMs or find the long writer.`,
+      { cause },
+    );
+  }
+}
+
+/** Another migrator held the migration lock for longer than the lock timeout. */
+export class MigrationLockTimeoutError extends TaskfenceError {
+  readonly code = 'MIGRATION_LOCK_TIMEOUT';
+  constructor(readonly timeoutMs: number) {
+    super(
+      `Another process held the migration lock for more than ${timeoutMs} ms. ` +
+        'Wait for the other deploy to finish, or raise --lock-timeout.',
+    );
+  }
+}
+
+/** An applied migration's checksum differs from the code: someone edited a migration that already ran. */
+export class MigrationChecksumMismatchError extends TaskfenceError {
+  readonly code = 'MIGRATION_CHECKSUM_MISMATCH';
+  constructor(
+    readonly version: number,
+    readonly migrationName: string,
+    readonly recordedChecksum: string,
+    readonly currentChecksum: string,
+  ) {
+    super(
+      `Migration ${formatVersion(version)} ${migrationName} was edited after it was applied ` +
+        `(recorded checksum ${recordedChecksum.slice(0, 12)}…, code has ${currentChecksum.slice(0, 12)}…). ` +
+        'Restore the original migration and put the change in a new migration.',
+    );
+  }
+}
+
+/** The database holds migrations this version of taskfence does not know (applied by newer code). */
+export class UnknownMigrationsError extends TaskfenceError {
+  readonly code = 'UNKNOWN_MIGRATIONS';
+  constructor(readonly versions: number[]) {
+    super(
+      `The database has migrations this taskfence does not know: ${versions.map(formatVersion).join(', ')}. ` +
+        'It was migrated by a newer release; upgrade taskfence before migrating.',
+    );
+  }
+}
+
+/** The database has taskfence tables but no migration history, so its version is unknown. */
+export class BaselineRequiredError extends TaskfenceError {
+  readonly code = 'BASELINE_REQUIRED';
+  constructor(
+    readonly existingTables: string[],
+    readonly userVersion: number | null,
+  ) {
+    super(
+      `The database already has tables (${existingTables.slice(0, 5).join(', ')}${existingTables.length > 5 ? ', …' : ''}) ` +
+        `but no taskfence migration history${userVersion ? ` (PRAGMA user_version = ${userVersion})` : ''}. ` +
+        `Adopt it explicitly with \`taskfence migrate --baseline ${userVersion ? userVersion : 'V'}\` once you know its schema version.`,
+    );
+  }
+}
+
+/** `--baseline V` was asked for but the database does not have the tables and columns of version V. */
+export class BaselineMismatchError extends TaskfenceError {
+  readonly code = 'BASELINE_MISMATCH';
+  constructor(
+    readonly version: number,
+    readonly problems: string[],
+  ) {
+    super(
+      `The database does not match schema version ${formatVersion(version)}: ${problems.slice(0, 8).join('; ')}` +
+        `${problems.length > 8 ? `; and ${problems.length - 8} more` : ''}. Pick the version it really is, or repair it first.`,
+    );
+  }
+}
+
+/** A `--to` or `--baseline` version that is not in the migration chain. */
+export class UnknownVersionError extends TaskfenceError {
+  readonly code = 'UNKNOWN_VERSION';
+  constructor(
+    readonly version: number,
+    readonly known: number[],
+  ) {
+    super(
+      `There is no migration ${formatVersion(version)}. Known versions: 0 (empty), ${known.map(formatVersion).join(', ')}.`,
+    );
+  }
+}
+
+/** A migration failed; the database stays at the previous version. */
+export class MigrationFailedError extends TaskfenceError {
+  readonly code = 'MIGRATION_FAILED';
+  constructor(
+    readonly version: number,
+    readonly migrationName: string,
+    readonly direction: 'up' | 'down',
+    cause: unknown,
+  ) {
+    super(
+      `Migration ${formatVersion(version)} ${migrationName} failed (${direction}): ${describeCause(cause)}. ` +
+        'Its transaction was rolled back, so the database is still at the previous version; fix the cause and run migrate again.',
+      { cause },
+    );
+  }
+}
+
+/** The store's schema is not at the version this code expects. */
+export class SchemaOutOfDateError extends TaskfenceError {
+  readonly code = 'SCHEMA_OUT_OF_DATE';
+  constructor(
+    readonly currentVersion: number,
+    readonly expectedVersion: number,
+  ) {
+    super(
+      `The database is at schema version ${formatVersion(currentVersion)}, this taskfence needs ${formatVersion(expectedVersion)}. ` +
+        'Run `taskfence migrate` (or store.migrate()) first.',
+    );
+  }
+}
+
+/** Input a caller passed is invalid; `field` names it. */
+export class InvalidArgumentError extends TaskfenceError {
+  readonly code = 'INVALID_ARGUMENT';
+  constructor(
+    readonly field: string,
+    readonly reason: string,
+  ) {
+    super(`Invalid ${field}: ${reason}.`);
+  }
+}
+
+/** A row the operation needs does not exist. */
+export class NotFoundError extends TaskfenceError {
+  readonly code = 'NOT_FOUND';
+  constructor(
+    readonly entity: string,
+    readonly id: string,
+  ) {
+    super(`No ${entity} with id ${JSON.stringify(id)}.`);
+  }
+}
+
+export function formatVersion(version: number): string {
+  return String(version).padStart(4, '0');
+}
+
+export function describeCause(cause: unknown): string {
+  if (cause instanceof Error) return cause.message;
+  return String(cause);
+}

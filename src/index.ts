@@ -1,0 +1,32 @@
+/**
+ * taskfence: the storage layer of a multi-agent orchestration backend. One schema, one
+ * migration chain and repository functions whose concurrency guarantees hold on SQLite and
+ * PostgreSQL alike.
+ *
+ * @example
+ * import { openStore } from 'taskfence';
+ * const store = await openStore('sqlite:./taskfence.db');
+ * await store.migrate();
+ */
+export { openStore, type Store, type StoreOptions } from './store.js';
+export { defaultDatabaseUrl, parseDatabaseUrl, redactDatabaseUrl, type DatabaseLocation } from './config.js';
+export * from './errors.js';
+export type { StoreDialect, ErrorKind, DialectOptions, ColumnTypes } from './dialects/types.js';
+export {
+  Migrator,
+  type AppliedMigration,
+  type MigrateOptions,
+  type MigrateResult,
+  type MigrationEvent,
+  type MigrationStatus,
+  type PlanStep,
+} from './migrator/migrator.js';
+export { MIGRATIONS, LATEST_VERSION, type MigrationDefinition, type MigrationContext } from './migrations/index.js';
+export { describeSchema } from './schema/describe-schema.js';
+export type { SchemaDescription, TableDescription, ColumnDescription, IndexDescription, ForeignKeyDescription } from './schema/describe.js';
+export * from './schema/database.js';
+export type { Clock } from './repositories/context.js';
+export type { Repositories } from './repositories/index.js';
+export type { Task, CreateTaskInput, ListTasksFilter, TaskRepository } from './repositories/tasks.js';
+export type { Agent, Company, Project, WorkspaceRecord, OrgRepository } from './repositories/org.js';
+export { FILESYSTEM_ROLE_PATTERN, roleImpliesFilesystem } from './domain/filesystem-roles.js';

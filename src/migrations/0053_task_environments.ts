@@ -1,0 +1,62 @@
+import { sql } from 'kysely';
+import type { MigrationDefinition } from './types.js';
+
+/**
+ * Task environments and shared workspace groups (seed 004): an environment is owned by one task;
+ * a group has a steward task and members with roles. Tasks gain a parent link and a workspace mode.
+ * `tasks.parent_id` carries no foreign key for the same reason as 0006 (SQLite's DROP COLUMN).
+ */
+export const migration0053: MigrationDefinition = {
+  version: 53,
+  name: 'task_environments',
+  async up({ db, types }) {
+    const ms = types.epochMs;
+    await db.schema.alterTable('tasks').addColumn('parent_id', 'text').execute();
+    await db.schema
+      .alterTable('tasks')
+      .addColumn('workspace_mode', 'text', (c) => c.check(sql`workspace_mode in ('isolated', 'shared')`))
+      .execute();
+    await db.schema.createIndex('tasks_parent_idx').on('tasks').column('parent_id').execute();
+    await db.schema
+      .createTable('workspace_groups')
+      .addColumn('id', 'text', (c) => c.primaryKey())
+      .addColumn('steward_task_id', 'text', (c) => c.notNull().references('tasks.id'))
+      .addColumn('status', 'text', (c) => c.notNull().defaultTo('active'))
+      .addColumn('created_at', ms, (c) => c.notNull())
+      .addColumn('updated_at', ms, (c) => c.notNull())
+      .addCheckConstraint('workspace_groups_status_check', sql`status in ('active', 'removed')`)
+      .execute();
+    await db.schema.createIndex('workspace_groups_steward_idx').on('workspace_groups').column('steward_task_id').execute();
+    await db.schema
+      .createTable('workspace_group_members')
+      .addColumn('group_id', 'text', (c) => c.notNull().references('workspace_groups.id').onDelete('cascade'))
+      .addColumn('task_id', 'text', (c) => c.notNull().references('tasks.id').onDelete('cascade'))
+      .addColumn('role', 'text', (c) => c.notNull())
+      .addColumn('joined_at', ms, (c) => c.notNull())
+      .addPrimaryKeyConstraint('workspace_group_members_pkey', ['group_id', 'task_id'])
+      .addCheckConstraint('workspace_group_members_role_check', sql`role in ('steward', 'member')`)
+      .execute();
+    await db.schema.createIndex('workspace_group_members_task_idx').on('workspace_group_members').column('task_id').execute();
+    await db.schema
+      .createTable('task_environments')
+      .addColumn('id', 'text', (c) => c.primaryKey())
+      .addColumn('task_id', 'text', (c) => c.notNull().references('tasks.id'))
+      .addColumn('group_id', 'text', (c) => c.references('workspace_groups.id'))
+      .addColumn('root_path', 'text', (c) => c.notNull())
+      .addColumn('status', 'text', (c) => c.notNull().defaultTo('active'))
+      .addColumn('created_at', ms, (c) => c.notNull())
+      .addColumn('updated_at', ms, (c) => c.notNull())
+      .addCheckConstraint('task_environments_status_check', sql`status in ('active', 'removed')`)
+      .execute();
+    await db.schema.createIndex('task_environments_task_idx').on('task_environments').column('task_id').execute();
+    await db.schema.createIndex('task_environments_group_idx').on('task_environments').column('group_id').execute();
+  },
+  async down({ db }) {
+    await db.schema.dropTable('task_environments').execute();
+    await db.schema.dropTable('workspace_group_members').execute();
+    await db.schema.dropTable('workspace_groups').execute();
+    await db.schema.dropIndex('tasks_parent_idx').execute();
+    await db.schema.alterTable('tasks').dropColumn('workspace_mode').execute();
+    await db.schema.alterTable('tasks').dropColumn('parent_id').execute();
+  },
+};

@@ -1,0 +1,26 @@
+import { migration0005 } from './0005_baseline.js';
+import { migration0006 } from './0006_coordinator_run_id.js';
+import { migration0007 } from './0007_run_target_guard.js';
+import { migration0008 } from './0008_task_target_key.js';
+import { migration0052 } from './0052_requires_filesystem.js';
+import { migration0053 } from './0053_task_environments.js';
+import { migration0054 } from './0054_ownership_generations.js';
+import { migration0055 } from './0055_path_leases.js';
+import type { MigrationDefinition } from './types.js';
+
+/** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
+export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
+  migration0005,
+  migration0006,
+  migration0007,
+  migration0008,
+  migration0052,
+  migration0053,
+  migration0054,
+  migration0055,
+]);
+
+/** The schema version this code expects. */
+export const LATEST_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+export type { MigrationContext, MigrationDefinition } from './types.js';

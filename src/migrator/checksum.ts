@@ -1,0 +1,38 @@
+import { createHash } from 'node:crypto';
+import type { CompiledQuery } from 'kysely';
+import { columnTypesFor, createRecordingKysely } from '../dialects/recording.js';
+import type { StoreDialect } from '../dialects/types.js';
+import type { MigrationDefinition } from '../migrations/types.js';
+
+/**
+ * Records the statements a migration issues in one direction on one dialect, answering every
+ * query with no rows (so data backfills show the statements they run on an empty table).
+ */
+export async function recordMigration(
+  migration: MigrationDefinition,
+  direction: 'up' | 'down',
+  kind: StoreDialect['kind'],
+): Promise<CompiledQuery[]> {
+  const log: CompiledQuery[] = [];
+  const db = createRecordingKysely(kind, log);
+  await migration[direction]({ db, types: columnTypesFor(kind), now: 0, progress: () => {} });
+  return log;
+}
+
+/**
+ * The checksum of a migration on a dialect: SHA-256 of the SQL text and parameters its `up` and
+ * `down` issue there. Editing what a migration does changes it; reformatting its source does not.
+ */
+export async function migrationChecksum(migration: MigrationDefinition, kind: StoreDialect['kind']): Promise<string> {
+  const hash = createHash('sha256');
+  hash.update(`${migration.version}\n${migration.name}\n`);
+  for (const direction of ['up', 'down'] as const) {
+    hash.update(`-- ${direction}\n`);
+    for (const query of await recordMigration(migration, direction, kind)) {
+      hash.update(query.sql);
+      hash.update(JSON.stringify(query.parameters));
+      hash.update('\n');
+    }
+  }
+  return hash.digest('hex');
+}

@@ -1,0 +1,135 @@
+import type { AgentRow, ProjectRow, WorkspaceRow } from '../schema/database.js';
+import { NotFoundError } from '../errors.js';
+import type { StoreContext } from './context.js';
+import { requireText } from './validate.js';
+
+export interface Company {
+  readonly id: string;
+  readonly name: string;
+  readonly createdAt: number;
+}
+export interface WorkspaceRecord {
+  readonly id: string;
+  readonly companyId: string;
+  readonly name: string;
+  readonly rootPath: string | null;
+  readonly createdAt: number;
+}
+export interface Agent {
+  readonly id: string;
+  readonly companyId: string;
+  readonly name: string;
+  readonly role: string | null;
+  readonly department: string | null;
+  readonly workspaceId: string | null;
+  readonly createdAt: number;
+}
+export interface Project {
+  readonly id: string;
+  readonly companyId: string;
+  readonly name: string;
+  readonly primaryWorkspaceId: string | null;
+  readonly createdAt: number;
+}
+
+/** Companies, workspaces, agents and projects: the records tasks point at. */
+export interface OrgRepository {
+  createCompany(input: { id?: string; name: string }): Promise<Company>;
+  createWorkspace(input: { id?: string; companyId: string; name: string; rootPath?: string | null }): Promise<WorkspaceRecord>;
+  createAgent(input: {
+    id?: string;
+    companyId: string;
+    name: string;
+    role?: string | null;
+    department?: string | null;
+    workspaceId?: string | null;
+  }): Promise<Agent>;
+  createProject(input: { id?: string; companyId: string; name: string; primaryWorkspaceId?: string | null }): Promise<Project>;
+  getWorkspace(id: string): Promise<WorkspaceRecord | null>;
+  getAgent(id: string): Promise<Agent | null>;
+  getProject(id: string): Promise<Project | null>;
+  /** Like `getAgent`, but a missing agent is a `NotFoundError`. */
+  requireAgent(id: string): Promise<Agent>;
+}
+
+export function toWorkspace(row: WorkspaceRow): WorkspaceRecord {
+  return { id: row.id, companyId: row.company_id, name: row.name, rootPath: row.root_path, createdAt: row.created_at };
+}
+export function toAgent(row: AgentRow): Agent {
+  return {
+    id: row.id,
+    companyId: row.company_id,
+    name: row.name,
+    role: row.role,
+    department: row.department,
+    workspaceId: row.workspace_id,
+    createdAt: row.created_at,
+  };
+}
+export function toProject(row: ProjectRow): Project {
+  return { id: row.id, companyId: row.company_id, name: row.name, primaryWorkspaceId: row.primary_workspace_id, createdAt: row.created_at };
+}
+
+export function createOrgRepository(ctx: StoreContext): OrgRepository {
+  const { db } = ctx.dialect;
+  const repo: OrgRepository = {
+    async createCompany(input) {
+      const row = { id: input.id ?? ctx.newId(), name: requireText('name', input.name), created_at: ctx.clock.now() };
+      await db.insertInto('companies').values(row).execute();
+      return { id: row.id, name: row.name, createdAt: row.created_at };
+    },
+    async createWorkspace(input) {
+      const row = {
+        id: input.id ?? ctx.newId(),
+        company_id: requireText('companyId', input.companyId),
+        name: requireText('name', input.name),
+        root_path: input.rootPath ?? null,
+        created_at: ctx.clock.now(),
+      };
+      await db.insertInto('workspaces').values(row).execute();
+      return toWorkspace(row);
+    },
+    async createAgent(input) {
+      const row = {
+        id: input.id ?? ctx.newId(),
+        company_id: requireText('companyId', input.companyId),
+        name: requireText('name', input.name),
+        role: input.role ?? null,
+        department: input.department ?? null,
+        workspace_id: input.workspaceId ?? null,
+        created_at: ctx.clock.now(),
+      };
+      await db.insertInto('agents').values(row).execute();
+      return toAgent(row);
+    },
+    async createProject(input) {
+      const row = {
+        id: input.id ?? ctx.newId(),
+        company_id: requireText('companyId', input.companyId),
+        name: requireText('name', input.name),
+        primary_workspace_id: input.primaryWorkspaceId ?? null,
+        created_at: ctx.clock.now(),
+      };
+      await db.insertInto('projects').values(row).execute();
+      return toProject(row);
+    },
+    async getWorkspace(id) {
+      const row = await db.selectFrom('workspaces').selectAll().where('id', '=', id).executeTakeFirst();
+      return row ? toWorkspace(row) : null;
+    },
+    async getAgent(id) {
+      const row = await db.selectFrom('agents').selectAll().where('id', '=', id).executeTakeFirst();
+      return row ? toAgent(row) : null;
+    },
+    async getProject(id) {
+      const row = await db.selectFrom('projects').selectAll().where('id', '=', id).executeTakeFirst();
+      return row ? toProject(row) : null;
+    },
+    async requireAgent(id) {
+      const agent = await repo.getAgent(id);
+      if (!agent) throw new NotFoundError('agent', id);
+      return agent;
+    },
+  };
+  return repo;
+}

@@ -1,0 +1,200 @@
+import { sql, type Transaction } from 'kysely';
+import { InvalidArgumentError, NotFoundError } from '../errors.js';
+import { TASK_STATUSES, type Database, type TaskRow, type TaskStatus, type WorkspaceMode } from '../schema/database.js';
+import type { StoreContext } from './context.js';
+import { requireBoolean, requireText } from './validate.js';
+
+export interface Task {
+  readonly id: string;
+  readonly companyId: string;
+  readonly projectId: string | null;
+  readonly assigneeAgentId: string | null;
+  readonly workspaceId: string | null;
+  readonly title: string;
+  readonly description: string | null;
+  readonly status: TaskStatus;
+  readonly createdAt: number;
+  readonly updatedAt: number;
+  readonly coordinatorRunId: string | null;
+  readonly targetKey: string | null;
+  readonly requiresFilesystem: boolean;
+  readonly parentId: string | null;
+  readonly workspaceMode: WorkspaceMode | null;
+  /** Paths the task writes; null = omitted (the whole workspace), [] = dynamic. */
+  readonly writes: readonly string[] | null;
+}
+
+export interface CreateTaskInput {
+  readonly id?: string;
+  readonly companyId: string;
+  readonly title: string;
+  readonly description?: string | null;
+  /** Default `backlog`. */
+  readonly status?: TaskStatus;
+  readonly projectId?: string | null;
+  readonly assigneeAgentId?: string | null;
+  /** An explicit workspace: the task runs with an exclusive lock on it. */
+  readonly workspaceId?: string | null;
+  /** Does this task mutate the working tree? Every creation path must decide (seed 000). */
+  readonly requiresFilesystem: boolean;
+  /** The orchestration target (from `resolveOrchestrationTargetKey`); null shares the null slot. */
+  readonly targetKey?: string | null;
+  readonly parentId?: string | null;
+  /** `shared`: the child joins its parent's shared workspace group in the same transaction. */
+  readonly workspaceMode?: WorkspaceMode | null;
+  /** Paths the task writes; omitted/null = the whole workspace, [] = dynamic. */
+  readonly writes?: readonly string[] | null;
+}
+
+export interface ListTasksFilter {
+  /** Only tasks of this coordinator run. */
+  readonly runId?: string;
+  readonly status?: TaskStatus | readonly TaskStatus[];
+  readonly targetKey?: string | null;
+  readonly parentId?: string;
+}
+
+/** Task creation and reads shared by every area. */
+export interface TaskRepository {
+  /**
+   * Creates a task. In one write transaction it stamps the running coordinator run of the
+   * task's target (if any) and, for a `shared` child, attaches the parent's workspace-group
+   * membership: a child is never visible without its membership.
+   */
+  createTask(input: CreateTaskInput): Promise<Task>;
+  getTask(id: string): Promise<Task | null>;
+  /** Like `getTask`, but a missing task is a `NotFoundError`. */
+  requireTask(id: string): Promise<Task>;
+  /** Tasks matching the filter, oldest first. */
+  listTasks(filter?: ListTasksFilter): Promise<Task[]>;
+}
+
+export function toTask(row: TaskRow): Task {
+  return {
+    id: row.id,
+    companyId: row.company_id,
+    projectId: row.project_id,
+    assigneeAgentId: row.assignee_agent_id,
+    workspaceId: row.workspace_id,
+    title: row.title,
+    description: row.description,
+    status: row.status,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+    coordinatorRunId: row.coordinator_run_id,
+    targetKey: row.target_key,
+    requiresFilesystem: row.requires_filesystem === 1,
+    parentId: row.parent_id,
+    workspaceMode: row.workspace_mode,
+    writes: row.writes === null ? null : (JSON.parse(row.writes) as string[]),
+  };
+}
+
+function validateWrites(writes: unknown): readonly string[] | null {
+  if (writes === undefined || writes === null) return null;
+  if (!Array.isArray(writes) || writes.some((w) => typeof w !== 'string')) {
+    throw new InvalidArgumentError('writes', 'must be an array of path strings, [] for dynamic, or null for the whole workspace');
+  }
+  return writes as string[];
+}
+
+/** The running run of a target inside a transaction (null targets share the '' slot). */
+export async function findRunningRunForTarget(trx: Transaction<Database>, targetKey: string | null): Promise<string | null> {
+  const row = await trx
+    .selectFrom('coordinator_runs')
+    .select('id')
+    .where('status', '=', 'running')
+    .where(sql<string>`coalesce(target_key, '')`, '=', targetKey ?? '')
+    .executeTakeFirst();
+  return row?.id ?? null;
+}
+
+export function createTaskRepository(ctx: StoreContext): TaskRepository {
+  const { dialect } = ctx;
+  const repo: TaskRepository = {
+    async createTask(input) {
+      const requiresFilesystem = requireBoolean('requiresFilesystem', input.requiresFilesystem);
+      const status = input.status ?? 'backlog';
+      if (!TASK_STATUSES.includes(status)) throw new InvalidArgumentError('status', `must be one of ${TASK_STATUSES.join(', ')}`);
+      if (input.targetKey === '') throw new InvalidArgumentError('targetKey', 'must be null or a non-empty key');
+      const writes = validateWrites(input.writes);
+      const id = input.id ?? ctx.newId();
+      const now = ctx.clock.now();
+      await dialect.writeTransaction(async (trx) => {
+        const runId = await findRunningRunForTarget(trx, input.targetKey ?? null);
+        let groupId: string | null = null;
+        if (input.parentId) {
+          const parent = await trx.selectFrom('tasks').select('id').where('id', '=', input.parentId).executeTakeFirst();
+          if (!parent) throw new NotFoundError('parent task', input.parentId);
+          if (input.workspaceMode === 'shared') {
+            const membership = await trx
+              .selectFrom('workspace_group_members as m')
+              .innerJoin('workspace_groups as g', 'g.id', 'm.group_id')
+              .select('g.id')
+              .where('m.task_id', '=', input.parentId)
+              .where('g.status', '=', 'active')
+              .executeTakeFirst();
+            if (!membership) {
+              throw new InvalidArgumentError('workspaceMode', `parent task ${input.parentId} has no shared workspace group to join`);
+            }
+            groupId = membership.id;
+          }
+        } else if (input.workspaceMode === 'shared') {
+          throw new InvalidArgumentError('workspaceMode', 'a shared task needs a parentId whose workspace group it joins');
+        }
+        await trx
+          .insertInto('tasks')
+          .values({
+            id,
+            company_id: requireText('companyId', input.companyId),
+            project_id: input.projectId ?? null,
+            assignee_agent_id: input.assigneeAgentId ?? null,
+            workspace_id: input.workspaceId ?? null,
+            title: requireText('title', input.title),
+            description: input.description ?? null,
+            status,
+            created_at: now,
+            updated_at: now,
+            coordinator_run_id: runId,
+            target_key: input.targetKey ?? null,
+            requires_filesystem: requiresFilesystem ? 1 : 0,
+            parent_id: input.parentId ?? null,
+            workspace_mode: input.workspaceMode ?? null,
+            writes: writes === null ? null : JSON.stringify(writes),
+          })
+          .execute();
+        if (groupId) {
+          await trx.insertInto('workspace_group_members').values({ group_id: groupId, task_id: id, role: 'member', joined_at: now }).execute();
+        }
+      });
+      return (await repo.getTask(id))!;
+    },
+
+    async getTask(id) {
+      const row = await dialect.db.selectFrom('tasks').selectAll().where('id', '=', id).executeTakeFirst();
+      return row ? toTask(row) : null;
+    },
+
+    async requireTask(id) {
+      const task = await repo.getTask(id);
+      if (!task) throw new NotFoundError('task', id);
+      return task;
+    },
+
+    async listTasks(filter = {}) {
+      let query = dialect.db.selectFrom('tasks').selectAll();
+      if (filter.runId !== undefined) query = query.where('coordinator_run_id', '=', filter.runId);
+      if (filter.parentId !== undefined) query = query.where('parent_id', '=', filter.parentId);
+      if (filter.targetKey !== undefined) {
+        query = filter.targetKey === null ? query.where('target_key', 'is', null) : query.where('target_key', '=', filter.targetKey);
+      }
+      if (filter.status !== undefined) {
+        const statuses = typeof filter.status === 'string' ? [filter.status] : [...filter.status];
+        query = query.where('status', 'in', statuses);
+      }
+      const rows = await query.orderBy('created_at').orderBy('id').execute();
+      return rows.map(toTask);
+    },
+  };
+  return repo;
+}

@@ -1,0 +1,259 @@
+import type { ColumnType, Generated, Insertable, Selectable, Updateable } from 'kysely';
+
+/**
+ * Kysely table interfaces for the latest schema version. Type mapping, the same on both
+ * dialects: ids are text, times are integer epoch milliseconds (`bigint` on PostgreSQL, read
+ * back as numbers), flags are 0/1 integers, JSON is stored as text.
+ */
+export interface Database {
+  companies: CompaniesTable;
+  workspaces: WorkspacesTable;
+  agents: AgentsTable;
+  projects: ProjectsTable;
+  tasks: TasksTable;
+  task_leases: TaskLeasesTable;
+  workspace_locks: WorkspaceLocksTable;
+  coordinator_runs: CoordinatorRunsTable;
+  dispatch_contexts: DispatchContextsTable;
+  decision_gates: DecisionGatesTable;
+  messages: MessagesTable;
+  workspace_groups: WorkspaceGroupsTable;
+  workspace_group_members: WorkspaceGroupMembersTable;
+  task_environments: TaskEnvironmentsTable;
+  task_cleanup_admissions: TaskCleanupAdmissionsTable;
+  cleanup_snapshots: CleanupSnapshotsTable;
+  path_leases: PathLeasesTable;
+  taskfence_migrations: MigrationHistoryTable;
+}
+
+/** Epoch milliseconds. */
+export type EpochMs = number;
+/** A 0/1 flag. */
+export type Flag = 0 | 1;
+
+export const TASK_STATUSES = ['backlog', 'todo', 'ready', 'dispatched', 'in_progress', 'blocked', 'done', 'failed', 'cancelled'] as const;
+export type TaskStatus = (typeof TASK_STATUSES)[number];
+/** "In flight" in the seeds' sense. */
+export const IN_FLIGHT_STATUSES = ['dispatched', 'in_progress'] as const satisfies readonly TaskStatus[];
+
+export type CoordinatorRunStatus = 'running' | 'completed' | 'failed' | 'cancelled';
+export type DispatchStatus = 'active' | 'completed' | 'failed' | 'cancelled';
+export type GateStatus = 'open' | 'resolved';
+export type MessageStatus = 'pending' | 'delivered';
+export type WorkspaceMode = 'isolated' | 'shared';
+export type GroupMemberRole = 'steward' | 'member';
+export type CleanupKind = 'archive' | 'delete';
+export type CleanupResourceKind = 'environment' | 'group';
+export type CleanupSnapshotState = 'pending' | 'claimed' | 'completed' | 'failed' | 'stale';
+
+export interface CompaniesTable {
+  id: string;
+  name: string;
+  created_at: EpochMs;
+}
+
+export interface WorkspacesTable {
+  id: string;
+  company_id: string;
+  name: string;
+  root_path: string | null;
+  created_at: EpochMs;
+}
+
+export interface AgentsTable {
+  id: string;
+  company_id: string;
+  name: string;
+  role: string | null;
+  department: string | null;
+  workspace_id: string | null;
+  created_at: EpochMs;
+}
+
+export interface ProjectsTable {
+  id: string;
+  company_id: string;
+  name: string;
+  primary_workspace_id: string | null;
+  created_at: EpochMs;
+}
+
+export interface TasksTable {
+  id: string;
+  company_id: string;
+  project_id: string | null;
+  assignee_agent_id: string | null;
+  workspace_id: string | null;
+  title: string;
+  description: string | null;
+  status: ColumnType<TaskStatus, TaskStatus | undefined, TaskStatus>;
+  created_at: EpochMs;
+  updated_at: EpochMs;
+  /** 0006 */
+  coordinator_run_id: string | null;
+  /** 0008 */
+  target_key: string | null;
+  /** 0052 */
+  requires_filesystem: ColumnType<Flag, Flag | undefined, Flag>;
+  /** 0053 */
+  parent_id: string | null;
+  workspace_mode: WorkspaceMode | null;
+  /** 0055: JSON array of paths; null = omitted (the whole workspace). */
+  writes: string | null;
+}
+
+export interface TaskLeasesTable {
+  task_id: string;
+  holder: string | null;
+  token: Generated<number>;
+  acquired_at: EpochMs | null;
+  expires_at: EpochMs | null;
+}
+
+export interface WorkspaceLocksTable {
+  workspace_id: string;
+  holder: string | null;
+  run_id: string | null;
+  token: Generated<number>;
+  acquired_at: EpochMs | null;
+  expires_at: EpochMs | null;
+}
+
+export interface CoordinatorRunsTable {
+  id: string;
+  coordinator_handle: string;
+  status: CoordinatorRunStatus;
+  spec: string | null;
+  started_at: EpochMs;
+  ended_at: EpochMs | null;
+  /** 0007 */
+  target_key: string | null;
+  heartbeat_at: EpochMs | null;
+}
+
+export interface DispatchContextsTable {
+  id: string;
+  task_id: string;
+  agent_id: string | null;
+  terminal_handle: string;
+  status: DispatchStatus;
+  error: string | null;
+  created_at: EpochMs;
+  updated_at: EpochMs;
+  ended_at: EpochMs | null;
+  /** 0006 */
+  coordinator_run_id: string | null;
+}
+
+export interface DecisionGatesTable {
+  id: string;
+  task_id: string | null;
+  question: string;
+  status: GateStatus;
+  resolution: string | null;
+  created_at: EpochMs;
+  resolved_at: EpochMs | null;
+  /** 0006 */
+  coordinator_run_id: string | null;
+}
+
+export interface MessagesTable {
+  id: string;
+  from_handle: string;
+  to_handle: string;
+  kind: string;
+  payload: string | null;
+  status: MessageStatus;
+  created_at: EpochMs;
+  delivered_at: EpochMs | null;
+}
+
+/** 0053 / 0054 */
+export interface WorkspaceGroupsTable {
+  id: string;
+  steward_task_id: string;
+  status: ColumnType<'active' | 'removed', 'active' | 'removed' | undefined, 'active' | 'removed'>;
+  created_at: EpochMs;
+  updated_at: EpochMs;
+  ownership_generation: Generated<number>;
+  cleanup_claimed_by: string | null;
+  cleanup_claim_generation: number | null;
+  cleanup_claim_expires_at: EpochMs | null;
+}
+
+export interface WorkspaceGroupMembersTable {
+  group_id: string;
+  task_id: string;
+  role: GroupMemberRole;
+  joined_at: EpochMs;
+}
+
+export interface TaskEnvironmentsTable {
+  id: string;
+  task_id: string;
+  group_id: string | null;
+  root_path: string;
+  status: ColumnType<'active' | 'removed', 'active' | 'removed' | undefined, 'active' | 'removed'>;
+  created_at: EpochMs;
+  updated_at: EpochMs;
+  ownership_generation: Generated<number>;
+  cleanup_claimed_by: string | null;
+  cleanup_claim_generation: number | null;
+  cleanup_claim_expires_at: EpochMs | null;
+}
+
+export interface TaskCleanupAdmissionsTable {
+  task_id: string;
+  kind: CleanupKind;
+  admitted_at: EpochMs;
+}
+
+export interface CleanupSnapshotsTable {
+  id: string;
+  task_id: string;
+  resource_kind: CleanupResourceKind;
+  resource_id: string;
+  owner_task_id: string;
+  ownership_generation: number;
+  state: ColumnType<CleanupSnapshotState, CleanupSnapshotState | undefined, CleanupSnapshotState>;
+  attempts: Generated<number>;
+  claimed_by: string | null;
+  claim_expires_at: EpochMs | null;
+  last_error: string | null;
+  created_at: EpochMs;
+  updated_at: EpochMs;
+}
+
+/** 0055 */
+export interface PathLeasesTable {
+  workspace_id: string;
+  lease_key: string;
+  holder: string;
+  task_id: string | null;
+  acquired_at: EpochMs;
+  expires_at: EpochMs;
+}
+
+/** The migration history, kept by the migrator outside the versioned chain. */
+export interface MigrationHistoryTable {
+  version: number;
+  name: string;
+  checksum: string;
+  applied_at: EpochMs;
+  duration_ms: number;
+}
+
+export type TaskRow = Selectable<TasksTable>;
+export type NewTaskRow = Insertable<TasksTable>;
+export type TaskUpdate = Updateable<TasksTable>;
+export type WorkspaceRow = Selectable<WorkspacesTable>;
+export type AgentRow = Selectable<AgentsTable>;
+export type ProjectRow = Selectable<ProjectsTable>;
+export type CoordinatorRunRow = Selectable<CoordinatorRunsTable>;
+export type DispatchContextRow = Selectable<DispatchContextsTable>;
+export type DecisionGateRow = Selectable<DecisionGatesTable>;
+export type MessageRow = Selectable<MessagesTable>;
+export type TaskEnvironmentRow = Selectable<TaskEnvironmentsTable>;
+export type WorkspaceGroupRow = Selectable<WorkspaceGroupsTable>;
+export type CleanupSnapshotRow = Selectable<CleanupSnapshotsTable>;
+export type PathLeaseRow = Selectable<PathLeasesTable>;

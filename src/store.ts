@@ -1,0 +1,66 @@
+import type { Kysely } from 'kysely';
+import { defaultDatabaseUrl, parseDatabaseUrl, type DatabaseLocation } from './config.js';
+import { openPostgresDialect } from './dialects/postgres.js';
+import { openSqliteDialect } from './dialects/sqlite.js';
+import type { DialectOptions, StoreDialect } from './dialects/types.js';
+import { Migrator, type MigrateOptions, type MigrateResult, type MigrationStatus, type PlanStep } from './migrator/migrator.js';
+import type { Database } from './schema/database.js';
+import type { SchemaDescription } from './schema/describe.js';
+import { createStoreContext, type Clock, type StoreContext } from './repositories/context.js';
+import { createRepositories, type Repositories } from './repositories/index.js';
+
+export interface StoreOptions extends DialectOptions {
+  /** A database URL; default `TASKFENCE_DATABASE_URL`, else `sqlite:./taskfence.db`. */
+  readonly url?: string;
+  /** The clock repositories use for leases and heartbeats (epoch ms); tests pass a fake one. */
+  readonly clock?: Clock;
+}
+
+/** An open database: the typed Kysely instance, the migrator, and the repository groups. */
+export interface Store extends Repositories {
+  /** The typed query builder on this store's connection(s). */
+  readonly db: Kysely<Database>;
+  readonly dialect: StoreDialect;
+  readonly location: DatabaseLocation;
+  /** Migrates up or down to `options.to` (default: latest). See `Migrator.migrate`. */
+  migrate(options?: MigrateOptions): Promise<MigrateResult>;
+  /** Applied, pending, modified and unknown migrations. */
+  migrationStatus(): Promise<MigrationStatus>;
+  /** The SQL pending migrations would run; applies nothing. */
+  plan(options?: { to?: number }): Promise<PlanStep[]>;
+  /** A normalized description of the current schema. */
+  describeSchema(): Promise<SchemaDescription>;
+  close(): Promise<void>;
+}
+
+/**
+ * Opens a store on a database URL (or options with `url`).
+ *
+ * @example
+ * const store = await openStore('sqlite:./taskfence.db');
+ * await store.migrate();
+ * const run = await store.runs.startCoordinatorRun({ targetKey: null });
+ * await store.close();
+ */
+export async function openStore(urlOrOptions?: string | StoreOptions): Promise<Store> {
+  const options: StoreOptions = typeof urlOrOptions === 'string' ? { url: urlOrOptions } : (urlOrOptions ?? {});
+  const location = parseDatabaseUrl(options.url ?? defaultDatabaseUrl());
+  const dialect =
+    location.dialect === 'sqlite'
+      ? openSqliteDialect(location.filename, options)
+      : await openPostgresDialect(location.connectionString, options);
+  const migrator = new Migrator(dialect);
+  const context: StoreContext = createStoreContext(dialect, options.clock);
+  return Object.freeze({
+    db: dialect.db,
+    dialect,
+    location,
+    ...createRepositories(context),
+    migrate: (migrateOptions?: MigrateOptions) =>
+      migrator.migrate({ now: context.clock.now(), ...migrateOptions }),
+    migrationStatus: () => migrator.status(),
+    plan: (planOptions?: { to?: number }) => migrator.plan(planOptions),
+    describeSchema: () => dialect.describeSchema(),
+    close: () => dialect.close(),
+  });
+}
