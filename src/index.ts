@@ -30,3 +30,16 @@ export type { Repositories } from './repositories/index.js';
 export type { Task, CreateTaskInput, ListTasksFilter, TaskRepository } from './repositories/tasks.js';
 export type { Agent, Company, Project, WorkspaceRecord, OrgRepository } from './repositories/org.js';
 export { FILESYSTEM_ROLE_PATTERN, roleImpliesFilesystem } from './domain/filesystem-roles.js';
+export type { StoreContext } from './repositories/context.js';
+// Each area's public functions, types and errors (SPEC §3–§6).
+export * from './repositories/runs.js';
+export * from './repositories/dispatches.js';
+export * from './repositories/gates.js';
+export * from './repositories/messages.js';
+export * from './domain/run-targets.js';
+export * from './repositories/locks.js';
+export * from './repositories/scheduler.js';
+export * from './domain/lock-mode.js';
+export * from './repositories/paths.js';
+export * from './domain/write-paths.js';
+export * from './repositories/ownership.js';

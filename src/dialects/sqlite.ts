@@ -87,8 +87,8 @@ class SqliteDialect implements StoreDialect {
     return describeSqliteSchema(this.db);
   }
 
-  async readUserVersion(): Promise<number | null> {
-    const { rows } = await sql<{ user_version: number }>`pragma user_version`.execute(this.db);
+  async readUserVersion(db: Kysely<Schema> = this.db): Promise<number | null> {
+    const { rows } = await sql<{ user_version: number }>`pragma user_version`.execute(db);
     return rows[0]?.user_version ?? 0;
   }
 

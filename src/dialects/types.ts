@@ -74,8 +74,8 @@ export interface StoreDialect {
   /** A normalized description of the schema, comparable across dialects. */
   describeSchema(): Promise<SchemaDescription>;
 
-  /** `PRAGMA user_version` on SQLite, `null` on PostgreSQL. */
-  readUserVersion(): Promise<number | null>;
+  /** `PRAGMA user_version` on SQLite, `null` on PostgreSQL; on `db` (e.g. an open transaction) if given. */
+  readUserVersion(db?: Kysely<Database>): Promise<number | null>;
 
   close(): Promise<void>;
 }

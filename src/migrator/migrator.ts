@@ -12,7 +12,9 @@ import {
   formatVersion,
 } from '../errors.js';
 import { inlineParameters } from '../dialects/recording.js';
+import type { Kysely } from 'kysely';
 import type { StoreDialect } from '../dialects/types.js';
+import type { Database } from '../schema/database.js';
 import { MIGRATIONS } from '../migrations/index.js';
 import type { MigrationDefinition } from '../migrations/types.js';
 import { migrationChecksum, recordMigration } from './checksum.js';
@@ -108,14 +110,10 @@ export class Migrator {
     return this.#checksums;
   }
 
-  async #historyExists(): Promise<boolean> {
-    const tables = await this.#dialect.db.introspection.getTables();
-    return tables.some((t) => t.name === HISTORY_TABLE);
-  }
-
-  async #readHistory(): Promise<AppliedMigration[]> {
-    if (!(await this.#historyExists())) return [];
-    const rows = await this.#dialect.db.selectFrom(HISTORY_TABLE).selectAll().orderBy('version').execute();
+  async #readHistory(db: Kysely<Database> = this.#dialect.db): Promise<AppliedMigration[]> {
+    const tables = await db.introspection.getTables();
+    if (!tables.some((t) => t.name === HISTORY_TABLE)) return [];
+    const rows = await db.selectFrom(HISTORY_TABLE).selectAll().orderBy('version').execute();
     return rows.map((r) => ({
       version: Number(r.version),
       name: r.name,
@@ -125,16 +123,21 @@ export class Migrator {
     }));
   }
 
-  async #existingTaskfenceTables(): Promise<string[]> {
+  async #existingTaskfenceTables(db: Kysely<Database> = this.#dialect.db): Promise<string[]> {
     const known = new Set((await expectedTablesAt(this.latestVersion, this.#migrations)).keys());
-    const tables = await this.#dialect.db.introspection.getTables();
+    const tables = await db.introspection.getTables();
     return tables.map((t) => t.name).filter((name) => known.has(name));
   }
 
   /** Applied, pending, modified and unknown migrations, without changing anything. */
   async status(): Promise<MigrationStatus> {
-    const history = await this.#readHistory();
     const checksums = await this.#checksumsByVersion();
+    // One read transaction, so history and tables come from the same snapshot.
+    return this.#dialect.db.transaction().execute((trx) => this.#statusIn(trx, checksums));
+  }
+
+  async #statusIn(db: Kysely<Database>, checksums: Map<number, string>): Promise<MigrationStatus> {
+    const history = await this.#readHistory(db);
     const byVersion = new Map(this.#migrations.map((m) => [m.version, m]));
     const appliedVersions = new Set(history.map((h) => h.version));
     const modified = history
@@ -143,7 +146,7 @@ export class Migrator {
     const unknown = history.filter((h) => !byVersion.has(h.version)).map((h) => ({ version: h.version, name: h.name }));
     const baselineRequired =
       history.length === 0 &&
-      ((await this.#existingTaskfenceTables()).length > 0 || ((await this.#dialect.readUserVersion()) ?? 0) > 0);
+      ((await this.#existingTaskfenceTables(db)).length > 0 || ((await this.#dialect.readUserVersion(db)) ?? 0) > 0);
     return {
       currentVersion: history.at(-1)?.version ?? 0,
       latestVersion: this.latestVersion,
@@ -207,7 +210,8 @@ export class Migrator {
 
   async #migrateLocked(target: number, options: MigrateOptions, lockTimeoutMs: number): Promise<MigrateResult> {
     const emit = options.onEvent ?? (() => {});
-    await this.#dialect.writeTransaction(async (trx) => {
+    const checksumsForStatus = await this.#checksumsByVersion();
+    let status = await this.#dialect.writeTransaction(async (trx) => {
       await trx.schema
         .createTable(HISTORY_TABLE)
         .ifNotExists()
@@ -217,9 +221,10 @@ export class Migrator {
         .addColumn('applied_at', this.#dialect.columnTypes.epochMs, (c) => c.notNull())
         .addColumn('duration_ms', 'integer', (c) => c.notNull())
         .execute();
+      // Decide on history and tables inside the write transaction: another migrator may be
+      // committing version 0005 right now, and its tables and history row appear together.
+      return this.#statusIn(trx, checksumsForStatus);
     }, { deadlineMs: lockTimeoutMs });
-
-    let status = await this.status();
     this.#verify(status);
     if (options.baseline !== undefined) {
       await this.#adoptBaseline(options.baseline, status, lockTimeoutMs);

@@ -1,16 +1,44 @@
 import type { StoreContext } from './context.js';
+import { createDispatchRepository, type DispatchRepository } from './dispatches.js';
+import { createGateRepository, type GateRepository } from './gates.js';
+import { createLockRepository, type LockRepository } from './locks.js';
+import { createMessageRepository, type MessageRepository } from './messages.js';
 import { createOrgRepository, type OrgRepository } from './org.js';
+import { createOwnershipRepository, type OwnershipRepository } from './ownership.js';
+import { createPathLeaseRepository, type PathLeaseRepository } from './paths.js';
+import { createRunRepository, type RunRepository } from './runs.js';
+import { createSchedulerRepository, type SchedulerRepository } from './scheduler.js';
 import { createTaskRepository, type TaskRepository } from './tasks.js';
 
-/** The repository groups a store exposes. Each later area adds its group here. */
+/** The repository groups a store exposes, one per area of the spec. */
 export interface Repositories {
   readonly org: OrgRepository;
   readonly tasks: TaskRepository;
+  /** SPEC §3 */
+  readonly runs: RunRepository;
+  readonly dispatches: DispatchRepository;
+  readonly gates: GateRepository;
+  readonly messages: MessageRepository;
+  /** SPEC §4 */
+  readonly locks: LockRepository;
+  readonly scheduler: SchedulerRepository;
+  /** SPEC §5 */
+  readonly paths: PathLeaseRepository;
+  /** SPEC §6 */
+  readonly ownership: OwnershipRepository;
 }
 
 export function createRepositories(context: StoreContext): Repositories {
   return {
     org: createOrgRepository(context),
     tasks: createTaskRepository(context),
+    runs: createRunRepository(context),
+    dispatches: createDispatchRepository(context),
+    gates: createGateRepository(context),
+    messages: createMessageRepository(context),
+    locks: createLockRepository(context),
+    scheduler: createSchedulerRepository(context),
+    paths: createPathLeaseRepository(context),
+    ownership: createOwnershipRepository(context),
   };
 }

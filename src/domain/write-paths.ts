@@ -1,0 +1,2 @@
+// Pure domain logic; filled in by its issue.
+export {};

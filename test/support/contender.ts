@@ -1,0 +1,76 @@
+/**
+ * One contender process of the race helper (see race.ts). It opens its own store, imports the
+ * operations module, and runs the calls the parent arms and releases.
+ */
+import { openStore, type Store } from '../../src/index.js';
+
+type Operation = (store: Store, args: any, tools: ContenderTools) => Promise<unknown>;
+
+/** What an operation gets besides the store and its args. */
+export interface ContenderTools {
+  /** This contender's index (0-based). */
+  readonly index: number;
+  /** Tells the parent a point was reached (see `Contenders.waitForSignal`). */
+  signal(name: string): void;
+  /** The database URL this contender opened. */
+  readonly url: string;
+}
+
+function serializeError(error: unknown) {
+  if (error instanceof Error) {
+    const fields: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(error)) {
+      try {
+        JSON.stringify(v);
+        fields[k] = v;
+      } catch {
+        // not serializable: drop it
+      }
+    }
+    return { ...fields, name: error.name, message: error.message, code: (error as { code?: string }).code };
+  }
+  return { name: 'NonError', message: String(error) };
+}
+
+async function main() {
+  const url = process.env.CONTENDER_URL!;
+  const index = Number(process.env.CONTENDER_INDEX);
+  let store: Store;
+  let ops: Record<string, Operation>;
+  try {
+    store = await openStore({ ...JSON.parse(process.env.CONTENDER_STORE_OPTIONS ?? '{}'), url });
+    ops = (await import(process.env.CONTENDER_MODULE!)) as Record<string, Operation>;
+  } catch (error) {
+    process.send!({ type: 'fatal', error: serializeError(error) });
+    process.exit(1);
+  }
+  const armed = new Map<number, { fn: string; args: unknown }>();
+  process.on('message', async (m: { type: string; id: number; fn: string; args: unknown }) => {
+    if (m.type === 'exit') {
+      await store.close().catch(() => {});
+      process.exit(0);
+    }
+    if (m.type === 'prepare') {
+      armed.set(m.id, { fn: m.fn, args: m.args });
+      process.send!({ type: 'prepared', id: m.id });
+      return;
+    }
+    if (m.type === 'go') {
+      const call = armed.get(m.id)!;
+      armed.delete(m.id);
+      const op = ops[call.fn];
+      const tools: ContenderTools = { index, url, signal: (name) => process.send!({ type: 'signal', id: m.id, name }) };
+      try {
+        if (typeof op !== 'function') throw new Error(`the operations module has no export "${call.fn}"`);
+        const value = await op(store, call.args, tools);
+        process.send!({ type: 'result', id: m.id, ok: true, value: value ?? null });
+      } catch (error) {
+        process.send!({ type: 'result', id: m.id, ok: false, error: serializeError(error) });
+      }
+    }
+  });
+  process.on('disconnect', () => process.exit(0));
+  process.send!({ type: 'ready' });
+}
+
+void main();

