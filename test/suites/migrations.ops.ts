@@ -10,22 +10,25 @@ export async function migrate(store: Store, args: { to?: number }) {
 }
 
 /**
- * Migrates with an extra version 9000 whose `up` signals and then hangs inside its transaction,
- * so the parent can SIGKILL this process mid-migration.
+ * Migrates with migration 0052 wrapped so that, after its real `up` has run inside the
+ * transaction (column added, backfill done, history row not yet written), it signals and hangs:
+ * the parent SIGKILLs this process there. The checksum recorder calls `up` with now = 0, so the
+ * hang only happens on the real run.
  */
-export async function migrateAndHang(store: Store, _args: unknown, tools: ContenderTools) {
-  const hanging: MigrationDefinition = {
-    version: 9000,
-    name: 'hangs_midway',
-    async up({ db }) {
-      await db.schema.createTable('half_applied').addColumn('id', 'text').execute();
-      await sql`insert into tasks (id, company_id, title, created_at, updated_at) select 'never', id, 'x', 0, 0 from companies`.execute(db);
-      tools.signal('inside');
-      await new Promise(() => {}); // never resolves: killed here
-    },
-    async down({ db }) {
-      await db.schema.dropTable('half_applied').execute();
-    },
-  };
-  await new Migrator(store.dialect, [...MIGRATIONS, hanging]).migrate();
+export async function migrateAndHangInside0052(store: Store, _args: unknown, tools: ContenderTools) {
+  const chain: MigrationDefinition[] = MIGRATIONS.map((m) =>
+    m.version !== 52
+      ? m
+      : {
+          ...m,
+          async up(ctx) {
+            await m.up(ctx);
+            if (ctx.now === 0) return;
+            await sql`insert into companies (id, name, created_at) values ('ghost', 'written mid-migration', 0)`.execute(ctx.db);
+            tools.signal('inside-0052');
+            await new Promise(() => {});
+          },
+        },
+  );
+  await new Migrator(store.dialect, chain).migrate({ now: Date.now() });
 }
