@@ -1,10 +1,474 @@
+import { sql, type RawBuilder, type Transaction } from 'kysely';
+import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
+import {
+  WHOLE_WORKSPACE_KEY,
+  decodeLeaseKey,
+  encodeLeaseKey,
+  leaseKeys,
+  storedAncestorKeys,
+  storedDescendantRange,
+} from '../domain/write-paths.js';
+import type { Database, PathLeaseRow, TaskStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
+import { requirePositiveMs, requireText } from './validate.js';
 
-/** Path-scoped write leases (issue 5). */
-// eslint-disable-next-line @typescript-eslint/no-empty-object-type
-export interface PathLeaseRepository {}
+/** TTL of the leases `claimTask` takes when the caller gives none. */
+export const DEFAULT_PATH_LEASE_TTL_MS = 60_000;
+
+/** At most this many conflicts are reported by a failed acquisition (the check stops there). */
+export const PATH_CONFLICT_REPORT_LIMIT = 16;
+
+/** One live lease on a key of a workspace. */
+export interface PathLease {
+  readonly workspaceId: string;
+  /** The lease key: a normalized path, or `""` for the whole workspace. */
+  readonly key: string;
+  readonly holder: string;
+  /** The task the lease was taken for (`claimTask`, or `acquirePaths` with `taskId`). */
+  readonly taskId: string | null;
+  readonly acquiredAt: number;
+  readonly expiresAt: number;
+}
+
+/** A live lease of another holder that overlaps what was asked for. */
+export interface PathLeaseConflict {
+  readonly key: string;
+  readonly holder: string;
+  readonly expiresAt: number;
+}
+
+export interface AcquirePathsInput {
+  readonly workspaceId: string;
+  readonly holder: string;
+  /** Paths to lease, reduced by `leaseKeys` (globs to their prefix; `"."`, `""` or `"*"` = the whole workspace). */
+  readonly paths: readonly string[];
+  readonly ttlMs: number;
+  /** Tags the leases with a task, so that `submitTaskResult` releases them too. */
+  readonly taskId?: string | null;
+}
+
+export type TryAcquirePathsResult =
+  | { readonly acquired: true; readonly leases: readonly PathLease[] }
+  | { readonly acquired: false; readonly conflicts: readonly PathLeaseConflict[] };
+
+export interface AcquirePathsOptions {
+  /** Give up after waiting this long (real time, not the store clock). */
+  readonly timeoutMs: number;
+  /** Longest pause between attempts (default 100 ms); pauses start at 5 ms and are jittered. */
+  readonly maxPollMs?: number;
+}
+
+export interface ReleasePathsInput {
+  readonly workspaceId: string;
+  readonly holder: string;
+  /** Release only the holder's leases on these paths and below them; omitted = all its leases in the workspace. */
+  readonly paths?: readonly string[];
+}
+
+export interface RenewPathsInput extends ReleasePathsInput {
+  readonly ttlMs: number;
+}
+
+export interface RenewPathsResult {
+  /** The leases now extended to `now + ttlMs`. */
+  readonly renewed: readonly PathLease[];
+  /** Keys asked for (with `paths`) that the holder no longer holds live: they expired or were released. */
+  readonly lost: readonly string[];
+}
+
+/** How a claimed task's write set was leased. */
+export type TaskWriteMode = 'whole-workspace' | 'paths' | 'dynamic';
+
+export type ClaimTaskResult =
+  | { readonly claimed: true; readonly mode: TaskWriteMode; readonly leases: readonly PathLease[] }
+  | { readonly claimed: false; readonly mode: TaskWriteMode; readonly conflicts: readonly PathLeaseConflict[] };
+
+export interface ClaimTaskOptions {
+  /** Lease TTL (default `DEFAULT_PATH_LEASE_TTL_MS`); renew with `renewPaths`. */
+  readonly ttlMs?: number;
+}
+
+export interface TaskResult {
+  readonly status: Extract<TaskStatus, 'done' | 'failed'>;
+}
+
+export interface SubmitTaskResultOutcome {
+  readonly status: TaskResult['status'];
+  /** Keys of the task's leases that were released. */
+  readonly released: readonly string[];
+}
+
+/** `acquirePaths` waited `timeoutMs` and the set was still blocked; `blockers` are the last conflicts seen. */
+export class PathLeaseTimeoutError extends TaskfenceError {
+  readonly code = 'PATH_LEASE_TIMEOUT';
+  constructor(
+    readonly workspaceId: string,
+    readonly holder: string,
+    readonly keys: readonly string[],
+    readonly timeoutMs: number,
+    readonly blockers: readonly PathLeaseConflict[],
+  ) {
+    super(
+      `Holder ${JSON.stringify(holder)} could not lease ${keys.map(showKey).join(', ')} in workspace ${workspaceId} ` +
+        `within ${timeoutMs} ms; blocked by ${blockers.map((b) => `${showKey(b.key)} held by ${JSON.stringify(b.holder)}`).join(', ')}. ` +
+        'Wait for those holders to release (or their leases to expire), or raise timeoutMs.',
+    );
+  }
+}
+
+/** Why `claimTask` or `submitTaskResult` refused. */
+export type PathClaimRefusal = 'task_has_no_workspace' | 'task_finished' | 'held_by_other_holder';
+
+/** `claimTask` / `submitTaskResult` refused: the task has no workspace, is finished, or another holder holds its leases. */
+export class PathClaimRefusedError extends TaskfenceError {
+  readonly code = 'PATH_CLAIM_REFUSED';
+  constructor(
+    readonly taskId: string,
+    readonly holder: string,
+    readonly reason: PathClaimRefusal,
+    readonly detail: string,
+  ) {
+    super(`Task ${taskId} refused for holder ${JSON.stringify(holder)}: ${detail}.`);
+  }
+}
+
+/** Path-scoped write leases (SPEC §5, seed 002): durable, per workspace, across processes. */
+export interface PathLeaseRepository {
+  /**
+   * Leases every key of `paths` for `holder`, or nothing: in one write transaction (serialized
+   * per workspace) it looks for live leases of other holders that overlap any key — ancestors by
+   * equality, descendants by one bytewise key range, never a scan of the workspace — and only if
+   * there are none writes all the leases. Keys the holder already holds are re-leased (new TTL).
+   * Expired leases never block.
+   *
+   * @example
+   * const r = await store.paths.tryAcquirePaths({ workspaceId, holder, paths: ['src/a.ts'], ttlMs: 30_000 });
+   * if (!r.acquired) console.log(r.conflicts); // [{ key: 'src', holder: 'agent-2', expiresAt }]
+   */
+  tryAcquirePaths(input: AcquirePathsInput): Promise<TryAcquirePathsResult>;
+
+  /**
+   * Like `tryAcquirePaths`, but waits (jittered polling) until the whole set is free, then takes
+   * it at once. It holds nothing while it waits, so waiters can never deadlock each other.
+   * Throws `PathLeaseTimeoutError` naming the blockers after `timeoutMs`.
+   *
+   * @example
+   * const leases = await store.paths.acquirePaths({ workspaceId, holder, paths: ['docs'], ttlMs: 30_000 }, { timeoutMs: 5_000 });
+   */
+  acquirePaths(input: AcquirePathsInput, options: AcquirePathsOptions): Promise<readonly PathLease[]>;
+
+  /**
+   * Deletes the holder's leases in the workspace (only those on or below `paths`, if given) and
+   * returns their keys. Releasing what is not held is not an error.
+   *
+   * @example
+   * await store.paths.releasePaths({ workspaceId, holder, paths: ['src'] });
+   */
+  releasePaths(input: ReleasePathsInput): Promise<{ readonly released: readonly string[] }>;
+
+  /**
+   * Extends the holder's live leases (on or below `paths`, if given) to now + `ttlMs`, atomically
+   * with respect to acquisitions in the workspace. An expired lease is not revived: it is
+   * reported in `lost`, since another holder may have taken the path meanwhile.
+   *
+   * @example
+   * const { lost } = await store.paths.renewPaths({ workspaceId, holder, ttlMs: 30_000, paths: ['src'] });
+   */
+  renewPaths(input: RenewPathsInput): Promise<RenewPathsResult>;
+
+  /** Live leases of a workspace (all holders, or one), ordered by key; for diagnostics and tests. */
+  listPathLeases(filter: { readonly workspaceId: string; readonly holder?: string }): Promise<PathLease[]>;
+
+  /** Deletes expired leases of a workspace (maintenance; they never block anyone anyway). Returns how many. */
+  pruneExpiredPaths(workspaceId: string): Promise<number>;
+
+  /**
+   * Claims a task for `holder` by leasing its write set in the task's workspace, in one
+   * transaction with marking it `in_progress`: `writes` omitted (null) leases the whole workspace,
+   * which conflicts with every other lease there; a path list leases those paths (disjoint tasks
+   * run in parallel); `[]` is dynamic mode: nothing is leased now and the holder calls
+   * `acquirePaths({ …, taskId })` as it goes. Paths are normalized here (a bad stored path throws
+   * `InvalidWritePathError`). On conflict nothing changes and the blockers are returned.
+   *
+   * @example
+   * const r = await store.paths.claimTask(task.id, 'agent-1', { ttlMs: 30_000 });
+   */
+  claimTask(taskId: string, holder: string, options?: ClaimTaskOptions): Promise<ClaimTaskResult>;
+
+  /**
+   * Records a task's result (`done` or `failed`) and releases every lease of that task — claim
+   * leases and dynamic ones taken with its `taskId` — in the same transaction. Refused with
+   * `PathClaimRefusedError` if another holder holds a live lease of the task or it is already finished.
+   *
+   * @example
+   * await store.paths.submitTaskResult(task.id, 'agent-1', { status: 'done' });
+   */
+  submitTaskResult(taskId: string, holder: string, result: TaskResult): Promise<SubmitTaskResultOutcome>;
+}
+
+const FINISHED: readonly TaskStatus[] = ['done', 'failed', 'cancelled'];
+
+function showKey(key: string): string {
+  return key === WHOLE_WORKSPACE_KEY ? 'the whole workspace' : JSON.stringify(key);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** `lease_key` on or below any of `keys` (one index range per key). */
+function onOrBelow(keys: readonly string[]): RawBuilder<boolean> {
+  return sql<boolean>`(${sql.join(
+    keys.map((key) => {
+      const { from, to } = storedDescendantRange(key);
+      return sql`(lease_key >= ${from} and lease_key < ${to})`;
+    }),
+    sql` or `,
+  )})`;
+}
 
 export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepository {
-  void ctx;
-  return {};
+  const { dialect } = ctx;
+
+  /**
+   * Live leases of other holders overlapping any of `keys` (an antichain from `leaseKeys`).
+   * One UNION ALL: a branch with the keys' proper ancestors by equality, then one bytewise range
+   * per key for the key itself and its descendants. Each branch is a primary-key index lookup
+   * (workspace_id, lease_key), and LIMIT stops at the first few conflicts, so the cost does not
+   * grow with the number of unrelated leases in the workspace.
+   */
+  async function findConflicts(
+    trx: Transaction<Database>,
+    workspaceId: string,
+    holder: string,
+    keys: readonly string[],
+    now: number,
+  ): Promise<PathLeaseConflict[]> {
+    const live = sql`workspace_id = ${workspaceId} and holder <> ${holder} and expires_at > ${now}`;
+    const branches: RawBuilder<unknown>[] = [];
+    const ancestors = [...new Set(keys.flatMap(storedAncestorKeys))];
+    if (ancestors.length > 0) {
+      branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key in (${sql.join(ancestors)})`);
+    }
+    for (const key of keys) {
+      const { from, to } = storedDescendantRange(key);
+      branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key >= ${from} and lease_key < ${to}`);
+    }
+    const { rows } = await sql<{ lease_key: string; holder: string; expires_at: number }>`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`.execute(trx);
+    const seen = new Set<string>();
+    const conflicts: PathLeaseConflict[] = [];
+    for (const row of rows) {
+      const id = `${row.lease_key}\u0000${row.holder}`;
+      if (seen.has(id)) continue;
+      seen.add(id);
+      conflicts.push({ key: decodeLeaseKey(row.lease_key), holder: row.holder, expiresAt: Number(row.expires_at) });
+    }
+    return conflicts;
+  }
+
+  /** The all-or-nothing acquisition, inside the caller's write transaction. */
+  async function acquireKeys(
+    trx: Transaction<Database>,
+    workspaceId: string,
+    holder: string,
+    keys: readonly string[],
+    ttlMs: number,
+    taskId: string | null,
+  ): Promise<TryAcquirePathsResult> {
+    if (keys.length === 0) return { acquired: true, leases: [] };
+    await dialect.lockKey(trx, `paths:${workspaceId}`);
+    // Read the clock only once the workspace is serialized, so lease times follow commit order.
+    const now = ctx.clock.now();
+    const conflicts = await findConflicts(trx, workspaceId, holder, keys, now);
+    if (conflicts.length > 0) return { acquired: false, conflicts };
+    const stored = keys.map(encodeLeaseKey);
+    // Expired leases of any holder on exactly these keys are garbage from now on.
+    await trx
+      .deleteFrom('path_leases')
+      .where('workspace_id', '=', workspaceId)
+      .where('lease_key', 'in', stored)
+      .where('holder', '<>', holder)
+      .where('expires_at', '<=', now)
+      .execute();
+    const expiresAt = now + ttlMs;
+    await trx
+      .insertInto('path_leases')
+      .values(stored.map((lease_key) => ({ workspace_id: workspaceId, lease_key, holder, task_id: taskId, acquired_at: now, expires_at: expiresAt })))
+      .onConflict((oc) =>
+        oc.columns(['workspace_id', 'lease_key', 'holder']).doUpdateSet((eb) => ({
+          task_id: sql<string | null>`coalesce(${eb.ref('excluded.task_id')}, path_leases.task_id)`,
+          acquired_at: eb.ref('excluded.acquired_at'),
+          expires_at: eb.ref('excluded.expires_at'),
+        })),
+      )
+      .execute();
+    return {
+      acquired: true,
+      leases: keys.map((key) => ({ workspaceId, key, holder, taskId, acquiredAt: now, expiresAt })),
+    };
+  }
+
+  function checkAcquireInput(input: AcquirePathsInput) {
+    const workspaceId = requireText('workspaceId', input.workspaceId);
+    const holder = requireText('holder', input.holder);
+    const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
+    if (!Array.isArray(input.paths)) throw new InvalidArgumentError('paths', 'must be an array of path strings');
+    const keys = leaseKeys(input.paths);
+    const taskId = input.taskId ?? null;
+    return { workspaceId, holder, ttlMs, keys, taskId };
+  }
+
+  const repo: PathLeaseRepository = {
+    async tryAcquirePaths(input) {
+      const { workspaceId, holder, ttlMs, keys, taskId } = checkAcquireInput(input);
+      return dialect.writeTransaction((trx) => acquireKeys(trx, workspaceId, holder, keys, ttlMs, taskId));
+    },
+
+    async acquirePaths(input, options) {
+      const { workspaceId, holder, ttlMs, keys, taskId } = checkAcquireInput(input);
+      const timeoutMs = options?.timeoutMs;
+      if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs < 0) {
+        throw new InvalidArgumentError('timeoutMs', 'must be a non-negative number of milliseconds');
+      }
+      const maxPollMs = options.maxPollMs ?? 100;
+      // A real-time deadline: waiting is a duration, and a test's frozen store clock must not make it endless.
+      const deadline = performance.now() + timeoutMs;
+      let pause = 5;
+      for (;;) {
+        const result = await dialect.writeTransaction((trx) => acquireKeys(trx, workspaceId, holder, keys, ttlMs, taskId));
+        if (result.acquired) return result.leases;
+        const left = deadline - performance.now();
+        if (left <= 0) throw new PathLeaseTimeoutError(workspaceId, holder, keys, timeoutMs, result.conflicts);
+        await sleep(Math.min(left, pause * (0.5 + Math.random() / 2)));
+        pause = Math.min(maxPollMs, pause * 2);
+      }
+    },
+
+    async releasePaths(input) {
+      const workspaceId = requireText('workspaceId', input.workspaceId);
+      const holder = requireText('holder', input.holder);
+      const keys = input.paths === undefined ? null : leaseKeys(input.paths);
+      if (keys !== null && keys.length === 0) return { released: [] };
+      const rows = await dialect.writeTransaction((trx) => {
+        let query = trx.deleteFrom('path_leases').where('workspace_id', '=', workspaceId).where('holder', '=', holder);
+        if (keys !== null) query = query.where(onOrBelow(keys));
+        return query.returning('lease_key').execute();
+      });
+      return { released: rows.map((r) => decodeLeaseKey(r.lease_key)).sort() };
+    },
+
+    async renewPaths(input) {
+      const workspaceId = requireText('workspaceId', input.workspaceId);
+      const holder = requireText('holder', input.holder);
+      const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
+      const keys = input.paths === undefined ? null : leaseKeys(input.paths);
+      if (keys !== null && keys.length === 0) return { renewed: [], lost: [] };
+      const rows = await dialect.writeTransaction(async (trx) => {
+        // Serialized with acquisitions: a lease seen live here cannot be taken over meanwhile.
+        await dialect.lockKey(trx, `paths:${workspaceId}`);
+        const now = ctx.clock.now();
+        let query = trx
+          .updateTable('path_leases')
+          .set({ expires_at: now + ttlMs })
+          .where('workspace_id', '=', workspaceId)
+          .where('holder', '=', holder)
+          .where('expires_at', '>', now);
+        if (keys !== null) query = query.where(onOrBelow(keys));
+        return query.returningAll().execute();
+      });
+      const renewed = rows.map(toPathLease).sort((a, b) => (a.key < b.key ? -1 : 1));
+      const isOnOrBelow = (key: string, k: string) => k === WHOLE_WORKSPACE_KEY || key === k || key.startsWith(`${k}/`);
+      const lost = keys === null ? [] : keys.filter((k) => !renewed.some((l) => isOnOrBelow(l.key, k)));
+      return { renewed, lost };
+    },
+
+    async listPathLeases(filter) {
+      const workspaceId = requireText('workspaceId', filter.workspaceId);
+      let query = dialect.db
+        .selectFrom('path_leases')
+        .selectAll()
+        .where('workspace_id', '=', workspaceId)
+        .where('expires_at', '>', ctx.clock.now());
+      if (filter.holder !== undefined) query = query.where('holder', '=', filter.holder);
+      const rows = await query.orderBy('lease_key').orderBy('holder').execute();
+      return rows.map(toPathLease);
+    },
+
+    async pruneExpiredPaths(workspaceId) {
+      requireText('workspaceId', workspaceId);
+      const result = await dialect.writeTransaction((trx) =>
+        trx.deleteFrom('path_leases').where('workspace_id', '=', workspaceId).where('expires_at', '<=', ctx.clock.now()).executeTakeFirst(),
+      );
+      return Number(result.numDeletedRows);
+    },
+
+    async claimTask(taskId, holder, options = {}) {
+      requireText('taskId', taskId);
+      requireText('holder', holder);
+      const ttlMs = requirePositiveMs('ttlMs', options.ttlMs ?? DEFAULT_PATH_LEASE_TTL_MS);
+      return dialect.writeTransaction(async (trx): Promise<ClaimTaskResult> => {
+        const task = await trx.selectFrom('tasks').select(['workspace_id', 'writes', 'status']).where('id', '=', taskId).executeTakeFirst();
+        if (!task) throw new NotFoundError('task', taskId);
+        if (FINISHED.includes(task.status)) {
+          throw new PathClaimRefusedError(taskId, holder, 'task_finished', `it is already ${task.status}`);
+        }
+        if (task.workspace_id === null) {
+          throw new PathClaimRefusedError(taskId, holder, 'task_has_no_workspace', 'it has no workspace to lease paths in');
+        }
+        const writes = task.writes === null ? null : (JSON.parse(task.writes) as string[]);
+        const mode: TaskWriteMode = writes === null ? 'whole-workspace' : writes.length === 0 ? 'dynamic' : 'paths';
+        const keys = writes === null ? [WHOLE_WORKSPACE_KEY] : leaseKeys(writes);
+        const result = await acquireKeys(trx, task.workspace_id, holder, keys, ttlMs, taskId);
+        if (!result.acquired) return { claimed: false, mode, conflicts: result.conflicts };
+        await trx.updateTable('tasks').set({ status: 'in_progress', updated_at: ctx.clock.now() }).where('id', '=', taskId).execute();
+        return { claimed: true, mode, leases: result.leases };
+      });
+    },
+
+    async submitTaskResult(taskId, holder, result) {
+      requireText('taskId', taskId);
+      requireText('holder', holder);
+      const status = result?.status;
+      if (status !== 'done' && status !== 'failed') throw new InvalidArgumentError('result.status', "must be 'done' or 'failed'");
+      return dialect.writeTransaction(async (trx) => {
+        const task = await trx.selectFrom('tasks').select(['workspace_id', 'status']).where('id', '=', taskId).executeTakeFirst();
+        if (!task) throw new NotFoundError('task', taskId);
+        if (FINISHED.includes(task.status)) {
+          throw new PathClaimRefusedError(taskId, holder, 'task_finished', `it is already ${task.status}`);
+        }
+        if (task.workspace_id !== null) await dialect.lockKey(trx, `paths:${task.workspace_id}`);
+        const now = ctx.clock.now();
+        const other = await trx
+          .selectFrom('path_leases')
+          .select(['holder', 'lease_key'])
+          .where('task_id', '=', taskId)
+          .where('holder', '<>', holder)
+          .where('expires_at', '>', now)
+          .executeTakeFirst();
+        if (other) {
+          throw new PathClaimRefusedError(
+            taskId,
+            holder,
+            'held_by_other_holder',
+            `holder ${JSON.stringify(other.holder)} holds its lease on ${showKey(decodeLeaseKey(other.lease_key))}`,
+          );
+        }
+        const released = await trx.deleteFrom('path_leases').where('task_id', '=', taskId).returning('lease_key').execute();
+        await trx.updateTable('tasks').set({ status, updated_at: now }).where('id', '=', taskId).execute();
+        return { status, released: released.map((r) => decodeLeaseKey(r.lease_key)).sort() };
+      });
+    },
+  };
+  return repo;
+}
+
+function toPathLease(row: PathLeaseRow): PathLease {
+  return {
+    workspaceId: row.workspace_id,
+    key: decodeLeaseKey(row.lease_key),
+    holder: row.holder,
+    taskId: row.task_id,
+    acquiredAt: Number(row.acquired_at),
+    expiresAt: Number(row.expires_at),
+  };
 }
