@@ -1,10 +1,344 @@
+/**
+ * Workspace locks and task leases (seed 000, SPEC §4): expiring, fenced leases.
+ *
+ * Both tables hold one row per workspace / task that is never deleted: a claim bumps `token`
+ * under the row lock and a release sets `holder` to NULL, so tokens increase strictly for the
+ * life of the workspace or task (a fencing token). A holder that crashed loses the lease when it
+ * expires; a holder that lost its lease can neither renew nor release it.
+ */
+import { sql } from 'kysely';
+import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
 import type { StoreContext } from './context.js';
+import { requirePositiveMs, requireText } from './validate.js';
 
-/** Workspace locks and task leases (issue 4). */
-// eslint-disable-next-line @typescript-eslint/no-empty-object-type
-export interface LockRepository {}
+/** A granted lease: the fencing token and when it expires (epoch ms) unless renewed. */
+export interface LeaseGrant {
+  readonly token: number;
+  readonly expiresAt: number;
+}
+
+/** Who holds a workspace lock right now. */
+export interface WorkspaceLockHolder {
+  readonly holder: string;
+  readonly runId: string | null;
+  readonly token: number;
+  readonly expiresAt: number;
+}
+
+/** Who holds a task lease right now. */
+export interface TaskLeaseHolder {
+  readonly holder: string;
+  readonly token: number;
+  readonly expiresAt: number;
+}
+
+export type WorkspaceLockClaim =
+  | ({ readonly status: 'claimed' } & LeaseGrant)
+  | { readonly status: 'busy'; readonly heldBy: WorkspaceLockHolder };
+
+export type TaskLeaseClaim = ({ readonly status: 'claimed' } & LeaseGrant) | { readonly status: 'busy'; readonly heldBy: TaskLeaseHolder };
+
+export interface ClaimWorkspaceLockInput {
+  /** Who holds it (a process or run handle); shown to the losers. */
+  readonly holder: string;
+  /** The run the lock is held for. */
+  readonly runId: string;
+  /** How long the lock lives unless renewed. */
+  readonly ttlMs: number;
+}
+
+export interface ClaimTaskLeaseInput {
+  readonly holder: string;
+  readonly ttlMs: number;
+}
+
+/** Why a token was refused. */
+export type StaleTokenReason =
+  /** Someone claimed after this token: the lease is theirs now. */
+  | 'superseded'
+  /** The token is the latest, but its lease expired (renew only; claim again for a new token). */
+  | 'expired'
+  /** The token was never granted here (or the row does not exist). */
+  | 'unknown';
+
+/** The state of the row a stale token was checked against. */
+export interface CurrentLeaseState {
+  readonly token: number;
+  readonly holder: string | null;
+  readonly expiresAt: number | null;
+}
+
+/**
+ * A workspace lock token is no longer current: renew and release refuse it. The caller has lost
+ * the lock and must stop writing to the workspace.
+ */
+export class StaleWorkspaceLockError extends TaskfenceError {
+  readonly code = 'STALE_WORKSPACE_LOCK';
+  constructor(
+    readonly workspaceId: string,
+    readonly token: number,
+    readonly reason: StaleTokenReason,
+    readonly current: CurrentLeaseState | null,
+  ) {
+    super(
+      `Workspace lock token ${token} on workspace ${workspaceId} is stale (${reason}` +
+        (current ? `; the current token is ${current.token}, held by ${current.holder ?? 'nobody'}` : '') +
+        '). This holder lost the lock: stop writing to the workspace and claim it again on a later beat.',
+    );
+  }
+}
+
+/** A task lease token is no longer current: renew and release refuse it. The caller must stop working on the task. */
+export class StaleTaskLeaseError extends TaskfenceError {
+  readonly code = 'STALE_TASK_LEASE';
+  constructor(
+    readonly taskId: string,
+    readonly token: number,
+    readonly reason: StaleTokenReason,
+    readonly current: CurrentLeaseState | null,
+  ) {
+    super(
+      `Task lease token ${token} on task ${taskId} is stale (${reason}` +
+        (current ? `; the current token is ${current.token}, held by ${current.holder ?? 'nobody'}` : '') +
+        '). This holder lost the task: stop working on it; the current holder owns it.',
+    );
+  }
+}
+
+/** Workspace locks and task leases (SPEC §4). */
+export interface LockRepository {
+  /**
+   * Claims the workspace's exclusive lock if it is free or expired, in one atomic upsert: exactly
+   * one of any number of concurrent claimers gets `claimed` with a token higher than every earlier
+   * one; the others get `busy` with the holder they lost to.
+   *
+   * @example
+   * const claim = await store.locks.claimWorkspaceLock(ws.id, { holder: 'worker-1', runId, ttlMs: 60_000 });
+   * if (claim.status === 'claimed') await store.locks.releaseWorkspaceLock(ws.id, { token: claim.token });
+   */
+  claimWorkspaceLock(workspaceId: string, input: ClaimWorkspaceLockInput): Promise<WorkspaceLockClaim>;
+  /**
+   * Extends a lock the token still holds to now + `ttlMs`. Throws `StaleWorkspaceLockError` if the
+   * token was superseded or its lease already expired: an expired lock is never silently revived.
+   */
+  renewWorkspaceLock(workspaceId: string, input: { token: number; ttlMs: number }): Promise<LeaseGrant>;
+  /**
+   * Frees the lock if `token` is still the latest grant (idempotent for that token, even after
+   * expiry); throws `StaleWorkspaceLockError` once anyone else has claimed since.
+   */
+  releaseWorkspaceLock(workspaceId: string, input: { token: number }): Promise<void>;
+  /** The current holder of a workspace lock, or null if it is free or expired. */
+  getWorkspaceLock(workspaceId: string): Promise<WorkspaceLockHolder | null>;
+
+  /** Claims a task's lease, with the same atomicity and fencing as `claimWorkspaceLock`. */
+  claimTaskLease(taskId: string, input: ClaimTaskLeaseInput): Promise<TaskLeaseClaim>;
+  /** Extends a task lease the token still holds; throws `StaleTaskLeaseError` if it was superseded or expired. */
+  renewTaskLease(taskId: string, input: { token: number; ttlMs: number }): Promise<LeaseGrant>;
+  /** Frees a task lease if `token` is still the latest grant; throws `StaleTaskLeaseError` otherwise. */
+  releaseTaskLease(taskId: string, input: { token: number }): Promise<void>;
+  /** The current holder of a task lease, or null if it is free or expired. */
+  getTaskLease(taskId: string): Promise<TaskLeaseHolder | null>;
+}
+
+function requireToken(value: unknown): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0) {
+    throw new InvalidArgumentError('token', 'must be the positive integer token a claim returned');
+  }
+  return value;
+}
+
+interface LeaseRow {
+  token: number;
+  holder: string | null;
+  expires_at: number | null;
+}
+
+function currentState(row: LeaseRow | undefined): CurrentLeaseState | null {
+  return row ? { token: Number(row.token), holder: row.holder, expiresAt: row.expires_at === null ? null : Number(row.expires_at) } : null;
+}
+
+/** Why `token` failed against `row` (renew requires a live lease; release does not). */
+function staleReason(row: LeaseRow | undefined, token: number): StaleTokenReason {
+  if (!row || token > Number(row.token)) return 'unknown';
+  if (token < Number(row.token)) return 'superseded';
+  return 'expired';
+}
 
 export function createLockRepository(ctx: StoreContext): LockRepository {
-  void ctx;
-  return {};
+  const { dialect } = ctx;
+  const db = dialect.db;
+
+  /** Maps a foreign-key failure of a claim (no such workspace / task) to `NotFoundError`. */
+  async function mapMissing<T>(entity: string, id: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (error) {
+      if (dialect.classifyError(error) === 'foreign_key_violation') throw new NotFoundError(entity, id);
+      throw error;
+    }
+  }
+
+  return {
+    async claimWorkspaceLock(workspaceId, input) {
+      requireText('workspaceId', workspaceId);
+      const holder = requireText('holder', input.holder);
+      const runId = requireText('runId', input.runId);
+      const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
+      return mapMissing('workspace', workspaceId, () =>
+        dialect.writeTransaction(async (trx): Promise<WorkspaceLockClaim> => {
+          const now = ctx.clock.now();
+          const expiresAt = now + ttlMs;
+          // The row is never deleted, so `token + 1` is higher than every token granted before.
+          // PostgreSQL (READ COMMITTED) evaluates the WHERE on the latest row version under the row
+          // lock; SQLite runs it inside BEGIN IMMEDIATE. No row back ⇒ someone holds a live lock.
+          const claimed = await sql<{ token: number; expires_at: number }>`
+            insert into workspace_locks (workspace_id, holder, run_id, token, acquired_at, expires_at)
+            values (${workspaceId}, ${holder}, ${runId}, 1, ${now}, ${expiresAt})
+            on conflict (workspace_id) do update
+              set holder = excluded.holder, run_id = excluded.run_id, token = workspace_locks.token + 1,
+                  acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+              where workspace_locks.holder is null or workspace_locks.expires_at <= ${now}
+            returning token, expires_at`.execute(trx);
+          const row = claimed.rows[0];
+          if (row) return { status: 'claimed', token: Number(row.token), expiresAt: Number(row.expires_at) };
+          const held = await trx
+            .selectFrom('workspace_locks')
+            .select(['holder', 'run_id', 'token', 'expires_at'])
+            .where('workspace_id', '=', workspaceId)
+            .executeTakeFirstOrThrow();
+          return {
+            status: 'busy',
+            heldBy: { holder: held.holder!, runId: held.run_id, token: Number(held.token), expiresAt: Number(held.expires_at) },
+          };
+        }),
+      );
+    },
+
+    async renewWorkspaceLock(workspaceId, input) {
+      requireText('workspaceId', workspaceId);
+      const token = requireToken(input.token);
+      const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
+      return dialect.writeTransaction(async (trx) => {
+        const now = ctx.clock.now();
+        // Only the latest grant, still held and not yet expired, may extend its lease.
+        const renewed = await sql<{ expires_at: number }>`
+          update workspace_locks set expires_at = ${now + ttlMs}
+          where workspace_id = ${workspaceId} and token = ${token} and holder is not null and expires_at > ${now}
+          returning expires_at`.execute(trx);
+        const row = renewed.rows[0];
+        if (row) return { token, expiresAt: Number(row.expires_at) };
+        const current = await trx
+          .selectFrom('workspace_locks')
+          .select(['token', 'holder', 'expires_at'])
+          .where('workspace_id', '=', workspaceId)
+          .executeTakeFirst();
+        throw new StaleWorkspaceLockError(workspaceId, token, staleReason(current, token), currentState(current));
+      });
+    },
+
+    async releaseWorkspaceLock(workspaceId, input) {
+      requireText('workspaceId', workspaceId);
+      const token = requireToken(input.token);
+      await dialect.writeTransaction(async (trx) => {
+        const now = ctx.clock.now();
+        // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
+        const released = await sql`
+          update workspace_locks set holder = null, run_id = null, expires_at = ${now}
+          where workspace_id = ${workspaceId} and token = ${token} and holder is not null
+          returning token`.execute(trx);
+        if (released.rows.length === 1) return;
+        const current = await trx
+          .selectFrom('workspace_locks')
+          .select(['token', 'holder', 'expires_at'])
+          .where('workspace_id', '=', workspaceId)
+          .executeTakeFirst();
+        if (current && Number(current.token) === token && current.holder === null) return; // already released
+        throw new StaleWorkspaceLockError(workspaceId, token, staleReason(current, token), currentState(current));
+      });
+    },
+
+    async getWorkspaceLock(workspaceId) {
+      const row = await db
+        .selectFrom('workspace_locks')
+        .select(['holder', 'run_id', 'token', 'expires_at'])
+        .where('workspace_id', '=', workspaceId)
+        .where('holder', 'is not', null)
+        .where('expires_at', '>', ctx.clock.now())
+        .executeTakeFirst();
+      return row ? { holder: row.holder!, runId: row.run_id, token: Number(row.token), expiresAt: Number(row.expires_at) } : null;
+    },
+
+    async claimTaskLease(taskId, input) {
+      requireText('taskId', taskId);
+      const holder = requireText('holder', input.holder);
+      const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
+      return mapMissing('task', taskId, () =>
+        dialect.writeTransaction(async (trx): Promise<TaskLeaseClaim> => {
+          const now = ctx.clock.now();
+          const expiresAt = now + ttlMs;
+          // Same fenced upsert as the workspace lock: one winner, token + 1, never reset.
+          const claimed = await sql<{ token: number; expires_at: number }>`
+            insert into task_leases (task_id, holder, token, acquired_at, expires_at)
+            values (${taskId}, ${holder}, 1, ${now}, ${expiresAt})
+            on conflict (task_id) do update
+              set holder = excluded.holder, token = task_leases.token + 1,
+                  acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+              where task_leases.holder is null or task_leases.expires_at <= ${now}
+            returning token, expires_at`.execute(trx);
+          const row = claimed.rows[0];
+          if (row) return { status: 'claimed', token: Number(row.token), expiresAt: Number(row.expires_at) };
+          const held = await trx
+            .selectFrom('task_leases')
+            .select(['holder', 'token', 'expires_at'])
+            .where('task_id', '=', taskId)
+            .executeTakeFirstOrThrow();
+          return { status: 'busy', heldBy: { holder: held.holder!, token: Number(held.token), expiresAt: Number(held.expires_at) } };
+        }),
+      );
+    },
+
+    async renewTaskLease(taskId, input) {
+      requireText('taskId', taskId);
+      const token = requireToken(input.token);
+      const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
+      return dialect.writeTransaction(async (trx) => {
+        const now = ctx.clock.now();
+        const renewed = await sql<{ expires_at: number }>`
+          update task_leases set expires_at = ${now + ttlMs}
+          where task_id = ${taskId} and token = ${token} and holder is not null and expires_at > ${now}
+          returning expires_at`.execute(trx);
+        const row = renewed.rows[0];
+        if (row) return { token, expiresAt: Number(row.expires_at) };
+        const current = await trx.selectFrom('task_leases').select(['token', 'holder', 'expires_at']).where('task_id', '=', taskId).executeTakeFirst();
+        throw new StaleTaskLeaseError(taskId, token, staleReason(current, token), currentState(current));
+      });
+    },
+
+    async releaseTaskLease(taskId, input) {
+      requireText('taskId', taskId);
+      const token = requireToken(input.token);
+      await dialect.writeTransaction(async (trx) => {
+        const now = ctx.clock.now();
+        const released = await sql`
+          update task_leases set holder = null, expires_at = ${now}
+          where task_id = ${taskId} and token = ${token} and holder is not null
+          returning token`.execute(trx);
+        if (released.rows.length === 1) return;
+        const current = await trx.selectFrom('task_leases').select(['token', 'holder', 'expires_at']).where('task_id', '=', taskId).executeTakeFirst();
+        if (current && Number(current.token) === token && current.holder === null) return; // already released
+        throw new StaleTaskLeaseError(taskId, token, staleReason(current, token), currentState(current));
+      });
+    },
+
+    async getTaskLease(taskId) {
+      const row = await db
+        .selectFrom('task_leases')
+        .select(['holder', 'token', 'expires_at'])
+        .where('task_id', '=', taskId)
+        .where('holder', 'is not', null)
+        .where('expires_at', '>', ctx.clock.now())
+        .executeTakeFirst();
+      return row ? { holder: row.holder!, token: Number(row.token), expiresAt: Number(row.expires_at) } : null;
+    },
+  };
 }

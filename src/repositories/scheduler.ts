@@ -1,10 +1,191 @@
+/**
+ * Lock-mode resolution lookups and run dispatch (seed 000, SPEC §4). The decision itself is the
+ * pure `decideLockMode` (domain/lock-mode.ts); this module looks up the records it needs and ties
+ * the task lease, the resolution and the workspace lock together.
+ */
+import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
+import {
+  completeResolution,
+  decideLockMode,
+  WorkspaceConfigurationError,
+  type LockModeAgent,
+  type LockModeTask,
+  type WorkspaceConfigurationReason,
+  type WorkspaceResolution,
+  type WorkspaceSource,
+} from '../domain/lock-mode.js';
 import type { StoreContext } from './context.js';
+import { createLockRepository, type LeaseGrant, type TaskLeaseHolder, type WorkspaceLockHolder } from './locks.js';
+import { toProject, toWorkspace, type WorkspaceRecord } from './org.js';
+import { toTask } from './tasks.js';
+import { requirePositiveMs, requireText } from './validate.js';
 
-/** Lock-mode resolution lookups and dispatchRun (issue 4). */
-// eslint-disable-next-line @typescript-eslint/no-empty-object-type
-export interface SchedulerRepository {}
+/** Lease and lock lifetime of a dispatched run unless the caller says otherwise (renew at about a third of it). */
+export const DEFAULT_DISPATCH_TTL_MS = 5 * 60_000;
+
+/** `heartbeat`: a failed resolution is a skipped beat. `task-runner`: it is an error the UI shows. */
+export type DispatchMode = 'heartbeat' | 'task-runner';
+
+export interface DispatchRunInput {
+  readonly taskId: string;
+  readonly agentId: string;
+  readonly runId: string;
+  readonly mode: DispatchMode;
+  /** Lifetime of the task lease and workspace lock (default `DEFAULT_DISPATCH_TTL_MS`). */
+  readonly ttlMs?: number;
+}
+
+/** What `dispatchRun` came to. Only `dispatched` leaves anything held, and only by this run. */
+export type DispatchResult =
+  | {
+      readonly outcome: 'dispatched';
+      readonly lockMode: 'none';
+      readonly workspace: null;
+      readonly taskLease: LeaseGrant;
+    }
+  | {
+      readonly outcome: 'dispatched';
+      readonly lockMode: 'exclusive';
+      readonly workspace: WorkspaceRecord;
+      readonly source: WorkspaceSource;
+      readonly taskLease: LeaseGrant;
+      readonly workspaceLock: LeaseGrant;
+    }
+  | {
+      /** Another run holds the workspace: retry on a later beat. The task lease was released. */
+      readonly outcome: 'cancelled';
+      readonly reason: 'workspace_busy';
+      readonly workspace: WorkspaceRecord;
+      readonly heldBy: WorkspaceLockHolder;
+    }
+  | {
+      /** Heartbeat mode only: the workspace cannot be resolved. The task lease was released. */
+      readonly outcome: 'skipped';
+      readonly reason: 'workspace_unresolved';
+      readonly error: WorkspaceConfigurationError;
+    }
+  | {
+      /** Another run holds the task's lease; nothing was claimed. */
+      readonly outcome: 'skipped';
+      readonly reason: 'task_leased';
+      readonly heldBy: TaskLeaseHolder;
+    };
+
+/**
+ * Task-runner dispatch of a task whose workspace cannot be resolved. The task lease was released,
+ * so the task is back in the pool; the cause is the `WorkspaceConfigurationError`.
+ */
+export class WorkspaceUnresolvedError extends TaskfenceError {
+  readonly code = 'WORKSPACE_UNRESOLVED';
+  readonly reason: WorkspaceConfigurationReason;
+  constructor(
+    readonly taskId: string,
+    readonly agentId: string,
+    readonly projectId: string | null,
+    readonly runId: string,
+    cause: WorkspaceConfigurationError,
+  ) {
+    super(`Run ${runId} of task ${taskId} was not started: ${cause.message}`, { cause });
+    this.reason = cause.reason;
+  }
+}
+
+/** Lock-mode resolution and run dispatch (SPEC §4). */
+export interface SchedulerRepository {
+  /**
+   * Resolves the (task, agent) pair to an exclusive workspace or none, reading task state only
+   * (explicit workspace → requiresFilesystem: agent workspace → project primary). Throws
+   * `WorkspaceConfigurationError` instead of falling back to any other workspace of the company.
+   *
+   * @example
+   * const r = await store.scheduler.resolveWorkspaceWithLockMode(task, agent);
+   * if (r.lockMode === 'exclusive') console.log(r.workspace.id);
+   */
+  resolveWorkspaceWithLockMode(task: LockModeTask, agent: LockModeAgent): Promise<WorkspaceResolution>;
+  /**
+   * Dispatches one run: claims the task lease, resolves the lock mode and, for `exclusive`, claims
+   * the workspace lock. A cognitive run never touches a workspace lock; of any number of runs racing
+   * one workspace exactly one is dispatched and the rest are `cancelled` (`workspace_busy`); every
+   * outcome but `dispatched` leaves the task lease released.
+   *
+   * @example
+   * const r = await store.scheduler.dispatchRun({ taskId, agentId, runId, mode: 'heartbeat' });
+   * if (r.outcome === 'dispatched' && r.lockMode === 'exclusive') startAgentIn(r.workspace.rootPath);
+   */
+  dispatchRun(input: DispatchRunInput): Promise<DispatchResult>;
+}
 
 export function createSchedulerRepository(ctx: StoreContext): SchedulerRepository {
-  void ctx;
-  return {};
+  const { db } = ctx.dialect;
+  const locks = createLockRepository(ctx);
+
+  async function resolve(task: LockModeTask, agent: LockModeAgent): Promise<WorkspaceResolution> {
+    // The project is the only lookup the decision needs up front; the workspace row is read after.
+    const projectRow =
+      task.projectId === null ? undefined : await db.selectFrom('projects').selectAll().where('id', '=', task.projectId).executeTakeFirst();
+    const decision = decideLockMode(task, agent, projectRow ? toProject(projectRow) : null);
+    if (decision.lockMode === 'none') return completeResolution(task, agent, decision, null);
+    const workspaceRow = await db.selectFrom('workspaces').selectAll().where('id', '=', decision.workspaceId).executeTakeFirst();
+    return completeResolution(task, agent, decision, workspaceRow ? toWorkspace(workspaceRow) : null);
+  }
+
+  return {
+    resolveWorkspaceWithLockMode: (task, agent) => resolve(task, agent),
+
+    async dispatchRun(input) {
+      const taskId = requireText('taskId', input.taskId);
+      const agentId = requireText('agentId', input.agentId);
+      const runId = requireText('runId', input.runId);
+      if (input.mode !== 'heartbeat' && input.mode !== 'task-runner') {
+        throw new InvalidArgumentError('mode', "must be 'heartbeat' or 'task-runner'");
+      }
+      const ttlMs = input.ttlMs === undefined ? DEFAULT_DISPATCH_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
+
+      const lease = await locks.claimTaskLease(taskId, { holder: runId, ttlMs });
+      if (lease.status === 'busy') return { outcome: 'skipped', reason: 'task_leased', heldBy: lease.heldBy };
+      const taskLease: LeaseGrant = { token: lease.token, expiresAt: lease.expiresAt };
+      const releaseLease = () => locks.releaseTaskLease(taskId, { token: lease.token });
+
+      let result: DispatchResult;
+      try {
+        // Read after the lease is ours, so the resolution sees the task as the lease holder does.
+        const taskRow = await db.selectFrom('tasks').selectAll().where('id', '=', taskId).executeTakeFirst();
+        if (!taskRow) throw new NotFoundError('task', taskId);
+        const agentRow = await db.selectFrom('agents').select(['id', 'workspace_id']).where('id', '=', agentId).executeTakeFirst();
+        if (!agentRow) throw new NotFoundError('agent', agentId);
+        const task = toTask(taskRow);
+        let resolution: WorkspaceResolution;
+        try {
+          resolution = await resolve(task, { id: agentRow.id, workspaceId: agentRow.workspace_id });
+        } catch (error) {
+          if (!(error instanceof WorkspaceConfigurationError)) throw error;
+          await releaseLease();
+          if (input.mode === 'task-runner') throw new WorkspaceUnresolvedError(taskId, agentId, task.projectId, runId, error);
+          return { outcome: 'skipped', reason: 'workspace_unresolved', error };
+        }
+        if (resolution.lockMode === 'none') {
+          result = { outcome: 'dispatched', lockMode: 'none', workspace: null, taskLease };
+        } else {
+          const claim = await locks.claimWorkspaceLock(resolution.workspace.id, { holder: runId, runId, ttlMs });
+          if (claim.status === 'busy') {
+            await releaseLease();
+            return { outcome: 'cancelled', reason: 'workspace_busy', workspace: resolution.workspace, heldBy: claim.heldBy };
+          }
+          result = {
+            outcome: 'dispatched',
+            lockMode: 'exclusive',
+            workspace: resolution.workspace,
+            source: resolution.source,
+            taskLease,
+            workspaceLock: { token: claim.token, expiresAt: claim.expiresAt },
+          };
+        }
+      } catch (error) {
+        // Anything unexpected after the claim: give the task back before reporting it.
+        if (!(error instanceof WorkspaceUnresolvedError)) await releaseLease().catch(() => {});
+        throw error;
+      }
+      return result;
+    },
+  };
 }
