@@ -1,10 +1,138 @@
+import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
+import type { DecisionGateRow, GateStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
+import { requireRunningRunIn } from './runs.js';
+import { requireText } from './validate.js';
 
-/** Decision gates (issue 3). */
-// eslint-disable-next-line @typescript-eslint/no-empty-object-type
-export interface GateRepository {}
+export interface DecisionGate {
+  readonly id: string;
+  readonly taskId: string | null;
+  readonly question: string;
+  readonly status: GateStatus;
+  readonly resolution: string | null;
+  readonly createdAt: number;
+  readonly resolvedAt: number | null;
+  readonly coordinatorRunId: string | null;
+}
+
+export interface OpenGateInput {
+  readonly question: string;
+  /** The task waiting on the decision; the gate follows the task when a run adopts it. */
+  readonly taskId?: string | null;
+  /** The run asking; must be running. Default: the task's run (or none without a task). */
+  readonly runId?: string;
+}
+
+/** The gate was already resolved: a decision is made once. */
+export class GateAlreadyResolvedError extends TaskfenceError {
+  readonly code = 'GATE_ALREADY_RESOLVED';
+  constructor(
+    readonly gateId: string,
+    readonly resolution: string | null,
+    readonly resolvedAt: number | null,
+  ) {
+    super(
+      `Decision gate ${gateId} was already resolved (resolution ${JSON.stringify(resolution)}). ` +
+        'A gate is resolved once; read its resolution, or open a new gate to decide again.',
+    );
+  }
+}
+
+/** Decision gates (SPEC §3): questions a run waits on, resolved exactly once. */
+export interface GateRepository {
+  /** Opens a gate, stamped with the asking run (which must be running) or the task's run. */
+  openGate(input: OpenGateInput): Promise<DecisionGate>;
+  getGate(gateId: string): Promise<DecisionGate | null>;
+  /**
+   * Resolves an open gate. Of concurrent resolutions exactly one wins; every later one gets
+   * `GateAlreadyResolvedError` carrying the winning resolution.
+   */
+  resolveGate(gateId: string, resolution: string): Promise<DecisionGate>;
+  /** The run's open gates, oldest first; never another run's. */
+  listOpenGates(runId: string): Promise<DecisionGate[]>;
+}
+
+export function toDecisionGate(row: DecisionGateRow): DecisionGate {
+  return {
+    id: row.id,
+    taskId: row.task_id,
+    question: row.question,
+    status: row.status,
+    resolution: row.resolution,
+    createdAt: row.created_at,
+    resolvedAt: row.resolved_at,
+    coordinatorRunId: row.coordinator_run_id,
+  };
+}
 
 export function createGateRepository(ctx: StoreContext): GateRepository {
-  void ctx;
-  return {};
+  const { dialect } = ctx;
+  const { db } = dialect;
+
+  async function getGate(gateId: string): Promise<DecisionGate | null> {
+    const row = await db.selectFrom('decision_gates').selectAll().where('id', '=', gateId).executeTakeFirst();
+    return row ? toDecisionGate(row) : null;
+  }
+
+  return {
+    async openGate(input) {
+      const question = requireText('question', input.question);
+      const taskId = input.taskId ?? null;
+      const id = ctx.newId();
+      const now = ctx.clock.now();
+      const row = await dialect.writeTransaction(async (trx) => {
+        let runId: string | null = null;
+        if (taskId !== null) {
+          const task = await trx.selectFrom('tasks').select('coordinator_run_id').where('id', '=', taskId).executeTakeFirst();
+          if (!task) throw new NotFoundError('task', taskId);
+          runId = task.coordinator_run_id;
+        }
+        if (input.runId !== undefined) {
+          await requireRunningRunIn(trx, input.runId);
+          if (taskId !== null && runId !== input.runId) {
+            throw new InvalidArgumentError('runId', `task ${taskId} belongs to ${runId === null ? 'no run' : `run ${runId}`}, not run ${input.runId}`);
+          }
+          runId = input.runId;
+        }
+        return trx
+          .insertInto('decision_gates')
+          .values({ id, task_id: taskId, question, status: 'open', resolution: null, created_at: now, resolved_at: null, coordinator_run_id: runId })
+          .returningAll()
+          .executeTakeFirstOrThrow();
+      });
+      return toDecisionGate(row);
+    },
+
+    getGate,
+
+    async resolveGate(gateId, resolution) {
+      const text = requireText('resolution', resolution);
+      // `status = 'open'` in the WHERE makes the resolution a compare-and-set.
+      const row = await dialect.writeTransaction((trx) =>
+        trx
+          .updateTable('decision_gates')
+          .set({ status: 'resolved', resolution: text, resolved_at: ctx.clock.now() })
+          .where('id', '=', gateId)
+          .where('status', '=', 'open')
+          .returningAll()
+          .executeTakeFirst(),
+      );
+      if (row) return toDecisionGate(row);
+      const current = await getGate(gateId);
+      if (!current) throw new NotFoundError('decision gate', gateId);
+      throw new GateAlreadyResolvedError(gateId, current.resolution, current.resolvedAt);
+    },
+
+    async listOpenGates(runId) {
+      const rows = await db
+        .selectFrom('decision_gates')
+        .selectAll()
+        .where('coordinator_run_id', '=', requireText('runId', runId))
+        .where('status', '=', 'open')
+        .orderBy('created_at')
+        .orderBy('id')
+        .execute();
+      return rows.map(toDecisionGate);
+    },
+  };
 }

@@ -1,10 +1,132 @@
+import { InvalidArgumentError } from '../errors.js';
+import type { MessageRow, MessageStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
+import { requireText } from './validate.js';
 
-/** Worker/coordinator messages (issue 3). */
-// eslint-disable-next-line @typescript-eslint/no-empty-object-type
-export interface MessageRepository {}
+/**
+ * Worker → coordinator mail (SPEC §3, seed 001). Messages are addressed by handle: each run has
+ * its own `coordinator-<hex>` handle, so two runs never read each other's inbox. Payloads are
+ * JSON values, stored as text.
+ */
+export interface Message {
+  readonly id: string;
+  readonly from: string;
+  readonly to: string;
+  readonly kind: string;
+  readonly payload: unknown;
+  readonly status: MessageStatus;
+  readonly createdAt: number;
+  readonly deliveredAt: number | null;
+}
+
+export interface SendMessageInput {
+  readonly from: string;
+  readonly to: string;
+  readonly kind: string;
+  /** Any JSON-serializable value; omitted = null. */
+  readonly payload?: unknown;
+}
+
+/** Default and upper bound of `deliverPendingMessages`' batch. */
+export const DEFAULT_DELIVERY_LIMIT = 100;
+export const MAX_DELIVERY_LIMIT = 10_000;
+
+/** Messages between handles (SPEC §3). */
+export interface MessageRepository {
+  /** Queues a message in `to`'s inbox as pending. */
+  sendMessage(input: SendMessageInput): Promise<Message>;
+  /**
+   * Takes up to `limit` pending messages of the inbox, oldest first, and marks them delivered in
+   * the same transaction: however many consumers drain one inbox at once, each message is
+   * returned by exactly one call.
+   */
+  deliverPendingMessages(handle: string, options?: { limit?: number }): Promise<Message[]>;
+  /** How many messages wait in the inbox. */
+  countPendingMessages(handle: string): Promise<number>;
+}
+
+export function toMessage(row: MessageRow): Message {
+  return {
+    id: row.id,
+    from: row.from_handle,
+    to: row.to_handle,
+    kind: row.kind,
+    payload: row.payload === null ? null : JSON.parse(row.payload),
+    status: row.status,
+    createdAt: row.created_at,
+    deliveredAt: row.delivered_at,
+  };
+}
+
+const inboxLockKey = (handle: string) => `taskfence:inbox:${handle}`;
 
 export function createMessageRepository(ctx: StoreContext): MessageRepository {
-  void ctx;
-  return {};
+  const { dialect } = ctx;
+  const { db } = dialect;
+  return {
+    async sendMessage(input) {
+      let payload: string | null = null;
+      if (input.payload !== undefined && input.payload !== null) {
+        payload = JSON.stringify(input.payload) ?? null;
+        if (payload === null) throw new InvalidArgumentError('payload', 'must be a JSON-serializable value');
+      }
+      const row: MessageRow = {
+        id: ctx.newId(),
+        from_handle: requireText('from', input.from),
+        to_handle: requireText('to', input.to),
+        kind: requireText('kind', input.kind),
+        payload,
+        status: 'pending',
+        created_at: ctx.clock.now(),
+        delivered_at: null,
+      };
+      await db.insertInto('messages').values(row).execute();
+      return toMessage(row);
+    },
+
+    async deliverPendingMessages(handle, options = {}) {
+      requireText('handle', handle);
+      const limit = options.limit ?? DEFAULT_DELIVERY_LIMIT;
+      if (!Number.isInteger(limit) || limit < 1 || limit > MAX_DELIVERY_LIMIT) {
+        throw new InvalidArgumentError('limit', `must be an integer from 1 to ${MAX_DELIVERY_LIMIT}`);
+      }
+      const rows = await dialect.writeTransaction(async (trx) => {
+        // Consumers of one inbox take turns (SQLite: BEGIN IMMEDIATE already; PostgreSQL: an
+        // advisory lock), so each claim's snapshot starts after the previous claim committed and
+        // none of them comes back short while messages wait. The claim itself is one UPDATE
+        // whose `status = 'pending'` re-check makes a message delivered at most once even
+        // for a writer that skips the lock.
+        await dialect.lockKey(trx, inboxLockKey(handle));
+        return trx
+          .updateTable('messages')
+          .set({ status: 'delivered', delivered_at: ctx.clock.now() })
+          .where('id', 'in', (eb) =>
+            eb
+              .selectFrom('messages as m')
+              .select('m.id')
+              .where('m.to_handle', '=', handle)
+              .where('m.status', '=', 'pending')
+              .orderBy('m.created_at')
+              .orderBy('m.id')
+              .limit(limit),
+          )
+          .where('status', '=', 'pending')
+          .returningAll()
+          .execute();
+      });
+      return rows
+        .sort((a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+        .map(toMessage);
+    },
+
+    async countPendingMessages(handle) {
+      const row = await db
+        .selectFrom('messages')
+        .select((eb) => eb.fn.countAll<number>().as('n'))
+        .where('to_handle', '=', handle)
+        .where('status', '=', 'pending')
+        .executeTakeFirstOrThrow();
+      return Number(row.n);
+    },
+  };
 }
