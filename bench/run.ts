@@ -1,0 +1,67 @@
+/**
+ * `npm run bench`: measures taskfence on both dialects against raw-driver baselines in the same
+ * run, and writes bench/results/<date>.{json,md} and bench/results/latest.md.
+ * `npm run bench -- --quick` runs smaller sizes (for checking that the benchmark itself works).
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { BenchDatabases } from './lib/databases.js';
+import { describeMachine } from './lib/machine.js';
+import { benchBackfill, benchEmptyToLatest } from './migrations.bench.js';
+
+const quick = process.argv.includes('--quick');
+const only = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.length).split(',');
+const adminUrl = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const RESULTS = fileURLToPath(new URL('./results/', import.meta.url));
+
+type Section = { title: string; data: unknown; table: string };
+
+async function main() {
+  const dbs = new BenchDatabases(adminUrl);
+  const machine = await describeMachine(adminUrl);
+  console.log(`taskfence bench on ${machine.cpus} cores, ${machine.memoryGiB} GiB, node ${machine.node}, SQLite ${machine.sqlite}, PostgreSQL ${machine.postgres}${quick ? ' (quick)' : ''}`);
+  const sections: Section[] = [];
+  const want = (name: string) => !only || only.includes(name);
+  try {
+    if (want('migrations')) {
+      const empty = await benchEmptyToLatest(dbs, quick ? 1 : 5);
+      const backfill = await benchBackfill(dbs, quick ? 20_000 : 1_000_000, quick ? 1 : 3);
+      const b = backfill as unknown as Record<'sqlite' | 'postgres', Record<string, number>>;
+      sections.push({
+        title: 'Migrations',
+        data: { emptyToLatest: empty, backfill0052: backfill },
+        table: [
+          '| measurement | SQLite | PostgreSQL |',
+          '|---|---|---|',
+          `| empty → latest (ms) | ${empty.sqliteMs} | ${empty.postgresMs} |`,
+          `| 0052 backfill of ${backfill.tasks.toLocaleString('en')} tasks, taskfence (ms) | ${b.sqlite.taskfenceMs} | ${b.postgres.taskfenceMs} |`,
+          `| same rows, one raw UPDATE (ms) | ${b.sqlite.rawMs} | ${b.postgres.rawMs} |`,
+          `| ratio taskfence / raw (target ≤ 1.5) | ${b.sqlite.ratioTaskfenceToRaw} | ${b.postgres.ratioTaskfenceToRaw} |`,
+          `| peak RSS taskfence / raw (MB; target < 150) | ${b.sqlite.taskfencePeakRssMB} / ${b.sqlite.rawPeakRssMB} | ${b.postgres.taskfencePeakRssMB} / ${b.postgres.rawPeakRssMB} |`,
+          `| rows flagged (identical in both) | ${b.sqlite.flagged} | ${b.postgres.flagged} |`,
+        ].join('\n'),
+      });
+    }
+  } finally {
+    await dbs.dropAll();
+  }
+  const stamp = machine.date.slice(0, 10);
+  const md = [
+    `## Benchmarks (${stamp})`,
+    '',
+    `Machine: ${machine.cpus} cores (${machine.cpuModel}), ${machine.memoryGiB} GiB, ${machine.platform}; Node ${machine.node}, SQLite ${machine.sqlite}, PostgreSQL ${machine.postgres}. Each figure is the median of several runs${quick ? ' (quick mode: small sizes, single runs)' : ''}.`,
+    '',
+    ...sections.flatMap((s) => [`### ${s.title}`, '', s.table, '']),
+  ].join('\n');
+  mkdirSync(RESULTS, { recursive: true });
+  const name = `${stamp}${quick ? '-quick' : ''}`;
+  writeFileSync(`${RESULTS}${name}.json`, JSON.stringify({ machine, quick, sections: Object.fromEntries(sections.map((s) => [s.title, s.data])) }, null, 2) + '\n');
+  writeFileSync(`${RESULTS}${name}.md`, md + '\n');
+  if (!quick) writeFileSync(`${RESULTS}latest.md`, md + '\n');
+  console.log(md);
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});
