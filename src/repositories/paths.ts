@@ -227,16 +227,36 @@ function onOrBelow(keys: readonly string[]): RawBuilder<boolean> {
   )})`;
 }
 
+/**
+ * The conflict check as one statement: live leases (`expires_at > now`) of holders other than
+ * `holder` in the workspace that overlap any of `keys` (an antichain from `leaseKeys`). A
+ * UNION ALL of one branch for the keys' proper ancestors, by equality, and one bytewise range
+ * per key for the key itself and its descendants; each branch is a lookup on the primary key
+ * (workspace_id, lease_key), and LIMIT stops at the first few conflicts, so the cost does not
+ * grow with the number of unrelated leases in the workspace. Exported so tests and benchmarks
+ * can EXPLAIN it.
+ *
+ * @example
+ * const { rows } = await buildPathConflictQuery(workspaceId, 'agent-1', ['src'], Date.now()).execute(store.db);
+ */
+export function buildPathConflictQuery(workspaceId: string, holder: string, keys: readonly string[], now: number) {
+  const live = sql`workspace_id = ${workspaceId} and holder <> ${holder} and expires_at > ${now}`;
+  const branches: RawBuilder<unknown>[] = [];
+  const ancestors = [...new Set(keys.flatMap(storedAncestorKeys))];
+  if (ancestors.length > 0) {
+    branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key in (${sql.join(ancestors)})`);
+  }
+  for (const key of keys) {
+    const { from, to } = storedDescendantRange(key);
+    branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key >= ${from} and lease_key < ${to}`);
+  }
+  return sql<{ lease_key: string; holder: string; expires_at: number }>`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`;
+}
+
 export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepository {
   const { dialect } = ctx;
 
-  /**
-   * Live leases of other holders overlapping any of `keys` (an antichain from `leaseKeys`).
-   * One UNION ALL: a branch with the keys' proper ancestors by equality, then one bytewise range
-   * per key for the key itself and its descendants. Each branch is a primary-key index lookup
-   * (workspace_id, lease_key), and LIMIT stops at the first few conflicts, so the cost does not
-   * grow with the number of unrelated leases in the workspace.
-   */
+  /** Live leases of other holders overlapping any of `keys`, the first few (see `buildPathConflictQuery`). */
   async function findConflicts(
     trx: Transaction<Database>,
     workspaceId: string,
@@ -244,17 +264,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     keys: readonly string[],
     now: number,
   ): Promise<PathLeaseConflict[]> {
-    const live = sql`workspace_id = ${workspaceId} and holder <> ${holder} and expires_at > ${now}`;
-    const branches: RawBuilder<unknown>[] = [];
-    const ancestors = [...new Set(keys.flatMap(storedAncestorKeys))];
-    if (ancestors.length > 0) {
-      branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key in (${sql.join(ancestors)})`);
-    }
-    for (const key of keys) {
-      const { from, to } = storedDescendantRange(key);
-      branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key >= ${from} and lease_key < ${to}`);
-    }
-    const { rows } = await sql<{ lease_key: string; holder: string; expires_at: number }>`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`.execute(trx);
+    const { rows } = await buildPathConflictQuery(workspaceId, holder, keys, now).execute(trx);
     const seen = new Set<string>();
     const conflicts: PathLeaseConflict[] = [];
     for (const row of rows) {

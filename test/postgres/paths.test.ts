@@ -1,0 +1,4 @@
+import { definePathLeaseSuite } from '../suites/paths.suite.js';
+import { postgresFixture } from '../support/dialects.js';
+
+definePathLeaseSuite(postgresFixture);

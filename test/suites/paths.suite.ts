@@ -1,0 +1,487 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fileURLToPath } from 'node:url';
+import { sql } from 'kysely';
+import {
+  InvalidArgumentError,
+  InvalidWritePathError,
+  NotFoundError,
+  PathClaimRefusedError,
+  PathLeaseTimeoutError,
+  buildPathConflictQuery,
+  type Store,
+} from '../../src/index.js';
+import type { DialectFixture } from '../support/fixtures.js';
+import { Contenders, ContenderExitedError, type Outcome } from '../support/race.js';
+import type { RaceEvent } from './paths.ops.js';
+
+const OPS = fileURLToPath(new URL('./paths.ops.ts', import.meta.url));
+const LONG_TTL = 600_000;
+
+// ---------------------------------------------------------------------------------------------
+// History checker (Jepsen-style, for the randomized race)
+// ---------------------------------------------------------------------------------------------
+
+/** One granted lease set and the interval it was certainly held: grant returned → release issued. */
+export interface Hold {
+  readonly holder: string;
+  readonly keys: readonly string[];
+  readonly start: bigint;
+  readonly end: bigint;
+}
+
+/** Independent of the code under test: whole-segment prefix containment, `""` = everything. */
+function segmentsOverlap(a: string, b: string): boolean {
+  const sa = a === '' ? [] : a.split('/');
+  const sb = b === '' ? [] : b.split('/');
+  for (let i = 0; i < Math.min(sa.length, sb.length); i++) if (sa[i] !== sb[i]) return false;
+  return true;
+}
+
+function setsOverlap(a: readonly string[], b: readonly string[]): boolean {
+  return a.some((x) => b.some((y) => segmentsOverlap(x, y)));
+}
+
+export interface HistoryReport {
+  /** Pairs of overlapping sets held by different holders at the same time: must be empty. */
+  readonly violations: [Hold, Hold][];
+  /** Pairs of disjoint sets held by different holders at the same time. */
+  readonly parallelDisjoint: number;
+  /** Conflicts naming a (holder, key) that holder was never granted, or not overlapping the request. */
+  readonly bogusConflicts: RaceEvent[];
+  readonly grants: number;
+  readonly refusals: number;
+}
+
+/**
+ * Checks a race history. Two holds overlap in time when each began before the other ended
+ * (strictly; equal stamps are not an overlap). Sweep over holds sorted by start.
+ */
+export function checkHistory(events: readonly RaceEvent[]): HistoryReport {
+  const holds: Hold[] = events
+    .filter((e): e is Extract<RaceEvent, { type: 'grant' }> => e.type === 'grant')
+    .map((e) => ({ holder: e.holder, keys: e.keys, start: BigInt(e.grantNs), end: BigInt(e.releaseNs) }))
+    .sort((a, b) => (a.start < b.start ? -1 : a.start > b.start ? 1 : 0));
+  const violations: [Hold, Hold][] = [];
+  let parallelDisjoint = 0;
+  for (let i = 0; i < holds.length; i++) {
+    const a = holds[i]!;
+    for (let j = i + 1; j < holds.length && holds[j]!.start < a.end; j++) {
+      const b = holds[j]!;
+      if (a.holder === b.holder || setsOverlap(a.keys, b.keys)) violations.push([a, b]);
+      else parallelDisjoint++;
+    }
+  }
+  const granted = new Set(holds.flatMap((h) => h.keys.map((k) => `${h.holder}\u0000${k}`)));
+  const bogusConflicts = events.filter((e) => {
+    if (e.type === 'grant') return false;
+    const requested = e.keys.map((p) => (p === '.' ? '' : p));
+    const named = e.type === 'conflict' ? e.conflicts : e.blockers;
+    return named.length === 0 || named.some((c) => c.holder === e.holder || !granted.has(`${c.holder}\u0000${c.key}`) || !setsOverlap([c.key], requested));
+  });
+  return { violations, parallelDisjoint, bogusConflicts, grants: holds.length, refusals: events.length - holds.length };
+}
+
+function ok<T>(outcome: Outcome<T>): T {
+  if (!outcome.ok) throw new Error(`contender ${outcome.index} failed: ${outcome.error.name}: ${outcome.error.message}`);
+  return outcome.value;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
+  let fx: DialectFixture;
+  let store: Store;
+  let companyId: string;
+  let wsCounter = 0;
+
+  beforeAll(async () => {
+    fx = makeFixture();
+    store = await fx.freshStore();
+    companyId = (await store.org.createCompany({ name: 'acme' })).id;
+  });
+  afterAll(() => fx.cleanup());
+
+  async function workspace(on: Store = store, company = companyId): Promise<string> {
+    return (await on.org.createWorkspace({ companyId: company, name: `ws-${++wsCounter}` })).id;
+  }
+
+  const req = (workspaceId: string, holder: string, paths: string[], ttlMs = LONG_TTL) => ({ workspaceId, holder, paths, ttlMs });
+
+  describe('tryAcquirePaths', () => {
+    it('grants free paths and reports the holder and key that block an overlapping request', async () => {
+      const ws = await workspace();
+      const a = await store.paths.tryAcquirePaths(req(ws, 'h1', ['src/lib', 'docs/readme.md']));
+      expect(a.acquired).toBe(true);
+      if (!a.acquired) return;
+      expect(a.leases.map((l) => l.key)).toEqual(['docs/readme.md', 'src/lib']);
+      expect(a.leases.every((l) => l.holder === 'h1' && l.workspaceId === ws && l.taskId === null)).toBe(true);
+
+      // descendant, ancestor, same key, whole workspace
+      for (const [paths, key] of [
+        [['src/lib/a.ts'], 'src/lib'],
+        [['src'], 'src/lib'],
+        [['docs/readme.md'], 'docs/readme.md'],
+        [['.'], 'docs/readme.md'],
+        [['*.md'], 'docs/readme.md'],
+      ] as const) {
+        const r = await store.paths.tryAcquirePaths(req(ws, 'h2', [...paths]));
+        expect(r, JSON.stringify(paths)).toMatchObject({ acquired: false });
+        if (r.acquired) continue;
+        expect(r.conflicts.some((c) => c.key === key && c.holder === 'h1'), JSON.stringify(r.conflicts)).toBe(true);
+      }
+      // prefix-named siblings and other paths are free
+      const b = await store.paths.tryAcquirePaths(req(ws, 'h2', ['src/libx', 'sr', 'docs/other.md', 'src/lib-b']));
+      expect(b.acquired).toBe(true);
+    });
+
+    it('is all or nothing: one blocked key means none of the set is leased', async () => {
+      const ws = await workspace();
+      await store.paths.tryAcquirePaths(req(ws, 'h1', ['b']));
+      const r = await store.paths.tryAcquirePaths(req(ws, 'h2', ['a', 'b/x', 'c']));
+      expect(r).toEqual({ acquired: false, conflicts: [{ key: 'b', holder: 'h1', expiresAt: expect.any(Number) }] });
+      expect(await store.paths.listPathLeases({ workspaceId: ws, holder: 'h2' })).toEqual([]);
+      expect((await store.paths.tryAcquirePaths(req(ws, 'h3', ['a', 'c']))).acquired).toBe(true);
+    });
+
+    it('lets a holder re-acquire and extend what it already holds, and never conflicts with itself', async () => {
+      const ws = await workspace();
+      expect((await store.paths.tryAcquirePaths(req(ws, 'h1', ['src'], 1_000))).acquired).toBe(true);
+      const again = await store.paths.tryAcquirePaths(req(ws, 'h1', ['src', 'src/a.ts', '.'], 90_000));
+      expect(again).toMatchObject({ acquired: true, leases: [{ key: '' }] });
+      expect((await store.paths.listPathLeases({ workspaceId: ws })).map((l) => [l.key, l.expiresAt - l.acquiredAt])).toEqual([
+        ['', 90_000],
+        ['src', 1_000],
+      ]);
+      expect((await store.paths.tryAcquirePaths(req(ws, 'h1', ['src'], 90_000))).acquired).toBe(true);
+      const leases = await store.paths.listPathLeases({ workspaceId: ws });
+      expect(leases.map((l) => [l.key, l.expiresAt - l.acquiredAt])).toEqual([
+        ['', 90_000],
+        ['src', 90_000],
+      ]);
+      expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['src/b']))).acquired).toBe(false);
+    });
+
+    it('scopes leases to their workspace', async () => {
+      const ws1 = await workspace();
+      const ws2 = await workspace();
+      await store.paths.tryAcquirePaths(req(ws1, 'h1', ['.']));
+      expect((await store.paths.tryAcquirePaths(req(ws2, 'h2', ['.']))).acquired).toBe(true);
+      expect((await store.paths.tryAcquirePaths(req(ws1, 'h2', ['anything']))).acquired).toBe(false);
+    });
+
+    it('treats paths with LIKE wildcards and Unicode names literally', async () => {
+      const ws = await workspace();
+      await store.paths.tryAcquirePaths(req(ws, 'h1', ['100%/a_b', 'données/é.md']));
+      expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['100x/a_b', '100%/aXb', 'donnees', 'données/e.md']))).acquired).toBe(true);
+      expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['100%']))).acquired).toBe(false);
+      expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['données/e\u0301.md']))).acquired).toBe(false);
+    });
+
+    it('rejects bad paths and bad arguments before touching the database', async () => {
+      const ws = await workspace();
+      for (const bad of ['../x', '/etc', 'a/../../b', 'a\u0000b', '..\\x']) {
+        await expect(store.paths.tryAcquirePaths(req(ws, 'h1', ['ok', bad]))).rejects.toBeInstanceOf(InvalidWritePathError);
+      }
+      await expect(store.paths.tryAcquirePaths(req(ws, '', ['a']))).rejects.toBeInstanceOf(InvalidArgumentError);
+      await expect(store.paths.tryAcquirePaths(req(ws, 'h1', ['a'], 0))).rejects.toBeInstanceOf(InvalidArgumentError);
+      expect(await store.paths.listPathLeases({ workspaceId: ws })).toEqual([]);
+    });
+  });
+
+  describe('expiry, renewal and release', () => {
+    it('never lets an expired lease block, and refuses to renew one', async () => {
+      let t = 1_000_000;
+      const clocked = await fx.freshStore({ clock: { now: () => t } });
+      const company = (await clocked.org.createCompany({ name: 'c' })).id;
+      const ws = await workspace(clocked, company);
+      await clocked.paths.tryAcquirePaths(req(ws, 'h1', ['src', 'docs'], 1_000));
+      t += 999;
+      expect((await clocked.paths.tryAcquirePaths(req(ws, 'h2', ['src/a']))).acquired).toBe(false);
+      const renewed = await clocked.paths.renewPaths({ workspaceId: ws, holder: 'h1', ttlMs: 1_000, paths: ['docs'] });
+      expect(renewed.renewed.map((l) => [l.key, l.expiresAt])).toEqual([['docs', t + 1_000]]);
+      expect(renewed.lost).toEqual([]);
+      t += 1; // src expires now (expires_at = now is expired)
+      const taken = await clocked.paths.tryAcquirePaths(req(ws, 'h2', ['src/a'], 1_000));
+      expect(taken.acquired).toBe(true);
+      expect((await clocked.paths.tryAcquirePaths(req(ws, 'h2', ['docs/x']))).acquired).toBe(false);
+      const late = await clocked.paths.renewPaths({ workspaceId: ws, holder: 'h1', ttlMs: 1_000, paths: ['src', 'docs'] });
+      expect(late.lost).toEqual(['src']);
+      expect(late.renewed.map((l) => l.key)).toEqual(['docs']);
+      t += 10_000;
+      expect((await clocked.paths.tryAcquirePaths(req(ws, 'h3', ['.']))).acquired).toBe(true);
+      expect(await clocked.paths.pruneExpiredPaths(ws)).toBe(3);
+      expect((await clocked.paths.listPathLeases({ workspaceId: ws })).map((l) => [l.key, l.holder])).toEqual([['', 'h3']]);
+    });
+
+    it('releases the given paths and what lies below them, or everything the holder has', async () => {
+      const ws = await workspace();
+      await store.paths.tryAcquirePaths(req(ws, 'h1', ['src/a', 'src/b/c', 'srcx', 'docs']));
+      await store.paths.tryAcquirePaths(req(ws, 'h2', ['lib']));
+      expect(await store.paths.releasePaths({ workspaceId: ws, holder: 'h1', paths: ['src'] })).toEqual({ released: ['src/a', 'src/b/c'] });
+      expect((await store.paths.tryAcquirePaths(req(ws, 'h3', ['src']))).acquired).toBe(true);
+      expect(await store.paths.releasePaths({ workspaceId: ws, holder: 'h1', paths: ['nothing/here'] })).toEqual({ released: [] });
+      expect(await store.paths.releasePaths({ workspaceId: ws, holder: 'h1' })).toEqual({ released: ['docs', 'srcx'] });
+      expect((await store.paths.listPathLeases({ workspaceId: ws })).map((l) => l.holder).sort()).toEqual(['h2', 'h3']);
+    });
+  });
+
+  describe('claimTask and submitTaskResult', () => {
+    async function task(workspaceId: string | null, writes: string[] | null | undefined) {
+      return store.tasks.createTask({ companyId, title: 't', requiresFilesystem: true, workspaceId, status: 'todo', writes });
+    }
+
+    it('leases the whole workspace for a task whose write set is omitted, which conflicts with every lease there', async () => {
+      const ws = await workspace();
+      const legacy = await task(ws, undefined);
+      const other = await task(ws, ['src/a.ts']);
+      const claim = await store.paths.claimTask(legacy.id, 'h1');
+      expect(claim).toMatchObject({ claimed: true, mode: 'whole-workspace' });
+      if (claim.claimed) expect(claim.leases.map((l) => [l.key, l.taskId])).toEqual([['', legacy.id]]);
+      expect((await store.tasks.requireTask(legacy.id)).status).toBe('in_progress');
+      expect(await store.paths.claimTask(other.id, 'h2')).toEqual({ claimed: false, mode: 'paths', conflicts: [{ key: '', holder: 'h1', expiresAt: expect.any(Number) }] });
+      expect((await store.tasks.requireTask(other.id)).status).toBe('todo');
+      expect((await store.paths.tryAcquirePaths(req(ws, 'h3', ['docs']))).acquired).toBe(false);
+
+      // and the other way round: a legacy task cannot claim while any path is leased
+      const ws2 = await workspace();
+      const pathsTask = await task(ws2, ['lib/x.ts']);
+      const legacy2 = await task(ws2, null);
+      expect((await store.paths.claimTask(pathsTask.id, 'h1')).claimed).toBe(true);
+      expect(await store.paths.claimTask(legacy2.id, 'h2')).toMatchObject({ claimed: false, conflicts: [{ key: 'lib/x.ts', holder: 'h1' }] });
+    });
+
+    it('runs tasks with disjoint write sets in parallel and serializes overlapping ones', async () => {
+      const ws = await workspace();
+      const t1 = await task(ws, ['src/a/**/*.ts']);
+      const t2 = await task(ws, ['src/b.ts', 'docs/']);
+      const t3 = await task(ws, ['src']);
+      expect(await store.paths.claimTask(t1.id, 'h1')).toMatchObject({ claimed: true, mode: 'paths', leases: [{ key: 'src/a' }] });
+      expect(await store.paths.claimTask(t2.id, 'h2')).toMatchObject({ claimed: true, leases: [{ key: 'docs' }, { key: 'src/b.ts' }] });
+      const blocked = await store.paths.claimTask(t3.id, 'h3');
+      expect(blocked.claimed).toBe(false);
+      if (!blocked.claimed) expect(blocked.conflicts.map((c) => c.holder).sort()).toEqual(['h1', 'h2']);
+      expect(await store.paths.submitTaskResult(t1.id, 'h1', { status: 'done' })).toEqual({ status: 'done', released: ['src/a'] });
+      expect(await store.paths.submitTaskResult(t2.id, 'h2', { status: 'failed' })).toEqual({ status: 'failed', released: ['docs', 'src/b.ts'] });
+      expect((await store.tasks.requireTask(t1.id)).status).toBe('done');
+      expect((await store.tasks.requireTask(t2.id)).status).toBe('failed');
+      expect((await store.paths.claimTask(t3.id, 'h3')).claimed).toBe(true);
+    });
+
+    it('leases nothing for a dynamic ([]) task; its holder acquires as it goes and submitting releases those leases too', async () => {
+      const ws = await workspace();
+      const dynamic = await task(ws, []);
+      const claim = await store.paths.claimTask(dynamic.id, 'h1');
+      expect(claim).toEqual({ claimed: true, mode: 'dynamic', leases: [] });
+      expect(await store.paths.listPathLeases({ workspaceId: ws })).toEqual([]);
+      await store.paths.acquirePaths({ ...req(ws, 'h1', ['lib', 'src/x.ts']), taskId: dynamic.id }, { timeoutMs: 1_000 });
+      await store.paths.tryAcquirePaths(req(ws, 'h1', ['unrelated'])); // not tagged with the task
+      expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['lib/y']))).acquired).toBe(false);
+      const outcome = await store.paths.submitTaskResult(dynamic.id, 'h1', { status: 'done' });
+      expect(outcome).toEqual({ status: 'done', released: ['lib', 'src/x.ts'] });
+      expect((await store.paths.listPathLeases({ workspaceId: ws })).map((l) => l.key)).toEqual(['unrelated']);
+      expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['lib/y']))).acquired).toBe(true);
+    });
+
+    it('refuses a submission from another holder, a finished task, a task without workspace, and bad stored paths', async () => {
+      const ws = await workspace();
+      const t = await task(ws, ['a']);
+      await store.paths.claimTask(t.id, 'h1');
+      await expect(store.paths.submitTaskResult(t.id, 'h2', { status: 'done' })).rejects.toMatchObject({
+        code: 'PATH_CLAIM_REFUSED',
+        reason: 'held_by_other_holder',
+        holder: 'h2',
+      });
+      expect((await store.paths.listPathLeases({ workspaceId: ws })).length).toBe(1);
+      await store.paths.submitTaskResult(t.id, 'h1', { status: 'done' });
+      await expect(store.paths.claimTask(t.id, 'h1')).rejects.toMatchObject({ reason: 'task_finished' });
+      await expect(store.paths.submitTaskResult(t.id, 'h1', { status: 'done' })).rejects.toBeInstanceOf(PathClaimRefusedError);
+
+      const homeless = await task(null, ['a']);
+      await expect(store.paths.claimTask(homeless.id, 'h1')).rejects.toMatchObject({ reason: 'task_has_no_workspace' });
+      await expect(store.paths.claimTask('no-such-task', 'h1')).rejects.toBeInstanceOf(NotFoundError);
+
+      const escaping = await task(ws, ['ok', '../outside']);
+      await expect(store.paths.claimTask(escaping.id, 'h1')).rejects.toMatchObject({ code: 'INVALID_WRITE_PATH', path: '../outside' });
+      expect((await store.tasks.requireTask(escaping.id)).status).toBe('todo');
+      expect(await store.paths.listPathLeases({ workspaceId: ws })).toEqual([]);
+    });
+  });
+
+  describe('the conflict query', () => {
+    it('looks leases up through the primary-key index (workspace_id, lease_key), never by scanning', async () => {
+      const busy = await workspace();
+      const quiet = await workspace();
+      const rows = [];
+      for (let i = 0; i < 4_000; i++) {
+        rows.push({ workspace_id: busy, lease_key: `/dir${i % 100}/file${i}.ts/`, holder: `other${i % 7}`, task_id: null, acquired_at: 0, expires_at: 9e12 });
+      }
+      for (let i = 0; i < 10; i++) {
+        rows.push({ workspace_id: quiet, lease_key: `/q${i}/`, holder: 'other', task_id: null, acquired_at: 0, expires_at: 9e12 });
+      }
+      for (let i = 0; i < rows.length; i += 500) await store.db.insertInto('path_leases').values(rows.slice(i, i + 500)).execute();
+      await sql`analyze`.execute(store.db);
+      const now = Date.now();
+      // Ancestors by equality plus one range per key, in the busy workspace; and the whole-workspace
+      // range in a quiet one. (For the whole-workspace key in a workspace that holds most of the
+      // table, PostgreSQL may prefer a sequential scan that LIMIT stops after a few rows.)
+      for (const q of [buildPathConflictQuery(busy, 'me', ['dir3/file3.ts', 'src/new/a.ts'], now), buildPathConflictQuery(quiet, 'me', [''], now)]) {
+        if (fx.kind === 'sqlite') {
+          const plan = (await sql<{ detail: string }>`explain query plan ${q}`.execute(store.db)).rows.map((r) => r.detail);
+          const touches = plan.filter((d) => d.includes('path_leases'));
+          expect(touches.length, plan.join('\n')).toBeGreaterThan(0);
+          for (const d of touches) expect(d, plan.join('\n')).toMatch(/^SEARCH path_leases USING (COVERING )?INDEX sqlite_autoindex_path_leases_1 \(workspace_id=\? AND lease_key/);
+        } else {
+          const plan = (await sql<{ 'QUERY PLAN': string }>`explain ${q}`.execute(store.db)).rows.map((r) => r['QUERY PLAN']).join('\n');
+          expect(plan).toContain('path_leases_pkey');
+          expect(plan).not.toMatch(/Seq Scan/);
+        }
+      }
+      const found = await store.paths.tryAcquirePaths(req(busy, 'me', ['dir3']));
+      expect(found.acquired).toBe(false);
+      if (!found.acquired) expect(found.conflicts.length).toBe(16);
+      const whole = await store.paths.tryAcquirePaths(req(quiet, 'me', ['.']));
+      expect(whole.acquired).toBe(false);
+      if (!whole.acquired) expect(whole.conflicts.length).toBe(10);
+    });
+  });
+
+  describe('across processes', () => {
+    let url: string;
+    let contenders: Contenders;
+    let parent: Store;
+    let raceCompany: string;
+
+    beforeAll(async () => {
+      url = await fx.freshUrl();
+      parent = await fx.open(url);
+      await parent.migrate();
+      raceCompany = (await parent.org.createCompany({ name: 'race' })).id;
+      contenders = await Contenders.start(8, { url, module: OPS, storeOptions: { poolSize: 2 } });
+    });
+    afterAll(async () => {
+      await contenders?.close();
+    });
+
+    it('the history checker flags overlapping holds and finds parallel disjoint ones', () => {
+      const grant = (holder: string, keys: string[], s: number, e: number): RaceEvent => ({
+        type: 'grant',
+        holder,
+        keys,
+        grantNs: String(s),
+        releaseNs: String(e),
+        via: 'try',
+      });
+      const bad = checkHistory([grant('c0', ['src'], 0, 10), grant('c1', ['src/a.ts'], 9, 20), grant('c2', ['srcx'], 5, 6)]);
+      expect(bad.violations.map(([a, b]) => [a.holder, b.holder])).toEqual([['c0', 'c1']]);
+      expect(bad.parallelDisjoint).toBe(1);
+      const serial = checkHistory([grant('c0', [''], 0, 10), grant('c1', ['a'], 10, 20), grant('c2', ['b'], 20, 30)]);
+      expect(serial).toMatchObject({ violations: [], parallelDisjoint: 0 });
+      const bogus = checkHistory([grant('c0', ['a'], 0, 10), { type: 'conflict', holder: 'c1', keys: ['b'], conflicts: [{ key: 'a', holder: 'c0', expiresAt: 0 }] }]);
+      expect(bogus.bogusConflicts.length).toBe(1);
+    });
+
+    it('8 processes racing random overlapping and disjoint path sets never hold overlapping leases at once', async () => {
+      const ws = await workspace(parent, raceCompany);
+      const seed = Date.now() % 100_000;
+      const events: RaceEvent[] = [];
+      for (let wave = 0; wave < 2; wave++) {
+        const outcomes = await contenders.race<RaceEvent[]>('raceRounds', () => ({ workspaceId: ws, rounds: 30, seed: seed + wave, ttlMs: LONG_TTL, holdMaxMs: 6 }));
+        for (const o of outcomes) events.push(...ok(o));
+      }
+      const report = checkHistory(events);
+      const context = `seed ${seed}: ${report.grants} grants, ${report.refusals} refusals, ${report.parallelDisjoint} parallel disjoint pairs`;
+      expect(report.violations, context).toEqual([]);
+      expect(report.bogusConflicts, context).toEqual([]);
+      expect(report.grants, context).toBeGreaterThan(0);
+      expect(report.refusals, context).toBeGreaterThan(0);
+      expect(report.parallelDisjoint, context).toBeGreaterThan(0);
+      expect(await parent.paths.listPathLeases({ workspaceId: ws })).toEqual([]);
+    });
+
+    it('a blocked acquirePaths holds nothing while it waits and takes the whole set once the blocker releases', async () => {
+      const ws = await workspace(parent, raceCompany);
+      expect(ok(await contenders.run<{ result: { acquired: boolean } }>(0, 'hold', req(ws, 'h0', ['src/b']))).result.acquired).toBe(true);
+      const waiter = contenders.start<{ first: { acquired: boolean }; keys: string[]; grantNs: string }>(1, 'waitAfterBlocked', {
+        ...req(ws, 'h1', ['src/a', 'src/b']),
+        timeoutMs: 120_000,
+      });
+      await contenders.waitForSignal(1, 'blocked');
+      // The waiter holds no part of its set: src/a can be taken and released by a third process.
+      const third = ok(await contenders.run<{ result: { acquired: boolean } }>(2, 'hold', req(ws, 'h2', ['src/a'])));
+      expect(third.result.acquired).toBe(true);
+      const thirdRelease = ok(await contenders.run<{ releaseNs: string }>(2, 'release', { workspaceId: ws, holder: 'h2' }));
+      const blockerRelease = ok(await contenders.run<{ released: string[]; releaseNs: string }>(0, 'release', { workspaceId: ws, holder: 'h0' }));
+      expect(blockerRelease.released).toEqual(['src/b']);
+      const woken = ok(await waiter);
+      expect(woken.first.acquired).toBe(false);
+      expect(woken.keys).toEqual(['src/a', 'src/b']);
+      expect(BigInt(woken.grantNs)).toBeGreaterThan(BigInt(blockerRelease.releaseNs));
+      expect(BigInt(woken.grantNs)).toBeGreaterThan(BigInt(thirdRelease.releaseNs));
+      expect((await parent.paths.listPathLeases({ workspaceId: ws })).map((l) => [l.key, l.holder])).toEqual([
+        ['src/a', 'h1'],
+        ['src/b', 'h1'],
+      ]);
+    });
+
+    it('waiters on crossed multi-path sets all get through: no deadlock', async () => {
+      const ws = await workspace(parent, raceCompany);
+      await parent.paths.tryAcquirePaths(req(ws, 'blocker', ['a', 'b', 'c']));
+      const orders = [['a', 'b'], ['b', 'a'], ['c', 'a'], ['b', 'c'], ['a', 'b', 'c']];
+      const runs = orders.map((paths, i) => contenders.start<{ keys: string[]; grantNs: string; releaseNs: string }>(i, 'acquireHoldRelease', { ...req(ws, `w${i}`, paths), timeoutMs: 120_000 }));
+      for (let i = 0; i < orders.length; i++) await contenders.waitForSignal(i, 'waiting');
+      await parent.paths.releasePaths({ workspaceId: ws, holder: 'blocker' });
+      const done = (await Promise.all(runs)).map(ok);
+      const report = checkHistory(
+        done.map((d, i) => ({ type: 'grant', holder: `w${i}`, keys: d.keys, grantNs: d.grantNs, releaseNs: d.releaseNs, via: 'wait' }) as const),
+      );
+      expect(report.violations).toEqual([]);
+      expect(done.map((d) => d.keys)).toEqual(orders.map((o) => [...o].sort()));
+    });
+
+    it('a blocked acquirePaths times out naming its blockers when nobody releases, leaving nothing leased', async () => {
+      const ws = await workspace(parent, raceCompany);
+      await parent.paths.tryAcquirePaths(req(ws, 'sitter', ['docs']));
+      const outcome = await contenders.run(3, 'acquire', { ...req(ws, 'h3', ['docs/a.md', 'lib']), timeoutMs: 300 });
+      expect(outcome.ok).toBe(false);
+      if (outcome.ok) return;
+      expect(outcome.error).toMatchObject({
+        name: PathLeaseTimeoutError.name,
+        code: 'PATH_LEASE_TIMEOUT',
+        holder: 'h3',
+        timeoutMs: 300,
+        blockers: [{ key: 'docs', holder: 'sitter' }],
+      });
+      expect(outcome.error.message).toContain('sitter');
+      expect(await parent.paths.listPathLeases({ workspaceId: ws, holder: 'h3' })).toEqual([]);
+    });
+
+    it("a SIGKILLed holder's task leases block until their TTL runs out, then stop blocking", async () => {
+      const ws = await workspace(parent, raceCompany);
+      const t = await parent.tasks.createTask({ companyId: raceCompany, title: 'doomed', requiresFilesystem: true, workspaceId: ws, writes: ['src'] });
+      const victim = 7;
+      const hung = contenders.start(victim, 'claimAndHang', { taskId: t.id, holder: 'doomed', ttlMs: 1_500 });
+      hung.catch(() => {});
+      await contenders.waitForSignal(victim, 'claimed');
+      await contenders.kill(victim);
+      await expect(hung).rejects.toBeInstanceOf(ContenderExitedError);
+      // The dead holder never released: its row is still there, with the TTL it was given.
+      const [row] = await parent.db.selectFrom('path_leases').selectAll().where('workspace_id', '=', ws).execute();
+      expect(row).toMatchObject({ lease_key: '/src/', holder: 'doomed', task_id: t.id });
+      const expiresAt = Number(row!.expires_at);
+      expect(expiresAt - Number(row!.acquired_at)).toBe(1_500);
+      // Looked at from just before and at its expiry (a store on a fixed clock): it blocks, then it does not.
+      let probeTime = expiresAt - 1;
+      const probe = await fx.open(url, { clock: { now: () => probeTime } });
+      expect(await probe.paths.tryAcquirePaths(req(ws, 'probe', ['src/a.ts']))).toMatchObject({
+        acquired: false,
+        conflicts: [{ key: 'src', holder: 'doomed' }],
+      });
+      probeTime = expiresAt;
+      expect((await probe.paths.tryAcquirePaths(req(ws, 'probe', ['src/a.ts']))).acquired).toBe(true);
+      await probe.paths.releasePaths({ workspaceId: ws, holder: 'probe' });
+      // And in real time, a waiting process gets the path once the TTL has run out.
+      const outcome = await contenders.run<{ keys: string[] }>(4, 'acquire', { ...req(ws, 'next', ['src/a.ts']), timeoutMs: 60_000 });
+      expect(ok(outcome).keys).toEqual(['src/a.ts']);
+    });
+  });
+}
