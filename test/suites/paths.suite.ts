@@ -324,24 +324,33 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       // Ancestors by equality plus one range per key, in the busy workspace; and the whole-workspace
       // range in a quiet one. (For the whole-workspace key in a workspace that holds most of the
       // table, PostgreSQL may prefer a sequential scan that LIMIT stops after a few rows.)
-      for (const q of [buildPathConflictQuery(busy, 'me', ['dir3/file3.ts', 'src/new/a.ts'], now), buildPathConflictQuery(quiet, 'me', [''], now)]) {
-        if (fx.kind === 'sqlite') {
+      const keyed = buildPathConflictQuery(busy, 'me', ['dir3/file3.ts', 'src/new/a.ts'], now);
+      const whole = buildPathConflictQuery(quiet, 'me', [''], now);
+      if (fx.kind === 'sqlite') {
+        for (const q of [keyed, whole]) {
           const plan = (await sql<{ detail: string }>`explain query plan ${q}`.execute(store.db)).rows.map((r) => r.detail);
           const touches = plan.filter((d) => d.includes('path_leases'));
           expect(touches.length, plan.join('\n')).toBeGreaterThan(0);
           for (const d of touches) expect(d, plan.join('\n')).toMatch(/^SEARCH path_leases USING (COVERING )?INDEX sqlite_autoindex_path_leases_1 \(workspace_id=\? AND lease_key/);
-        } else {
-          const plan = (await sql<{ 'QUERY PLAN': string }>`explain ${q}`.execute(store.db)).rows.map((r) => r['QUERY PLAN']).join('\n');
-          expect(plan).toContain('path_leases_pkey');
-          expect(plan).not.toMatch(/Seq Scan/);
         }
+      } else {
+        const explain = async (q: typeof keyed) =>
+          (await sql<{ 'QUERY PLAN': string }>`explain ${q}`.execute(store.db)).rows.map((r) => r['QUERY PLAN']).join('\n');
+        const keyedPlan = await explain(keyed);
+        expect(keyedPlan).not.toMatch(/Seq Scan/);
+        expect(keyedPlan.match(/Index Scan using path_leases_pkey/g)?.length, keyedPlan).toBe(3);
+        expect(keyedPlan.match(/Index Cond: \(\(workspace_id = '[^']+'::text\) AND \(lease_key/g)?.length, keyedPlan).toBe(3);
+        // The whole-workspace range covers the workspace; any index that narrows to it will do.
+        const wholePlan = await explain(whole);
+        expect(wholePlan).not.toMatch(/Seq Scan/);
+        expect(wholePlan, wholePlan).toMatch(/Index Cond: \(+workspace_id = /);
       }
       const found = await store.paths.tryAcquirePaths(req(busy, 'me', ['dir3']));
       expect(found.acquired).toBe(false);
       if (!found.acquired) expect(found.conflicts.length).toBe(16);
-      const whole = await store.paths.tryAcquirePaths(req(quiet, 'me', ['.']));
-      expect(whole.acquired).toBe(false);
-      if (!whole.acquired) expect(whole.conflicts.length).toBe(10);
+      const everything = await store.paths.tryAcquirePaths(req(quiet, 'me', ['.']));
+      expect(everything.acquired).toBe(false);
+      if (!everything.acquired) expect(everything.conflicts.length).toBe(10);
     });
   });
 
