@@ -3,7 +3,8 @@ import type { MigrationDefinition } from './types.js';
 
 /**
  * Task environments and shared workspace groups (seed 004): an environment is owned by one task;
- * a group has a steward task and members with roles. Tasks gain a parent link and a workspace mode.
+ * a group has a steward task and members with roles (at most one `steward` per group, by a partial
+ * unique index). Tasks gain a parent link and a workspace mode.
  * `tasks.parent_id` carries no foreign key for the same reason as 0006 (SQLite's DROP COLUMN).
  */
 export const migration0053: MigrationDefinition = {
@@ -37,6 +38,14 @@ export const migration0053: MigrationDefinition = {
       .addCheckConstraint('workspace_group_members_role_check', sql`role in ('steward', 'member')`)
       .execute();
     await db.schema.createIndex('workspace_group_members_task_idx').on('workspace_group_members').column('task_id').execute();
+    // One steward per group, enforced by the database: stewardship moves by demoting first.
+    await db.schema
+      .createIndex('workspace_group_members_one_steward')
+      .on('workspace_group_members')
+      .column('group_id')
+      .unique()
+      .where(sql.ref('role'), '=', 'steward')
+      .execute();
     await db.schema
       .createTable('task_environments')
       .addColumn('id', 'text', (c) => c.primaryKey())
