@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { roleImpliesFilesystem } from '../domain/filesystem-roles.js';
+import { FILESYSTEM_DEPARTMENT, roleImpliesFilesystem } from '../domain/filesystem-roles.js';
 import type { MigrationDefinition } from './types.js';
 
 const BATCH_SIZE = 50_000;
@@ -59,7 +59,7 @@ export async function backfillRequiresFilesystem(db: Kysely<any>, options: Backf
             where l.task_id = tasks.id and l.holder is not null and l.expires_at > ${now}))
           or (status in ('todo', 'backlog') and exists (
             select 1 from agents a
-            where a.id = tasks.assignee_agent_id and (${roleMatch} or a.department = 'engineering'))))`.execute(db);
+            where a.id = tasks.assignee_agent_id and (${roleMatch} or a.department = ${FILESYSTEM_DEPARTMENT}))))`.execute(db);
       flagged += Number(result.numAffectedRows ?? 0n);
     }
     if (high === null) break;

@@ -32,10 +32,12 @@ export interface TaskLeaseHolder {
   readonly expiresAt: number;
 }
 
+/** The result of `claimWorkspaceLock`: a grant, or the live holder it lost to. */
 export type WorkspaceLockClaim =
   | ({ readonly status: 'claimed' } & LeaseGrant)
   | { readonly status: 'busy'; readonly heldBy: WorkspaceLockHolder };
 
+/** The result of `claimTaskLease`: a grant, or the live holder it lost to. */
 export type TaskLeaseClaim = ({ readonly status: 'claimed' } & LeaseGrant) | { readonly status: 'busy'; readonly heldBy: TaskLeaseHolder };
 
 export interface ClaimWorkspaceLockInput {
@@ -48,7 +50,9 @@ export interface ClaimWorkspaceLockInput {
 }
 
 export interface ClaimTaskLeaseInput {
+  /** Who holds it (a run or process handle); shown to the losers. */
   readonly holder: string;
+  /** How long the lease lives unless renewed. */
   readonly ttlMs: number;
 }
 
@@ -110,7 +114,8 @@ export interface LockRepository {
   /**
    * Claims the workspace's exclusive lock if it is free or expired, in one atomic upsert: exactly
    * one of any number of concurrent claimers gets `claimed` with a token higher than every earlier
-   * one; the others get `busy` with the holder they lost to.
+   * one; the others get `busy` with the holder they lost to. Not re-entrant: the holder itself
+   * gets `busy` while its own lock is live.
    *
    * @example
    * const claim = await store.locks.claimWorkspaceLock(ws.id, { holder: 'worker-1', runId, ttlMs: 60_000 });
@@ -164,6 +169,7 @@ function staleReason(row: LeaseRow | undefined, token: number): StaleTokenReason
   return 'expired';
 }
 
+/** Builds `store.locks` on a store context; every claim, renew and release is one write transaction. */
 export function createLockRepository(ctx: StoreContext): LockRepository {
   const { dialect } = ctx;
   const db = dialect.db;

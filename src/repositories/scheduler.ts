@@ -26,6 +26,7 @@ export const DEFAULT_DISPATCH_TTL_MS = 5 * 60_000;
 /** `heartbeat`: a failed resolution is a skipped beat. `task-runner`: it is an error the UI shows. */
 export type DispatchMode = 'heartbeat' | 'task-runner';
 
+/** What to dispatch: one run of one task by one agent. */
 export interface DispatchRunInput {
   readonly taskId: string;
   readonly agentId: string;
@@ -115,6 +116,7 @@ export interface SchedulerRepository {
   dispatchRun(input: DispatchRunInput): Promise<DispatchResult>;
 }
 
+/** Builds `store.scheduler` on a store context, using `store.locks`' claims for its leases and locks. */
 export function createSchedulerRepository(ctx: StoreContext): SchedulerRepository {
   const { db } = ctx.dialect;
   const locks = createLockRepository(ctx);
