@@ -26,6 +26,9 @@ export class InvalidWritePathError extends TaskfenceError {
 /** The whole-workspace lease key: it overlaps every other key. */
 export const WHOLE_WORKSPACE_KEY = '';
 
+/** Longest normalized write path, in UTF-8 bytes (keeps lease keys well inside index-entry limits). */
+export const MAX_WRITE_PATH_BYTES = 1024;
+
 // C0 and C1 control characters, DEL included; NUL is reported separately.
 const CONTROL = /[\u0001-\u001f\u007f-\u009f]/u;
 const LONE_SURROGATE = /\p{Cs}/u;
@@ -41,7 +44,7 @@ const GLOB_MAGIC = /[*?[\]{}]/;
  *
  * Throws `InvalidWritePathError` (naming the path and the reason) for non-strings, absolute
  * paths (`/etc`, `\\server`, `C:\x`), `..` that escapes the root (`../x`, `a/../../b`), NUL and
- * other control characters, and unpaired UTF-16 surrogates.
+ * other control characters, unpaired UTF-16 surrogates, and paths over `MAX_WRITE_PATH_BYTES`.
  *
  * @example
  * normalizeWritePath('./src//lib/../a.ts'); // 'src/a.ts'
@@ -66,7 +69,11 @@ export function normalizeWritePath(path: string): string {
     }
     segments.push(segment);
   }
-  return segments.join('/');
+  const normalized = segments.join('/');
+  if (Buffer.byteLength(normalized, 'utf8') > MAX_WRITE_PATH_BYTES) {
+    throw new InvalidWritePathError(path, `it is longer than ${MAX_WRITE_PATH_BYTES} bytes`);
+  }
+  return normalized;
 }
 
 /** True if a normalized path's segment is a glob pattern. */

@@ -301,7 +301,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       .where('expires_at', '<=', now)
       .execute();
     const expiresAt = now + ttlMs;
-    await trx
+    const insert = trx
       .insertInto('path_leases')
       .values(stored.map((lease_key) => ({ workspace_id: workspaceId, lease_key, holder, task_id: taskId, acquired_at: now, expires_at: expiresAt })))
       .onConflict((oc) =>
@@ -310,8 +310,13 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
           acquired_at: eb.ref('excluded.acquired_at'),
           expires_at: eb.ref('excluded.expires_at'),
         })),
-      )
-      .execute();
+      );
+    try {
+      await insert.execute();
+    } catch (error) {
+      if (dialect.classifyError(error) === 'foreign_key_violation') throw new NotFoundError('workspace', workspaceId);
+      throw error;
+    }
     return {
       acquired: true,
       leases: keys.map((key) => ({ workspaceId, key, holder, taskId, acquiredAt: now, expiresAt })),

@@ -161,6 +161,10 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['src/b']))).acquired).toBe(false);
     });
 
+    it('reports an unknown workspace as NotFoundError', async () => {
+      await expect(store.paths.tryAcquirePaths(req('no-such-workspace', 'h1', ['a']))).rejects.toBeInstanceOf(NotFoundError);
+    });
+
     it('scopes leases to their workspace', async () => {
       const ws1 = await workspace();
       const ws2 = await workspace();
@@ -394,7 +398,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const seed = Date.now() % 100_000;
       const events: RaceEvent[] = [];
       for (let wave = 0; wave < 2; wave++) {
-        const outcomes = await contenders.race<RaceEvent[]>('raceRounds', () => ({ workspaceId: ws, rounds: 30, seed: seed + wave, ttlMs: LONG_TTL, holdMaxMs: 6 }));
+        const outcomes = await contenders.race<RaceEvent[]>('raceRounds', () => ({ workspaceId: ws, rounds: 30, seed: seed + wave, ttlMs: LONG_TTL, holdMaxMs: 12 }));
         for (const o of outcomes) events.push(...ok(o));
       }
       const report = checkHistory(events);

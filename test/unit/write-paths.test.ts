@@ -88,6 +88,7 @@ describe('normalizeWritePath', () => {
     ['del\u007f', 'control character'],
     ['c1\u0085', 'control character'],
     ['bad\ud800', 'surrogate'],
+    ['a/'.repeat(400) + 'b'.repeat(300), 'longer than 1024 bytes'],
   ])('rejects %j with a typed error naming the path and the reason (%s)', (input, reason) => {
     let caught: unknown;
     try {
