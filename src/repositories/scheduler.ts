@@ -15,7 +15,7 @@ import {
   type WorkspaceSource,
 } from '../domain/lock-mode.js';
 import type { StoreContext } from './context.js';
-import { createLockRepository, type LeaseGrant, type TaskLeaseHolder, type WorkspaceLockHolder } from './locks.js';
+import { createLockRepository, StaleTaskLeaseError, type LeaseGrant, type TaskLeaseHolder, type WorkspaceLockHolder } from './locks.js';
 import { toProject, toWorkspace, type WorkspaceRecord } from './org.js';
 import { toTask } from './tasks.js';
 import { requirePositiveMs, requireText } from './validate.js';
@@ -146,7 +146,12 @@ export function createSchedulerRepository(ctx: StoreContext): SchedulerRepositor
       const lease = await locks.claimTaskLease(taskId, { holder: runId, ttlMs });
       if (lease.status === 'busy') return { outcome: 'skipped', reason: 'task_leased', heldBy: lease.heldBy };
       const taskLease: LeaseGrant = { token: lease.token, expiresAt: lease.expiresAt };
-      const releaseLease = () => locks.releaseTaskLease(taskId, { token: lease.token });
+      // Gives the task back. If the lease already expired and another run claimed the task, there
+      // is nothing left to give back, so a stale token is not an error here.
+      const releaseLease = () =>
+        locks.releaseTaskLease(taskId, { token: lease.token }).catch((error: unknown) => {
+          if (!(error instanceof StaleTaskLeaseError)) throw error;
+        });
 
       let result: DispatchResult;
       try {
