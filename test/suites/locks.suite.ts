@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
-import type { Agent, Clock, Store, Task } from '../../src/index.js';
+import { DEFAULT_DISPATCH_TTL_MS, type Agent, type Clock, type Store, type Task } from '../../src/index.js';
 import { backfillRequiresFilesystem } from '../../src/migrations/0052_requires_filesystem.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
@@ -359,6 +359,46 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       await store.locks.releaseWorkspaceLock(ws, { token: first.workspaceLock.token });
       const retry = await store.scheduler.dispatchRun({ taskId: tb.id, agentId: b.id, runId: runId(), mode: 'heartbeat' });
       expect(retry).toMatchObject({ outcome: 'dispatched', lockMode: 'exclusive', workspaceLock: { token: first.workspaceLock.token + 1 } });
+    });
+
+    it('a run that crashed holding the workspace blocks the next beat only until its TTL, then the next run gets a higher token', async () => {
+      const clock = new ManualClock();
+      const timed = await fx.freshStore({ clock });
+      const co = (await timed.org.createCompany({ name: 'Acme' })).id;
+      const repo = (await timed.org.createWorkspace({ companyId: co, name: 'repo' })).id;
+      const dev = await timed.org.createAgent({ companyId: co, name: 'dev', role: 'engineer', workspaceId: repo });
+      const crashedTask = await timed.tasks.createTask({ companyId: co, title: 'crashes', requiresFilesystem: true });
+      const nextTask = await timed.tasks.createTask({ companyId: co, title: 'next', requiresFilesystem: true });
+      const start = clock.t;
+      const crashed = await timed.scheduler.dispatchRun({ taskId: crashedTask.id, agentId: dev.id, runId: 'crashed', mode: 'heartbeat' });
+      expect(crashed).toMatchObject({
+        outcome: 'dispatched',
+        lockMode: 'exclusive',
+        taskLease: { expiresAt: start + DEFAULT_DISPATCH_TTL_MS },
+        workspaceLock: { token: 1, expiresAt: start + DEFAULT_DISPATCH_TTL_MS },
+      });
+      clock.t = start + DEFAULT_DISPATCH_TTL_MS - 1;
+      expect(await timed.scheduler.dispatchRun({ taskId: nextTask.id, agentId: dev.id, runId: 'beat-1', mode: 'heartbeat' })).toMatchObject({
+        outcome: 'cancelled',
+        heldBy: { runId: 'crashed' },
+      });
+      clock.t = start + DEFAULT_DISPATCH_TTL_MS;
+      expect(await timed.scheduler.dispatchRun({ taskId: nextTask.id, agentId: dev.id, runId: 'beat-2', mode: 'heartbeat', ttlMs: 1000 })).toMatchObject({
+        outcome: 'dispatched',
+        workspaceLock: { token: 2, expiresAt: clock.t + 1000 },
+        taskLease: { token: 2 }, // claimed by beat-1 (then released) and now by beat-2
+      });
+      // The crashed run's task lease has expired too: its task goes back to the pool.
+      expect(await timed.scheduler.dispatchRun({ taskId: crashedTask.id, agentId: dev.id, runId: 'beat-3', mode: 'heartbeat' })).toMatchObject({
+        outcome: 'cancelled',
+        heldBy: { runId: 'beat-2' },
+      });
+      expect(await timed.db.selectFrom('task_leases').select(['task_id', 'holder', 'token']).orderBy('token').execute()).toEqual(
+        expect.arrayContaining([
+          { task_id: crashedTask.id, holder: null, token: 2 },
+          { task_id: nextTask.id, holder: 'beat-2', token: 2 },
+        ]),
+      );
     });
 
     it('a task already leased by another run is skipped without touching the workspace lock', async () => {
