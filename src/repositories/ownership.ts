@@ -299,7 +299,9 @@ export interface OwnershipRepository {
    */
   createWorkspaceGroup(input: { id?: string; stewardTaskId: string }): Promise<WorkspaceGroup>;
 
+  /** The environment as committed (owner, generation, claim columns), or null. A plain read: decide with a transfer's CAS, not on this. */
   getEnvironment(id: string): Promise<TaskEnvironment | null>;
+  /** The group with its members as committed, or null. A plain read, like `getEnvironment`. */
   getWorkspaceGroup(id: string): Promise<WorkspaceGroup | null>;
 
   /**
@@ -332,8 +334,9 @@ export interface OwnershipRepository {
    */
   admitTaskCleanup(taskId: string, kind?: CleanupKind): Promise<CleanupAdmission>;
 
-  /** The snapshots of a task's admitted cleanup (empty if none was admitted). */
+  /** The snapshots of a task's admitted cleanup, in inventory order (empty if none was admitted); they persist across restarts. */
   listCleanupSnapshots(taskId: string): Promise<CleanupSnapshot[]>;
+  /** One snapshot as committed, or null. */
   getCleanupSnapshot(id: string): Promise<CleanupSnapshot | null>;
 
   /**
@@ -462,7 +465,7 @@ function storedClaim(row: { cleanup_claimed_by: string | null; cleanup_claim_gen
   };
 }
 
-export function toCleanupSnapshot(row: CleanupSnapshotRow): CleanupSnapshot {
+function toCleanupSnapshot(row: CleanupSnapshotRow): CleanupSnapshot {
   return {
     id: row.id,
     taskId: row.task_id,
@@ -528,6 +531,19 @@ async function explainTransferMiss(
   throw new OwnershipChangedError(kind, id, expectedOwner, expectedGeneration, state.owner, state.generation);
 }
 
+/** The active workspace group `taskId` is a member (or steward) of, if any. */
+async function activeGroupOf(trx: Trx, taskId: string): Promise<string | undefined> {
+  const row = await trx
+    .selectFrom('workspace_group_members as m')
+    .innerJoin('workspace_groups as g', 'g.id', 'm.group_id')
+    .select('g.id')
+    .where('m.task_id', '=', taskId)
+    .where('g.status', '=', 'active')
+    .orderBy('g.id')
+    .executeTakeFirst();
+  return row?.id;
+}
+
 async function requireTaskExists(trx: Trx, taskId: string): Promise<void> {
   const row = await trx.selectFrom('tasks').select('id').where('id', '=', taskId).executeTakeFirst();
   if (!row) throw new NotFoundError('task', taskId);
@@ -566,6 +582,7 @@ async function moveStewardRole(trx: Trx, groupId: string, from: string, to: stri
 
 type FencedOutcome<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: TaskfenceError };
 
+/** Builds `store.ownership` on a store's context; every guarantee is stated on `OwnershipRepository`. */
 export function createOwnershipRepository(ctx: StoreContext): OwnershipRepository {
   const { dialect } = ctx;
   const { db } = dialect;
@@ -750,6 +767,11 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       await requireTaskExists(trx, newOwner);
       const admitted = await findAdmission(trx, [newOwner]);
       if (admitted) throw new CleanupBarrierError('transfer', newOwner, admitted.task_id, admitted.kind);
+      if (kind === 'group') {
+        // A task belongs to at most one active group (task creation joins "the" group of a parent).
+        const other = await activeGroupOf(trx, newOwner);
+        if (other && other !== id) throw new InvalidArgumentError('newStewardTaskId', `task ${newOwner} already belongs to workspace group ${other}`);
+      }
       const generation = await casTransfer(trx, kind, id, expectedOwner, expectedGeneration, newOwner, now);
       if (generation === null) return explainTransferMiss(trx, kind, id, expectedOwner, expectedGeneration, now);
       if (kind === 'group') await moveStewardRole(trx, id, expectedOwner, newOwner, now);
@@ -796,14 +818,8 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
         await requireTaskExists(trx, stewardTaskId);
         const admitted = await findAdmission(trx, [stewardTaskId]);
         if (admitted) throw new CleanupBarrierError('create', stewardTaskId, admitted.task_id, admitted.kind);
-        const existing = await trx
-          .selectFrom('workspace_group_members as m')
-          .innerJoin('workspace_groups as g', 'g.id', 'm.group_id')
-          .select('g.id')
-          .where('m.task_id', '=', stewardTaskId)
-          .where('g.status', '=', 'active')
-          .executeTakeFirst();
-        if (existing) throw new InvalidArgumentError('stewardTaskId', `task ${stewardTaskId} already belongs to workspace group ${existing.id}`);
+        const existing = await activeGroupOf(trx, stewardTaskId);
+        if (existing) throw new InvalidArgumentError('stewardTaskId', `task ${stewardTaskId} already belongs to workspace group ${existing}`);
         await trx.insertInto('workspace_groups').values({ id, steward_task_id: stewardTaskId, created_at: now, updated_at: now }).execute();
         await trx.insertInto('workspace_group_members').values({ group_id: id, task_id: stewardTaskId, role: 'steward', joined_at: now }).execute();
         return (await loadGroup(trx, id))!;

@@ -9,6 +9,7 @@ import {
   CleanupBarrierError,
   CleanupClaimLostError,
   CleanupInProgressError,
+  InvalidArgumentError,
   Migrator,
   MIGRATIONS,
   NotFoundError,
@@ -23,7 +24,7 @@ import {
   type Store,
 } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
-import { Contenders, partition, type Outcome } from '../support/race.js';
+import { ContenderExitedError, Contenders, partition, type Outcome } from '../support/race.js';
 
 const OPS = fileURLToPath(new URL('./ownership.ops.ts', import.meta.url));
 const HOUR = 3_600_000;
@@ -238,6 +239,12 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       expect(await rolesOf(store, f.groupId)).toEqual({ [f.parentId]: 'member', [f.childId]: 'member', [outsider]: 'steward' });
       // The environment is a separate resource and kept its owner.
       expect(await envRow(store, f.envId)).toMatchObject({ task_id: f.parentId, ownership_generation: 1 });
+      // A task belongs to one active group at most: the steward of another group cannot take this one.
+      const other = await seedFamily(store);
+      await expect(
+        store.ownership.transferGroupStewardship({ groupId: f.groupId, expectedStewardTaskId: outsider, expectedGeneration: 3, newStewardTaskId: other.childId }),
+      ).rejects.toBeInstanceOf(InvalidArgumentError);
+      expect((await groupRow(store, f.groupId)).ownership_generation).toBe(3);
     });
 
     it('refuses a transfer while a cleanup claim is active, and allows it once the claim expired', async () => {
@@ -762,7 +769,9 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
           .catch((e: unknown) => e);
         await contenders.waitForSignal(victim, 'mid-teardown');
         await contenders.kill(victim);
-        expect(await running).toMatchObject({ name: 'ContenderExitedError', signal: 'SIGKILL' });
+        const died = await running;
+        expect(died).toBeInstanceOf(ContenderExitedError);
+        expect(died).toMatchObject({ signal: 'SIGKILL' });
 
         // Half torn down; the claims are persisted and still held by the dead worker.
         for (const dir of dirs) expect(readdirSync(dir)).toEqual(['b']);
