@@ -90,13 +90,17 @@ function ok<T>(outcome: Outcome<T>): T {
 
 export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
   let fx: DialectFixture;
+  let url: string;
   let store: Store;
   let companyId: string;
   let wsCounter = 0;
 
+  // One database for the whole file (every test works in workspaces of its own): migrating is slow on a busy machine.
   beforeAll(async () => {
     fx = makeFixture();
-    store = await fx.freshStore();
+    url = await fx.freshUrl();
+    store = await fx.open(url);
+    await store.migrate();
     companyId = (await store.org.createCompany({ name: 'acme' })).id;
   });
   afterAll(() => fx.cleanup());
@@ -195,9 +199,8 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
   describe('expiry, renewal and release', () => {
     it('never lets an expired lease block, and refuses to renew one', async () => {
       let t = 1_000_000;
-      const clocked = await fx.freshStore({ clock: { now: () => t } });
-      const company = (await clocked.org.createCompany({ name: 'c' })).id;
-      const ws = await workspace(clocked, company);
+      const clocked = await fx.open(url, { clock: { now: () => t } });
+      const ws = await workspace(clocked);
       await clocked.paths.tryAcquirePaths(req(ws, 'h1', ['src', 'docs'], 1_000));
       t += 999;
       expect((await clocked.paths.tryAcquirePaths(req(ws, 'h2', ['src/a']))).acquired).toBe(false);
@@ -359,15 +362,12 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
   });
 
   describe('across processes', () => {
-    let url: string;
     let contenders: Contenders;
     let parent: Store;
     let raceCompany: string;
 
     beforeAll(async () => {
-      url = await fx.freshUrl();
       parent = await fx.open(url);
-      await parent.migrate();
       raceCompany = (await parent.org.createCompany({ name: 'race' })).id;
       contenders = await Contenders.start(8, { url, module: OPS, storeOptions: { poolSize: 2 } });
     });
