@@ -36,20 +36,20 @@ async function seedOrg(store: Store, prefix: string) {
 
 export function defineLockSuite(makeFixture: () => DialectFixture) {
   let fx: DialectFixture;
-  beforeAll(() => {
+  // One database for every single-process test (each works on its own company), on a clock the
+  // tests move by hand; creating and migrating databases is the slow part on PostgreSQL.
+  let store: Store;
+  let clock: ManualClock;
+  beforeAll(async () => {
     fx = makeFixture();
+    clock = new ManualClock();
+    store = await fx.freshStore({ clock });
   });
   afterAll(() => fx.cleanup());
 
   describe('workspace locks', () => {
-    let store: Store;
-    let clock: ManualClock;
     let n = 0;
     let wsId: string;
-    beforeAll(async () => {
-      clock = new ManualClock();
-      store = await fx.freshStore({ clock });
-    });
     async function freshWorkspace() {
       const { ws } = await seedOrg(store, `wl${++n}`);
       wsId = ws.id;
@@ -143,13 +143,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
   });
 
   describe('task leases', () => {
-    let store: Store;
-    let clock: ManualClock;
     let n = 0;
-    beforeAll(async () => {
-      clock = new ManualClock();
-      store = await fx.freshStore({ clock });
-    });
     async function freshTask() {
       const { company } = await seedOrg(store, `tl${++n}`);
       const task = await store.tasks.createTask({ companyId: company.id, title: 'lease me', requiresFilesystem: false });
@@ -199,11 +193,9 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
   });
 
   describe('resolveWorkspaceWithLockMode: the decision table through real lookups', () => {
-    let store: Store;
     let company: string;
     let wsTask: string, wsAgent: string, wsPrimary: string, wsOther: string;
     beforeAll(async () => {
-      store = await fx.freshStore();
       company = (await store.org.createCompany({ name: 'Acme' })).id;
       wsTask = (await store.org.createWorkspace({ companyId: company, name: 'pr-branch' })).id;
       wsAgent = (await store.org.createWorkspace({ companyId: company, name: 'agent-ws' })).id;
@@ -278,12 +270,10 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
   });
 
   describe('dispatchRun: the failure-mode table', () => {
-    let store: Store;
     let company: string;
     let ws: string;
     let n = 0;
     beforeAll(async () => {
-      store = await fx.freshStore();
       company = (await store.org.createCompany({ name: 'Acme' })).id;
       ws = (await store.org.createWorkspace({ companyId: company, name: 'repo' })).id;
     });
@@ -362,8 +352,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
     });
 
     it('a run that crashed holding the workspace blocks the next beat only until its TTL, then the next run gets a higher token', async () => {
-      const clock = new ManualClock();
-      const timed = await fx.freshStore({ clock });
+      const timed = store;
       const co = (await timed.org.createCompany({ name: 'Acme' })).id;
       const repo = (await timed.org.createWorkspace({ companyId: co, name: 'repo' })).id;
       const dev = await timed.org.createAgent({ companyId: co, name: 'dev', role: 'engineer', workspaceId: repo });
