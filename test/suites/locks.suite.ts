@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
-import { DEFAULT_DISPATCH_TTL_MS, type Agent, type Clock, type Store, type Task } from '../../src/index.js';
+import { DEFAULT_DISPATCH_TTL_MS, type Agent, type Clock, type MigrationEvent, type Store, type Task } from '../../src/index.js';
 import { backfillRequiresFilesystem } from '../../src/migrations/0052_requires_filesystem.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
@@ -625,7 +625,11 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const clock = new ManualClock(BACKFILL_NOW);
       const store = await fx.freshStore({ clock, to: 8 });
       await insertBackfillFixture(store);
-      await store.migrate({ to: 52 });
+      const events: MigrationEvent[] = [];
+      await store.migrate({ to: 52, onEvent: (e) => events.push(e) });
+      const expectedOnes = Object.values(BACKFILL_EXPECTED).filter((v) => v === 1).length;
+      // Through the migrator, progress reaches the caller (the CLI prints it).
+      expect(events).toContainEqual({ type: 'progress', version: 52, message: `0052: backfill complete, ${expectedOnes} tasks require the filesystem` });
       await sql`update tasks set requires_filesystem = 0`.execute(store.db);
       const messages: string[] = [];
       const flagged = await backfillRequiresFilesystem(store.db, { now: BACKFILL_NOW, progress: (m) => messages.push(m), batchSize: 2, roleChunkSize: 1 });
