@@ -128,6 +128,7 @@ export interface DispatchRepository {
    * `TaskNotDispatchableError` (or `DispatchAlreadyActiveError`). The dispatch is stamped with the task's run.
    */
   createDispatch(input: CreateDispatchInput): Promise<Dispatch>;
+  /** The dispatch with this id, or null; a plain read. */
   getDispatch(id: string): Promise<Dispatch | null>;
   /** The terminal's active dispatch; if it has several, deterministically the newest (by creation time, then id). */
   getActiveDispatchForTerminal(terminalHandle: string): Promise<Dispatch | null>;
@@ -146,6 +147,7 @@ export interface DispatchRepository {
   countDispatchesByStatus(runId: string): Promise<Record<DispatchStatus, number>>;
 }
 
+/** Maps a `dispatch_contexts` row to the public shape. */
 export function toDispatch(row: DispatchContextRow): Dispatch {
   return {
     id: row.id,
@@ -204,6 +206,7 @@ async function escalationFor(trx: Transaction<Database>, dispatch: DispatchConte
   return latest ? target(latest, 'latest_running_run') : null;
 }
 
+/** The dispatch repository on a store context (wired as `store.dispatches`). */
 export function createDispatchRepository(ctx: StoreContext): DispatchRepository {
   const { dialect } = ctx;
   const { db } = dialect;

@@ -42,6 +42,7 @@ export class GateAlreadyResolvedError extends TaskfenceError {
 export interface GateRepository {
   /** Opens a gate, stamped with the asking run (which must be running) or the task's run. */
   openGate(input: OpenGateInput): Promise<DecisionGate>;
+  /** The gate with this id, or null; a plain read. */
   getGate(gateId: string): Promise<DecisionGate | null>;
   /**
    * Resolves an open gate. Of concurrent resolutions exactly one wins; every later one gets
@@ -52,6 +53,7 @@ export interface GateRepository {
   listOpenGates(runId: string): Promise<DecisionGate[]>;
 }
 
+/** Maps a `decision_gates` row to the public shape. */
 export function toDecisionGate(row: DecisionGateRow): DecisionGate {
   return {
     id: row.id,
@@ -65,6 +67,7 @@ export function toDecisionGate(row: DecisionGateRow): DecisionGate {
   };
 }
 
+/** The gate repository on a store context (wired as `store.gates`). */
 export function createGateRepository(ctx: StoreContext): GateRepository {
   const { dialect } = ctx;
   const { db } = dialect;

@@ -45,6 +45,7 @@ export interface MessageRepository {
   countPendingMessages(handle: string): Promise<number>;
 }
 
+/** Maps a `messages` row to the public shape (payload parsed from JSON). */
 export function toMessage(row: MessageRow): Message {
   return {
     id: row.id,
@@ -60,6 +61,7 @@ export function toMessage(row: MessageRow): Message {
 
 const inboxLockKey = (handle: string) => `taskfence:inbox:${handle}`;
 
+/** The message repository on a store context (wired as `store.messages`). */
 export function createMessageRepository(ctx: StoreContext): MessageRepository {
   const { dialect } = ctx;
   const { db } = dialect;

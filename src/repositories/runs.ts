@@ -107,6 +107,7 @@ export interface RunRepository {
   adoptUnownedTasks(runId: string, targetKey: string | null): Promise<number>;
   /** The running run of a target (null targets share one), or null. */
   getActiveCoordinatorRunForTarget(targetKey: string | null): Promise<CoordinatorRun | null>;
+  /** The run with this id in whatever status it is, or null; a plain read. */
   getCoordinatorRun(runId: string): Promise<CoordinatorRun | null>;
   /** Runs matching the filter, oldest first (by start time, then id). */
   listCoordinatorRuns(filter?: ListCoordinatorRunsFilter): Promise<CoordinatorRun[]>;
@@ -128,6 +129,7 @@ export interface RunRepository {
   reconcileStaleRuns(options: { staleAfterMs: number }): Promise<CoordinatorRun[]>;
 }
 
+/** Maps a `coordinator_runs` row to the public shape. */
 export function toCoordinatorRun(row: CoordinatorRunRow): CoordinatorRun {
   return {
     id: row.id,
@@ -141,7 +143,7 @@ export function toCoordinatorRun(row: CoordinatorRunRow): CoordinatorRun {
   };
 }
 
-/** `null` or a non-empty key: '' would silently share the null slot of the unique index. */
+/** @internal `null` or a non-empty key: '' would silently share the null slot of the unique index. */
 export function checkTargetKey(targetKey: unknown): string | null {
   if (targetKey === null) return null;
   if (typeof targetKey !== 'string' || targetKey.trim() === '') {
@@ -150,7 +152,7 @@ export function checkTargetKey(targetKey: unknown): string | null {
   return targetKey;
 }
 
-/** The running run of a target, read in `db` (a transaction or the store). */
+/** @internal The running run of a target (at most one: the unique index), read in `db` (a transaction or the store). */
 export async function findRunningRun(db: Transaction<Database> | StoreContext['dialect']['db'], targetKey: string | null) {
   return db
     .selectFrom('coordinator_runs')
@@ -161,7 +163,7 @@ export async function findRunningRun(db: Transaction<Database> | StoreContext['d
 }
 
 /**
- * Adoption, inside the caller's write transaction. Unowned = no run, or a run id that is not a
+ * @internal Adoption, inside the caller's write transaction. Unowned = no run, or a run id that is not a
  * running run. Each UPDATE is one statement, so under READ COMMITTED it sees every run that
  * committed before it; a run that is running can only lose tasks after it stops.
  */
@@ -194,7 +196,7 @@ export async function adoptUnownedTasksIn(trx: Transaction<Database>, runId: str
   return Number(adopted.numUpdatedRows);
 }
 
-/** Reads the run in `trx` and fails unless it is running (the fence for run-scoped writes). */
+/** @internal Reads the run in `trx` and fails unless it is running (the fence for run-scoped writes). */
 export async function requireRunningRunIn(trx: Transaction<Database>, runId: string): Promise<CoordinatorRunRow> {
   const row = await trx.selectFrom('coordinator_runs').selectAll().where('id', '=', runId).executeTakeFirst();
   if (!row) throw new NotFoundError('coordinator run', runId);
@@ -204,6 +206,7 @@ export async function requireRunningRunIn(trx: Transaction<Database>, runId: str
 
 const START_ATTEMPTS = 5;
 
+/** The run repository on a store context (wired as `store.runs`). */
 export function createRunRepository(ctx: StoreContext): RunRepository {
   const { dialect } = ctx;
   const { db } = dialect;
