@@ -155,19 +155,19 @@ export function writeSetsConflict(a: readonly string[] | null, b: readonly strin
 /**
  * How a lease key is stored (`path_leases.lease_key`): `/` + key + `/`, and `/` for the whole
  * workspace. With keys compared bytewise, a key's ancestors are found by equality
- * (`storedAncestorKeys`) and its descendants by one range (`storedDescendantRange`); since `/`
+ * (`storedPathAncestorKeys`) and its descendants by one range (`storedPathDescendantRange`); since `/`
  * is one byte in UTF-8 and every multi-byte sequence is ≥ 0x80, no other path sorts inside it.
  *
  * @example
- * encodeLeaseKey('src/a.ts'); // '/src/a.ts/'
- * encodeLeaseKey('');         // '/'
+ * encodePathLeaseKey('src/a.ts'); // '/src/a.ts/'
+ * encodePathLeaseKey('');         // '/'
  */
-export function encodeLeaseKey(key: string): string {
+export function encodePathLeaseKey(key: string): string {
   return key === WHOLE_WORKSPACE_KEY ? '/' : `/${key}/`;
 }
 
-/** The inverse of `encodeLeaseKey`. */
-export function decodeLeaseKey(stored: string): string {
+/** The inverse of `encodePathLeaseKey`. */
+export function decodePathLeaseKey(stored: string): string {
   return stored.length <= 1 ? WHOLE_WORKSPACE_KEY : stored.slice(1, -1);
 }
 
@@ -175,9 +175,9 @@ export function decodeLeaseKey(stored: string): string {
  * The stored keys of a key's proper ancestors, the whole workspace first.
  *
  * @example
- * storedAncestorKeys('src/lib/a.ts'); // ['/', '/src/', '/src/lib/']
+ * storedPathAncestorKeys('src/lib/a.ts'); // ['/', '/src/', '/src/lib/']
  */
-export function storedAncestorKeys(key: string): string[] {
+export function storedPathAncestorKeys(key: string): string[] {
   if (key === WHOLE_WORKSPACE_KEY) return [];
   const segments = key.split('/');
   const out = ['/'];
@@ -190,10 +190,10 @@ export function storedAncestorKeys(key: string): string[] {
  * descendants: `to` is `from` with its final `/` (0x2F) replaced by `0` (0x30).
  *
  * @example
- * storedDescendantRange('src'); // { from: '/src/', to: '/src0' }
- * storedDescendantRange('');    // { from: '/', to: '0' }
+ * storedPathDescendantRange('src'); // { from: '/src/', to: '/src0' }
+ * storedPathDescendantRange('');    // { from: '/', to: '0' }
  */
-export function storedDescendantRange(key: string): { from: string; to: string } {
-  const from = encodeLeaseKey(key);
+export function storedPathDescendantRange(key: string): { from: string; to: string } {
+  const from = encodePathLeaseKey(key);
   return { from, to: `${from.slice(0, -1)}0` };
 }

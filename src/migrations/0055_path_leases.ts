@@ -4,7 +4,7 @@ import type { MigrationDefinition } from './types.js';
 /**
  * Path-scoped write leases (seed 002): `tasks.writes` (a JSON array of paths; null = omitted,
  * meaning the whole workspace) and durable leases. `lease_key` is `/` + normalized path + `/`
- * (`/` alone = the whole workspace; see `encodeLeaseKey`) and compares byte by byte on both
+ * (`/` alone = the whole workspace; see `encodePathLeaseKey`) and compares byte by byte on both
  * dialects, so the conflict check finds ancestors by equality and descendants by one range on
  * the primary key (workspace_id, lease_key, holder). `path_leases_holder_idx` serves release and
  * renewal by holder; `path_leases_task_idx` serves releasing a task's leases on submit.

@@ -2,11 +2,11 @@ import { sql, type RawBuilder, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
 import {
   WHOLE_WORKSPACE_KEY,
-  decodeLeaseKey,
-  encodeLeaseKey,
+  decodePathLeaseKey,
+  encodePathLeaseKey,
   leaseKeys,
-  storedAncestorKeys,
-  storedDescendantRange,
+  storedPathAncestorKeys,
+  storedPathDescendantRange,
 } from '../domain/write-paths.js';
 import type { Database, PathLeaseRow, TaskStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
@@ -79,21 +79,21 @@ export interface RenewPathsResult {
 /** How a claimed task's write set was leased. */
 export type TaskWriteMode = 'whole-workspace' | 'paths' | 'dynamic';
 
-export type ClaimTaskResult =
+export type PathClaimResult =
   | { readonly claimed: true; readonly mode: TaskWriteMode; readonly leases: readonly PathLease[] }
   | { readonly claimed: false; readonly mode: TaskWriteMode; readonly conflicts: readonly PathLeaseConflict[] };
 
-export interface ClaimTaskOptions {
+export interface PathClaimOptions {
   /** Lease TTL (default `DEFAULT_PATH_LEASE_TTL_MS`); renew with `renewPaths`. */
   readonly ttlMs?: number;
 }
 
-export interface TaskResult {
+export interface PathTaskResult {
   readonly status: Extract<TaskStatus, 'done' | 'failed'>;
 }
 
-export interface SubmitTaskResultOutcome {
-  readonly status: TaskResult['status'];
+export interface PathTaskSubmission {
+  readonly status: PathTaskResult['status'];
   /** Keys of the task's leases that were released. */
   readonly released: readonly string[];
 }
@@ -193,7 +193,7 @@ export interface PathLeaseRepository {
    * @example
    * const r = await store.paths.claimTask(task.id, 'agent-1', { ttlMs: 30_000 });
    */
-  claimTask(taskId: string, holder: string, options?: ClaimTaskOptions): Promise<ClaimTaskResult>;
+  claimTask(taskId: string, holder: string, options?: PathClaimOptions): Promise<PathClaimResult>;
 
   /**
    * Records a task's result (`done` or `failed`) and releases every lease of that task — claim
@@ -203,7 +203,7 @@ export interface PathLeaseRepository {
    * @example
    * await store.paths.submitTaskResult(task.id, 'agent-1', { status: 'done' });
    */
-  submitTaskResult(taskId: string, holder: string, result: TaskResult): Promise<SubmitTaskResultOutcome>;
+  submitTaskResult(taskId: string, holder: string, result: PathTaskResult): Promise<PathTaskSubmission>;
 }
 
 const FINISHED: readonly TaskStatus[] = ['done', 'failed', 'cancelled'];
@@ -220,7 +220,7 @@ function sleep(ms: number): Promise<void> {
 function onOrBelow(keys: readonly string[]): RawBuilder<boolean> {
   return sql<boolean>`(${sql.join(
     keys.map((key) => {
-      const { from, to } = storedDescendantRange(key);
+      const { from, to } = storedPathDescendantRange(key);
       return sql`(lease_key >= ${from} and lease_key < ${to})`;
     }),
     sql` or `,
@@ -242,17 +242,25 @@ function onOrBelow(keys: readonly string[]): RawBuilder<boolean> {
 export function buildPathConflictQuery(workspaceId: string, holder: string, keys: readonly string[], now: number) {
   const live = sql`workspace_id = ${workspaceId} and holder <> ${holder} and expires_at > ${now}`;
   const branches: RawBuilder<unknown>[] = [];
-  const ancestors = [...new Set(keys.flatMap(storedAncestorKeys))];
+  const ancestors = [...new Set(keys.flatMap(storedPathAncestorKeys))];
   if (ancestors.length > 0) {
     branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key in (${sql.join(ancestors)})`);
   }
   for (const key of keys) {
-    const { from, to } = storedDescendantRange(key);
+    const { from, to } = storedPathDescendantRange(key);
     branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key >= ${from} and lease_key < ${to}`);
   }
   return sql<{ lease_key: string; holder: string; expires_at: number }>`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`;
 }
 
+/**
+ * Builds `store.paths` on a store context. Every write runs in `dialect.writeTransaction`; the
+ * per-workspace `lockKey('paths:<workspace>')` serializes conflict check and insert on PostgreSQL
+ * (SQLite's BEGIN IMMEDIATE already does).
+ *
+ * @example
+ * const paths = createPathLeaseRepository(createStoreContext(dialect));
+ */
 export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepository {
   const { dialect } = ctx;
 
@@ -271,7 +279,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       const id = `${row.lease_key}\u0000${row.holder}`;
       if (seen.has(id)) continue;
       seen.add(id);
-      conflicts.push({ key: decodeLeaseKey(row.lease_key), holder: row.holder, expiresAt: Number(row.expires_at) });
+      conflicts.push({ key: decodePathLeaseKey(row.lease_key), holder: row.holder, expiresAt: Number(row.expires_at) });
     }
     return conflicts;
   }
@@ -291,7 +299,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     const now = ctx.clock.now();
     const conflicts = await findConflicts(trx, workspaceId, holder, keys, now);
     if (conflicts.length > 0) return { acquired: false, conflicts };
-    const stored = keys.map(encodeLeaseKey);
+    const stored = keys.map(encodePathLeaseKey);
     // Expired leases of any holder on exactly these keys are garbage from now on.
     await trx
       .deleteFrom('path_leases')
@@ -369,7 +377,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
         if (keys !== null) query = query.where(onOrBelow(keys));
         return query.returning('lease_key').execute();
       });
-      return { released: rows.map((r) => decodeLeaseKey(r.lease_key)).sort() };
+      return { released: rows.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
     },
 
     async renewPaths(input) {
@@ -421,7 +429,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       requireText('taskId', taskId);
       requireText('holder', holder);
       const ttlMs = requirePositiveMs('ttlMs', options.ttlMs ?? DEFAULT_PATH_LEASE_TTL_MS);
-      return dialect.writeTransaction(async (trx): Promise<ClaimTaskResult> => {
+      return dialect.writeTransaction(async (trx): Promise<PathClaimResult> => {
         const task = await trx.selectFrom('tasks').select(['workspace_id', 'writes', 'status']).where('id', '=', taskId).executeTakeFirst();
         if (!task) throw new NotFoundError('task', taskId);
         if (FINISHED.includes(task.status)) {
@@ -465,12 +473,12 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
             taskId,
             holder,
             'held_by_other_holder',
-            `holder ${JSON.stringify(other.holder)} holds its lease on ${showKey(decodeLeaseKey(other.lease_key))}`,
+            `holder ${JSON.stringify(other.holder)} holds its lease on ${showKey(decodePathLeaseKey(other.lease_key))}`,
           );
         }
         const released = await trx.deleteFrom('path_leases').where('task_id', '=', taskId).returning('lease_key').execute();
         await trx.updateTable('tasks').set({ status, updated_at: now }).where('id', '=', taskId).execute();
-        return { status, released: released.map((r) => decodeLeaseKey(r.lease_key)).sort() };
+        return { status, released: released.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
       });
     },
   };
@@ -480,7 +488,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
 function toPathLease(row: PathLeaseRow): PathLease {
   return {
     workspaceId: row.workspace_id,
-    key: decodeLeaseKey(row.lease_key),
+    key: decodePathLeaseKey(row.lease_key),
     holder: row.holder,
     taskId: row.task_id,
     acquiredAt: Number(row.acquired_at),

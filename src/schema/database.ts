@@ -227,7 +227,7 @@ export interface CleanupSnapshotsTable {
 /** 0055: one row per (workspace, key, holder); rows with `expires_at <= now` are dead and never block. */
 export interface PathLeasesTable {
   workspace_id: string;
-  /** `/` + normalized path + `/`; `/` = the whole workspace (see `encodeLeaseKey`). Bytewise collation. */
+  /** `/` + normalized path + `/`; `/` = the whole workspace (see `encodePathLeaseKey`). Bytewise collation. */
   lease_key: string;
   holder: string;
   task_id: string | null;

@@ -2,13 +2,13 @@ import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import {
   InvalidWritePathError,
-  decodeLeaseKey,
-  encodeLeaseKey,
+  decodePathLeaseKey,
+  encodePathLeaseKey,
   keysOverlap,
   leaseKeys,
   normalizeWritePath,
-  storedAncestorKeys,
-  storedDescendantRange,
+  storedPathAncestorKeys,
+  storedPathDescendantRange,
   writeSetsConflict,
 } from '../../src/index.js';
 
@@ -41,9 +41,9 @@ function referenceOverlap(a: string, b: string): boolean {
 
 /** What the database decides for "does a lease stored under `held` block a request for `wanted`", compared bytewise like COLLATE "C" / BINARY. */
 function storedPredicateOverlaps(wanted: string, held: string): boolean {
-  const stored = Buffer.from(encodeLeaseKey(held));
-  if (storedAncestorKeys(wanted).some((a) => Buffer.from(a).equals(stored))) return true;
-  const { from, to } = storedDescendantRange(wanted);
+  const stored = Buffer.from(encodePathLeaseKey(held));
+  if (storedPathAncestorKeys(wanted).some((a) => Buffer.from(a).equals(stored))) return true;
+  const { from, to } = storedPathDescendantRange(wanted);
   return Buffer.compare(stored, Buffer.from(from)) >= 0 && Buffer.compare(stored, Buffer.from(to)) < 0;
 }
 
@@ -283,7 +283,7 @@ describe('stored key encoding', () => {
   it('round-trips', () => {
     fc.assert(
       fc.property(keyOrWhole, (k) => {
-        expect(decodeLeaseKey(encodeLeaseKey(k))).toBe(k);
+        expect(decodePathLeaseKey(encodePathLeaseKey(k))).toBe(k);
       }),
       RUNS,
     );
