@@ -562,7 +562,10 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const delivered = [...settled.slice(2).flatMap((o) => (o.ok ? (o.value as string[]) : [])), ...rest];
       expect(delivered.length).toBe(300);
       expect(new Set(delivered).size).toBe(300);
-      expect(await store.messages.countPendingMessages(inbox)).toBe(0);
+      const inDb = await store.db.selectFrom('messages').select(['id', 'status']).where('to_handle', '=', inbox).execute();
+      expect(new Set(inDb.map((m) => m.id))).toEqual(new Set(delivered));
+      expect(inDb.every((m) => m.status === 'delivered')).toBe(true);
+      await expectNoOpenTransactions(store);
     });
 
     it('lets exactly one of concurrent dispatches of a ready task win', async () => {
