@@ -318,16 +318,18 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
           acquired_at: eb.ref('excluded.acquired_at'),
           expires_at: eb.ref('excluded.expires_at'),
         })),
-      );
+      )
+      .returningAll();
+    let rows: PathLeaseRow[];
     try {
-      await insert.execute();
+      rows = await insert.execute();
     } catch (error) {
       if (dialect.classifyError(error) === 'foreign_key_violation') throw new NotFoundError('workspace', workspaceId);
       throw error;
     }
     return {
       acquired: true,
-      leases: keys.map((key) => ({ workspaceId, key, holder, taskId, acquiredAt: now, expiresAt })),
+      leases: rows.map(toPathLease).sort((a, b) => keys.indexOf(a.key) - keys.indexOf(b.key)),
     };
   }
 

@@ -282,6 +282,8 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       expect(await store.paths.listPathLeases({ workspaceId: ws })).toEqual([]);
       await store.paths.acquirePaths({ ...req(ws, 'h1', ['lib', 'src/x.ts']), taskId: dynamic.id }, { timeoutMs: 1_000 });
       await store.paths.tryAcquirePaths(req(ws, 'h1', ['unrelated'])); // not tagged with the task
+      // Re-acquiring a tagged key without a taskId keeps the tag.
+      expect(await store.paths.tryAcquirePaths(req(ws, 'h1', ['lib']))).toMatchObject({ acquired: true, leases: [{ key: 'lib', taskId: dynamic.id }] });
       expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['lib/y']))).acquired).toBe(false);
       const outcome = await store.paths.submitTaskResult(dynamic.id, 'h1', { status: 'done' });
       expect(outcome).toEqual({ status: 'done', released: ['lib', 'src/x.ts'] });
@@ -398,7 +400,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const seed = Date.now() % 100_000;
       const events: RaceEvent[] = [];
       for (let wave = 0; wave < 2; wave++) {
-        const outcomes = await contenders.race<RaceEvent[]>('raceRounds', () => ({ workspaceId: ws, rounds: 30, seed: seed + wave, ttlMs: LONG_TTL, holdMaxMs: 12 }));
+        const outcomes = await contenders.race<RaceEvent[]>('raceRounds', () => ({ workspaceId: ws, rounds: 25, seed: seed + wave, ttlMs: LONG_TTL, holdMaxMs: 12 }));
         for (const o of outcomes) events.push(...ok(o));
       }
       const report = checkHistory(events);
