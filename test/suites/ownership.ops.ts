@@ -1,7 +1,7 @@
 /** Contender operations for the ownership suite (run in child processes by the race helper). */
 import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { openStore, type Store, type TransferEnvironmentInput, type TransferStewardshipInput } from '../../src/index.js';
+import { openStore, type CleanupClaim, type Store, type TransferEnvironmentInput, type TransferStewardshipInput } from '../../src/index.js';
 import type { ContenderTools } from '../support/contender.js';
 
 export function transferEnvironment(store: Store, args: TransferEnvironmentInput) {
@@ -14,6 +14,10 @@ export function transferGroup(store: Store, args: TransferStewardshipInput) {
 
 export function claimCleanup(store: Store, args: { snapshotId: string; claimant: string }) {
   return store.ownership.claimCleanup(args.snapshotId, args.claimant);
+}
+
+export function completeCleanup(store: Store, claim: CleanupClaim) {
+  return store.ownership.completeCleanup(claim);
 }
 
 export function detach(store: Store, args: { taskId: string; expectedParentId: string }) {

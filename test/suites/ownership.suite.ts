@@ -743,6 +743,28 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       }
     });
 
+    it('a worker process whose claim expired and whose resource was transferred cannot complete: refused, resource untouched', async () => {
+      const f = await seedFamily(store);
+      const x = await newTask(store, f.companyId, 'x');
+      const { snapshots } = await store.ownership.admitTaskCleanup(f.parentId);
+      const s = snapshots.find((y) => y.resourceId === f.envId)!;
+      const claimed = await contenders.run<CleanupClaim>(0, 'claimCleanup', { snapshotId: s.id, claimant: 'remote-worker' });
+      expect(claimed.ok, JSON.stringify(claimed)).toBe(true);
+      const saved = clock.t;
+      try {
+        clock.advance(HOUR); // the remote worker stalled past its claim
+        await store.ownership.transferEnvironmentOwnership({ environmentId: f.envId, expectedOwnerTaskId: f.parentId, expectedGeneration: 1, newOwnerTaskId: x });
+      } finally {
+        clock.t = saved;
+      }
+      const before = await envRow(store, f.envId);
+      const completed = await contenders.run(0, 'completeCleanup', (claimed as Extract<typeof claimed, { ok: true }>).value);
+      expect(errorOf(completed)).toMatchObject({ code: 'STALE_OWNERSHIP', currentOwnerTaskId: x, currentGeneration: 2 });
+      expect(await envRow(store, f.envId)).toEqual(before);
+      expect(before).toMatchObject({ status: 'active', task_id: x, ownership_generation: 2 });
+      expect((await snapshotRow(store, s.id)).state).toBe('stale');
+    });
+
     // Last in this block: it kills the pool's last process.
     it('a worker SIGKILLed mid-teardown: a new process retries from the persisted snapshot, failing closed where ownership moved', async () => {
       const victim = POOL - 1;
