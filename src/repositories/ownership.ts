@@ -330,7 +330,16 @@ export interface OwnershipRepository {
    * The cleanup barrier for archive/delete: records the admission and, in the same transaction,
    * persists the task's inventory (active environments it owns, active groups it stewards) as
    * snapshots of (resource, owner, generation). Detachment and transfers to the task serialize
-   * with it. Idempotent: admitting again returns the first admission's snapshots.
+   * with it. Idempotent: admitting again returns the first admission's snapshots (and its kind;
+   * `kind` defaults to `archive`).
+   *
+   * @example
+   * const { snapshots } = await store.ownership.admitTaskCleanup(task.id, 'delete');
+   * for (const s of snapshots) {
+   *   const claim = await store.ownership.claimCleanup(s.id, workerHandle);
+   *   await removeFromDisk(claim.target);            // external teardown, under the claim
+   *   await store.ownership.completeCleanup(claim);  // fenced on (resource, owner, generation)
+   * }
    */
   admitTaskCleanup(taskId: string, kind?: CleanupKind): Promise<CleanupAdmission>;
 
