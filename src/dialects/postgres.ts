@@ -9,6 +9,7 @@ import { POSTGRES_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
+  queryLogger,
   type DialectOptions,
   type DialectStats,
   type ErrorKind,
@@ -49,7 +50,7 @@ export async function openPostgresDialect(connectionString: string, options: Dia
     await pool.end().catch(() => {});
     throw new DatabaseUnavailableError(redactDatabaseUrl(connectionString), error);
   }
-  const db = new Kysely<Schema>({ dialect: new PostgresDialect({ pool }) });
+  const db = new Kysely<Schema>({ dialect: new PostgresDialect({ pool }), log: queryLogger(options.onQuery) });
   return new PostgresStoreDialect(db, config, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS);
 }
 

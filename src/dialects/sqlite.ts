@@ -8,6 +8,7 @@ import { SQLITE_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
+  queryLogger,
   type DialectOptions,
   type DialectStats,
   type ErrorKind,
@@ -37,6 +38,7 @@ export function openSqliteDialect(filename: string, options: DialectOptions = {}
       createIntrospector: (k) => new SqliteIntrospector(k),
       createQueryCompiler: () => new SqliteQueryCompiler(),
     },
+    log: queryLogger(options.onQuery),
   });
   return new SqliteDialect(raw, db, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS);
 }

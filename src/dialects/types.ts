@@ -1,4 +1,4 @@
-import type { Kysely, Transaction } from 'kysely';
+import type { Kysely, KyselyConfig, Transaction } from 'kysely';
 import type { Database } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
 
@@ -91,6 +91,20 @@ export interface DialectOptions {
   readonly lockTimeoutMs?: number;
   /** PostgreSQL `statement_timeout` in ms (default 60 000; 0 disables). */
   readonly statementTimeoutMs?: number;
+  /** Called after every query with its SQL, parameters and duration (for debugging and benchmarks). */
+  readonly onQuery?: (query: { sql: string; parameters: readonly unknown[]; durationMs: number; error?: unknown }) => void;
+}
+
+/** Kysely's `log` option for `DialectOptions.onQuery`. */
+export function queryLogger(onQuery: DialectOptions['onQuery']): KyselyConfig['log'] {
+  if (!onQuery) return undefined;
+  return (event) =>
+    onQuery({
+      sql: event.query.sql,
+      parameters: event.query.parameters,
+      durationMs: event.queryDurationMillis,
+      ...(event.level === 'error' ? { error: event.error } : {}),
+    });
 }
 
 export const DEFAULT_WRITE_DEADLINE_MS = 30_000;

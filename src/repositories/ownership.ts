@@ -432,7 +432,8 @@ interface RawResource {
   root_path: string | null;
 }
 
-const barrierKey = (taskId: string) => `ownership:barrier:${taskId}`;
+/** @internal The lock key of a task's cleanup barrier: admission, detachment, transfers and child creation take it. */
+export const barrierKey = (taskId: string) => `ownership:barrier:${taskId}`;
 const resourceKey = (kind: OwnedResourceKind, id: string) => `ownership:${kind}:${id}`;
 const snapshotKey = (id: string) => `ownership:snapshot:${id}`;
 

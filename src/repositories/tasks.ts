@@ -1,6 +1,8 @@
 import { sql, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError } from '../errors.js';
 import { TASK_STATUSES, type Database, type TaskRow, type TaskStatus, type WorkspaceMode } from '../schema/database.js';
+import { runTargetLockKey } from '../domain/run-targets.js';
+import { barrierKey, CleanupBarrierError } from './ownership.js';
 import type { StoreContext } from './context.js';
 import { requireBoolean, requireText } from './validate.js';
 
@@ -121,11 +123,23 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
       const id = input.id ?? ctx.newId();
       const now = ctx.clock.now();
       await dialect.writeTransaction(async (trx) => {
+        // Run start takes the same key after inserting its run: whichever commits first, the
+        // task ends up in the run (stamped here, or adopted there).
+        await dialect.lockKey(trx, runTargetLockKey(input.targetKey ?? null));
         const runId = await findRunningRunForTarget(trx, input.targetKey ?? null);
         let groupId: string | null = null;
         if (input.parentId) {
+          // The parent's cleanup barrier: once its cleanup is admitted its inventory is fixed,
+          // so no child may join it.
+          await dialect.lockKey(trx, barrierKey(input.parentId));
           const parent = await trx.selectFrom('tasks').select('id').where('id', '=', input.parentId).executeTakeFirst();
           if (!parent) throw new NotFoundError('parent task', input.parentId);
+          const admitted = await trx
+            .selectFrom('task_cleanup_admissions')
+            .select('kind')
+            .where('task_id', '=', input.parentId)
+            .executeTakeFirst();
+          if (admitted) throw new CleanupBarrierError('create', id, input.parentId, admitted.kind);
           if (input.workspaceMode === 'shared') {
             const membership = await trx
               .selectFrom('workspace_group_members as m')

@@ -70,22 +70,14 @@ export async function resolveGate(store: Store, args: { gateId: string; resoluti
 }
 
 /**
- * Creates tasks the way run scoping needs every task writer to: under the run-target lock, read
- * the target's running run, insert the task stamped with it (see `runTargetLockKey`).
+ * Creates tasks through `store.tasks.createTask`, which takes the run-target lock before it reads
+ * the target's running run (see `runTargetLockKey`), so a run starting meanwhile stamps or adopts them.
  */
 export async function createTasksUnderTargetLock(store: Store, args: { companyId: string; targetKey: string | null; count: number; prefix: string }) {
   const ids: string[] = [];
   for (let i = 0; i < args.count; i++) {
     const id = `${args.prefix}-${i}-${Math.random().toString(16).slice(2)}`;
-    await store.dialect.writeTransaction(async (trx) => {
-      await store.dialect.lockKey(trx, runTargetLockKey(args.targetKey));
-      const runId = await findRunningRunForTarget(trx, args.targetKey);
-      const now = Date.now();
-      await trx
-        .insertInto('tasks')
-        .values({ id, company_id: args.companyId, title: id, status: 'ready', created_at: now, updated_at: now, coordinator_run_id: runId, target_key: args.targetKey, requires_filesystem: 0 })
-        .execute();
-    });
+    await store.tasks.createTask({ id, companyId: args.companyId, title: id, status: 'ready', targetKey: args.targetKey, requiresFilesystem: false });
     ids.push(id);
   }
   return ids;

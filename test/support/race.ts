@@ -216,6 +216,7 @@ export class ContenderExitedError extends Error {
     readonly signal: string | null,
   ) {
     super(`contender ${index} exited (code ${exitCode}, signal ${signal}) before answering`);
+    this.name = 'ContenderExitedError';
   }
 }
 

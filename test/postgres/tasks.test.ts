@@ -1,0 +1,4 @@
+import { defineTaskSuite } from '../suites/tasks.suite.js';
+import { postgresFixture } from '../support/dialects.js';
+
+defineTaskSuite(postgresFixture);
