@@ -2,6 +2,7 @@ import { sql, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError } from '../errors.js';
 import { TASK_STATUSES, type Database, type TaskRow, type TaskStatus, type WorkspaceMode } from '../schema/database.js';
 import { runTargetLockKey } from '../domain/run-targets.js';
+import { normalizeWritePath } from '../domain/write-paths.js';
 import { barrierKey, CleanupBarrierError } from './ownership.js';
 import type { StoreContext } from './context.js';
 import { requireBoolean, requireText } from './validate.js';
@@ -92,12 +93,13 @@ export function toTask(row: TaskRow): Task {
   };
 }
 
+/** Checks `writes` and stores canonical paths; a bad path is an `InvalidWritePathError` at creation, not at claim. */
 function validateWrites(writes: unknown): readonly string[] | null {
   if (writes === undefined || writes === null) return null;
   if (!Array.isArray(writes) || writes.some((w) => typeof w !== 'string')) {
     throw new InvalidArgumentError('writes', 'must be an array of path strings, [] for dynamic, or null for the whole workspace');
   }
-  return writes as string[];
+  return (writes as string[]).map(normalizeWritePath);
 }
 
 /** The running run of a target inside a transaction (null targets share the '' slot). */

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CleanupBarrierError, InvalidArgumentError, NotFoundError, type CreateTaskInput, type Store } from '../../src/index.js';
+import { CleanupBarrierError, InvalidArgumentError, InvalidWritePathError, NotFoundError, type CreateTaskInput, type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 
 export function defineTaskSuite(makeFixture: () => DialectFixture) {
@@ -30,6 +30,14 @@ export function defineTaskSuite(makeFixture: () => DialectFixture) {
       expect(other.coordinatorRunId).toBeNull();
       expect((await store.tasks.listTasks({ runId: run.id })).map((t) => t.id)).toEqual([mine.id]);
       await store.runs.stopCoordinatorRun(run.id, 'completed');
+    });
+
+    it('stores canonical write paths and rejects bad ones when the task is created', async () => {
+      const task = await store.tasks.createTask({ companyId, title: 'w', writes: ['src\\a.ts', './docs/', 'lib/x/../y'], requiresFilesystem: true });
+      expect(task.writes).toEqual(['src/a.ts', 'docs', 'lib/y']);
+      await expect(store.tasks.createTask({ companyId, title: 'w', writes: ['../outside'], requiresFilesystem: true })).rejects.toBeInstanceOf(InvalidWritePathError);
+      await expect(store.tasks.createTask({ companyId, title: 'w', writes: ['/etc/passwd'], requiresFilesystem: true })).rejects.toBeInstanceOf(InvalidWritePathError);
+      expect((await store.tasks.createTask({ companyId, title: 'dynamic', writes: [], requiresFilesystem: true })).writes).toEqual([]);
     });
 
     it('rejects an empty target key and an unknown status', async () => {
