@@ -8,6 +8,10 @@ import { fileURLToPath } from 'node:url';
 import { BenchDatabases } from './lib/databases.js';
 import { describeMachine } from './lib/machine.js';
 import { benchBackfill, benchEmptyToLatest } from './migrations.bench.js';
+import { benchOverhead, overheadTable } from './overhead.bench.js';
+import { benchContention, contentionTable } from './contention.bench.js';
+import { benchPathScaling, scalingTable } from './scaling.bench.js';
+import { benchPeer } from './peer.bench.js';
 
 const quick = process.argv.includes('--quick');
 const only = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.length).split(',');
@@ -23,6 +27,36 @@ async function main() {
   const sections: Section[] = [];
   const want = (name: string) => !only || only.includes(name);
   try {
+    if (want('overhead')) {
+      const rows = await benchOverhead(dbs, { iterations: quick ? 200 : 2000, runs: quick ? 1 : 5 });
+      sections.push({ title: 'Overhead against the raw driver (one connection, sequential)', data: rows, table: overheadTable(rows) });
+    }
+    if (want('contention')) {
+      const rows = await benchContention(dbs, {
+        iterations: quick ? { sqlite: 100, postgres: 50 } : { sqlite: 1000, postgres: 300 },
+        workers: quick ? { sqlite: [1, 2], postgres: [1, 2] } : { sqlite: [1, 2, 4, 8], postgres: [1, 2, 4, 8, 16] },
+        runs: quick ? 1 : 3,
+      });
+      sections.push({ title: 'Contention (N processes, each its own connection and keys)', data: rows, table: contentionTable(rows) });
+    }
+    if (want('scaling')) {
+      const rows = await benchPathScaling(dbs, { sizes: quick ? [10, 1000] : [10, 1000, 100_000], iterations: quick ? 100 : 500, runs: quick ? 1 : 5 });
+      sections.push({ title: 'Path-lease conflict check as held leases grow', data: rows, table: scalingTable(rows) });
+    }
+    if (want('peer')) {
+      const peer = await benchPeer(dbs, { iterations: quick ? 100 : 1000, runs: quick ? 1 : 5 });
+      sections.push({
+        title: 'Peer: pg-boss on the same PostgreSQL database',
+        data: peer,
+        table: [
+          '| cycle | cycles/s |',
+          '|---|---|',
+          `| taskfence task lease: claimTaskLease → releaseTaskLease | ${peer.taskfenceLeaseCycleOpsPerSec} |`,
+          `| pg-boss ${peer.pgBossVersion} job: send → fetch → complete | ${peer.pgBossJobCycleOpsPerSec} |`,
+          `| ratio taskfence / pg-boss | ${peer.ratio} |`,
+        ].join('\n'),
+      });
+    }
     if (want('migrations')) {
       const empty = await benchEmptyToLatest(dbs, quick ? 1 : 5);
       const backfill = await benchBackfill(dbs, quick ? 20_000 : 1_000_000, quick ? 1 : 3);

@@ -309,7 +309,10 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       await expect(store.paths.claimTask(homeless.id, 'h1')).rejects.toMatchObject({ reason: 'task_has_no_workspace' });
       await expect(store.paths.claimTask('no-such-task', 'h1')).rejects.toBeInstanceOf(NotFoundError);
 
-      const escaping = await task(ws, ['ok', '../outside']);
+      // createTask refuses a bad path outright; a row written by older code can still hold one, and claimTask refuses it too.
+      await expect(task(ws, ['ok', '../outside'])).rejects.toMatchObject({ code: 'INVALID_WRITE_PATH', path: '../outside' });
+      const escaping = await task(ws, ['ok']);
+      await store.db.updateTable('tasks').set({ writes: JSON.stringify(['ok', '../outside']) }).where('id', '=', escaping.id).execute();
       await expect(store.paths.claimTask(escaping.id, 'h1')).rejects.toMatchObject({ code: 'INVALID_WRITE_PATH', path: '../outside' });
       expect((await store.tasks.requireTask(escaping.id)).status).toBe('todo');
       expect(await store.paths.listPathLeases({ workspaceId: ws })).toEqual([]);

@@ -1,0 +1,227 @@
+/**
+ * The benchmarked operations, each as a taskfence call and as a raw-driver baseline that issues
+ * the same statements in the same transactions (copied from what taskfence sends, see
+ * `onQuery`). Each pair runs on its own copy of the same fixture.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { encodePathLeaseKey, leaseKeys, normalizeWritePath, storedPathAncestorKeys, storedPathDescendantRange, type Store } from '../src/index.js';
+import { placeholders, type RawClient } from './lib/raw.js';
+
+export interface Fixture {
+  companyId: string;
+  lockWorkspaceId: string;
+  pathWorkspaceId: string;
+  taskA: string;
+  taskB: string;
+  environmentId: string;
+  inbox: string;
+}
+
+/** Same ids on every copy, so the raw and taskfence databases hold identical data. */
+export async function seedFixture(store: Store, tag: string, messages: number): Promise<Fixture> {
+  const companyId = `c-${tag}`;
+  await store.org.createCompany({ id: companyId, name: 'bench' });
+  const lockWorkspaceId = `w-lock-${tag}`;
+  const pathWorkspaceId = `w-path-${tag}`;
+  await store.org.createWorkspace({ id: lockWorkspaceId, companyId, name: 'lock' });
+  await store.org.createWorkspace({ id: pathWorkspaceId, companyId, name: 'paths' });
+  const taskA = `t-a-${tag}`;
+  const taskB = `t-b-${tag}`;
+  await store.tasks.createTask({ id: taskA, companyId, title: 'a', requiresFilesystem: true });
+  await store.tasks.createTask({ id: taskB, companyId, title: 'b', requiresFilesystem: true });
+  const env = await store.ownership.createEnvironment({ id: `env-${tag}`, ownerTaskId: taskA, rootPath: '/tmp/x' });
+  const inbox = `coordinator-${tag}`;
+  // Bulk messages with plain SQL: seeding is not what is measured.
+  const now = Date.now();
+  for (let i = 0; i < messages; i += 500) {
+    const rows = [];
+    for (let j = i; j < Math.min(messages, i + 500); j++) {
+      rows.push({ id: `m-${tag}-${String(j).padStart(7, '0')}`, from_handle: 'worker', to_handle: inbox, kind: 'k', payload: '{"n":1}', status: 'pending' as const, created_at: now + j, delivered_at: null });
+    }
+    await store.db.insertInto('messages').values(rows).execute();
+  }
+  return { companyId, lockWorkspaceId, pathWorkspaceId, taskA, taskB, environmentId: env.id, inbox };
+}
+
+export interface OpPair {
+  readonly name: string;
+  taskfence(store: Store, fx: Fixture): () => Promise<unknown>;
+  raw(raw: RawClient, fx: Fixture): () => Promise<unknown>;
+}
+
+const lock = (raw: RawClient, key: string): [string, unknown[]][] =>
+  raw.kind === 'postgres' ? [['select pg_advisory_xact_lock(hashtextextended($1, 0))', [key]]] : [];
+
+let uniq = 0;
+const nextTarget = (side: string) => `bench:${side}:${process.pid}:${++uniq}`;
+
+export const OPS: OpPair[] = [
+  {
+    name: 'startCoordinatorRun (disjoint targets)',
+    taskfence: (store) => () => store.runs.startCoordinatorRun({ targetKey: nextTarget('tf') }),
+    raw: (raw) => {
+      const p = (s: string) => placeholders(raw.kind, s);
+      const insert = p(`insert into "coordinator_runs" ("id", "coordinator_handle", "status", "spec", "started_at", "ended_at", "target_key", "heartbeat_at") values (?, ?, ?, ?, ?, ?, ?, ?)`);
+      const adoptTasks = p(`update "tasks" set "coordinator_run_id" = ?, "updated_at" = ? where ("tasks"."coordinator_run_id" is null or not exists (
+      select 1 from coordinator_runs r where r.id = "tasks"."coordinator_run_id" and r.status = 'running')) and "target_key" = ?`);
+      const adopt = (table: string) =>
+        p(`update "${table}" set "coordinator_run_id" = ? where "task_id" in (select "tasks"."id" from "tasks" where "tasks"."coordinator_run_id" = ?) and coalesce(coordinator_run_id, '') <> ? and ("${table}"."coordinator_run_id" is null or not exists (
+      select 1 from coordinator_runs r where r.id = "${table}"."coordinator_run_id" and r.status = 'running'))`);
+      const select = p(`select * from "coordinator_runs" where "id" = ?`);
+      return async () => {
+        const id = randomUUID();
+        const target = nextTarget('raw');
+        const now = Date.now();
+        await raw.tx([
+          [insert, [id, `coordinator-${randomBytes(6).toString('hex')}`, 'running', null, now, null, target, now]],
+          ...lock(raw, `taskfence:run-target:${target}`),
+          [adoptTasks, [id, now, target]],
+          [adopt('dispatch_contexts'), [id, id, id]],
+          [adopt('decision_gates'), [id, id, id]],
+        ]);
+        return raw.query(select, [id]);
+      };
+    },
+  },
+  {
+    name: 'claimWorkspaceLock + releaseWorkspaceLock',
+    taskfence: (store, fx) => async () => {
+      const claim = await store.locks.claimWorkspaceLock(fx.lockWorkspaceId, { holder: 'bench', runId: 'run', ttlMs: 60_000 });
+      if (claim.status !== 'claimed') throw new Error('lock busy');
+      await store.locks.releaseWorkspaceLock(fx.lockWorkspaceId, { token: claim.token });
+    },
+    raw: (raw, fx) => {
+      const p = (s: string) => placeholders(raw.kind, s);
+      const claim = p(`
+            insert into workspace_locks (workspace_id, holder, run_id, token, acquired_at, expires_at)
+            values (?, ?, ?, 1, ?, ?)
+            on conflict (workspace_id) do update
+              set holder = excluded.holder, run_id = excluded.run_id, token = workspace_locks.token + 1,
+                  acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+              where workspace_locks.holder is null or workspace_locks.expires_at <= ?
+            returning token, expires_at`);
+      const release = p(`
+          update workspace_locks set holder = null, run_id = null, expires_at = ?
+          where workspace_id = ? and token = ? and holder is not null
+          returning token`);
+      return async () => {
+        const now = Date.now();
+        const [rows] = await raw.tx([[claim, [fx.lockWorkspaceId, 'bench', 'run', now, now + 60_000, now]]]);
+        const token = (rows![0] as { token: number } | undefined)?.token;
+        if (token === undefined) throw new Error('lock busy');
+        await raw.tx([[release, [Date.now(), fx.lockWorkspaceId, token]]]);
+      };
+    },
+  },
+  {
+    name: 'tryAcquirePaths + releasePaths (2 paths)',
+    taskfence: (store, fx) => async () => {
+      const r = await store.paths.tryAcquirePaths({ workspaceId: fx.pathWorkspaceId, holder: 'bench', paths: ['src/a', 'docs'], ttlMs: 60_000 });
+      if (!r.acquired) throw new Error('paths busy');
+      await store.paths.releasePaths({ workspaceId: fx.pathWorkspaceId, holder: 'bench' });
+    },
+    raw: (raw, fx) => rawPathCycle(raw, fx.pathWorkspaceId, ['src/a', 'docs']),
+  },
+  {
+    name: 'transferEnvironmentOwnership',
+    taskfence: (store, fx) => {
+      let generation = 1;
+      return async () => {
+        const [from, to] = generation % 2 === 1 ? [fx.taskA, fx.taskB] : [fx.taskB, fx.taskA];
+        const r = await store.ownership.transferEnvironmentOwnership({ environmentId: fx.environmentId, expectedOwnerTaskId: from, expectedGeneration: generation, newOwnerTaskId: to });
+        generation = r.generation;
+      };
+    },
+    raw: (raw, fx) => {
+      const p = (s: string) => placeholders(raw.kind, s);
+      const selectEnv = p(`
+    select id, "task_id" as owner, ownership_generation as generation, status,
+           cleanup_claimed_by as claimed_by, cleanup_claim_generation as claim_generation,
+           cleanup_claim_expires_at as claim_expires_at, root_path as root_path
+      from "task_environments" where id = ?`);
+      const selectTask = p(`select "id" from "tasks" where "id" = ?`);
+      const selectAdmissions = p(`select "task_id", "kind" from "task_cleanup_admissions" where "task_id" in (?) order by "task_id"`);
+      const update = p(`
+    update "task_environments"
+       set "task_id" = ?, ownership_generation = ownership_generation + 1,
+           cleanup_claimed_by = null, cleanup_claim_generation = null, cleanup_claim_expires_at = null,
+           updated_at = ?
+     where id = ? and "task_id" = ? and ownership_generation = ?
+       and status = 'active'
+       and (cleanup_claimed_by is null or cleanup_claim_expires_at <= ?)
+    returning ownership_generation as generation`);
+      let generation = 1;
+      return async () => {
+        const [from, to] = generation % 2 === 1 ? [fx.taskA, fx.taskB] : [fx.taskB, fx.taskA];
+        const now = Date.now();
+        const results = await raw.tx([
+          ...lock(raw, `ownership:barrier:${to}`),
+          ...lock(raw, `ownership:environment:${fx.environmentId}`),
+          [selectEnv, [fx.environmentId]],
+          [selectTask, [to]],
+          [selectAdmissions, [to]],
+          [update, [to, now, fx.environmentId, from, generation, now]],
+        ]);
+        const row = results.at(-1)![0] as { generation: number } | undefined;
+        if (!row) throw new Error('transfer lost');
+        generation = Number(row.generation);
+      };
+    },
+  },
+  {
+    name: 'deliverPendingMessages (1 message)',
+    taskfence: (store, fx) => async () => {
+      const got = await store.messages.deliverPendingMessages(fx.inbox, { limit: 1 });
+      if (got.length !== 1) throw new Error('inbox empty');
+    },
+    raw: (raw, fx) => {
+      const deliver = placeholders(
+        raw.kind,
+        `update "messages" set "status" = ?, "delivered_at" = ? where "id" in (select "m"."id" from "messages" as "m" where "m"."to_handle" = ? and "m"."status" = ? order by "m"."created_at", "m"."id" limit ?) and "status" = ? returning *`,
+      );
+      return async () => {
+        const results = await raw.tx([...lock(raw, `taskfence:inbox:${fx.inbox}`), [deliver, ['delivered', Date.now(), fx.inbox, 'pending', 1, 'pending']]]);
+        const rows = results.at(-1)! as { payload: string }[];
+        if (rows.length !== 1) throw new Error('inbox empty');
+        return rows.map((r) => JSON.parse(r.payload));
+      };
+    },
+  },
+];
+
+/** The raw equivalent of tryAcquirePaths + releasePaths, statement for statement. */
+export function rawPathCycle(raw: RawClient, workspaceId: string, paths: string[]) {
+  const p = (s: string) => placeholders(raw.kind, s);
+  const keys = leaseKeys(paths.map(normalizeWritePath));
+  const stored = keys.map(encodePathLeaseKey);
+  const ancestors = [...new Set(keys.flatMap(storedPathAncestorKeys))];
+  const live = 'workspace_id = ? and holder <> ? and expires_at > ?';
+  const branches: string[] = [];
+  if (ancestors.length > 0) branches.push(`select lease_key, holder, expires_at from path_leases where ${live} and lease_key in (${ancestors.map(() => '?').join(', ')})`);
+  for (const _ of keys) branches.push(`select lease_key, holder, expires_at from path_leases where ${live} and lease_key >= ? and lease_key < ?`);
+  const conflicts = p(`${branches.join(' union all ')} limit ?`);
+  const prune = p(`delete from "path_leases" where "workspace_id" = ? and "lease_key" in (${stored.map(() => '?').join(', ')}) and "holder" <> ? and "expires_at" <= ?`);
+  const insert = p(
+    `insert into "path_leases" ("workspace_id", "lease_key", "holder", "task_id", "acquired_at", "expires_at") values ${stored.map(() => '(?, ?, ?, ?, ?, ?)').join(', ')} on conflict ("workspace_id", "lease_key", "holder") do update set "task_id" = coalesce("excluded"."task_id", path_leases.task_id), "acquired_at" = "excluded"."acquired_at", "expires_at" = "excluded"."expires_at" returning *`,
+  );
+  const release = p(`delete from "path_leases" where "workspace_id" = ? and "holder" = ? returning "lease_key"`);
+  return async () => {
+    const now = Date.now();
+    const holder = 'bench';
+    const conflictParams: unknown[] = [];
+    if (ancestors.length > 0) conflictParams.push(workspaceId, holder, now, ...ancestors);
+    for (const key of keys) {
+      const { from, to } = storedPathDescendantRange(key);
+      conflictParams.push(workspaceId, holder, now, from, to);
+    }
+    conflictParams.push(16);
+    await raw.txWith(async (run) => {
+      if (raw.kind === 'postgres') await run('select pg_advisory_xact_lock(hashtextextended($1, 0))', [`paths:${workspaceId}`]);
+      const found = await run(conflicts, conflictParams);
+      if (found.length > 0) throw new Error('paths busy');
+      await run(prune, [workspaceId, ...stored, holder, now]);
+      await run(insert, stored.flatMap((key) => [workspaceId, key, holder, null, now, now + 60_000]));
+    });
+    await raw.tx([[release, [workspaceId, holder]]]);
+  };
+}
