@@ -28,6 +28,16 @@ export class ImmediateSqliteDriver implements Driver {
 
   async init(): Promise<void> {}
 
+  /** The one connection, for `PinnedSqliteDriver`; only use it while holding it via `acquireConnection`. */
+  get connection(): DatabaseConnection {
+    return this.#connection;
+  }
+
+  /** Whether SQLite is inside a transaction right now (it may have rolled back by itself). */
+  get inTransaction(): boolean {
+    return this.#db.inTransaction;
+  }
+
   async acquireConnection(): Promise<DatabaseConnection> {
     // One connection: queue callers until the holder releases it.
     while (this.#locked) await this.#locked;
@@ -125,4 +135,25 @@ function toSqliteValue(value: unknown): unknown {
 
 function quoteIdentifier(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
+}
+
+/**
+ * A driver for a Kysely instance that runs on a connection someone else already holds (the
+ * write transaction of `SqliteDialect`): no locking, no transaction control of its own. Building
+ * this Kysely once, instead of Kysely's per-call transaction object, saves most of the fixed cost
+ * of a write transaction.
+ */
+export class PinnedSqliteDriver implements Driver {
+  constructor(private readonly owner: ImmediateSqliteDriver) {}
+  async init(): Promise<void> {}
+  async acquireConnection(): Promise<DatabaseConnection> {
+    return this.owner.connection;
+  }
+  async beginTransaction(): Promise<void> {
+    throw new Error('A write transaction is already open; nested transactions are not supported.');
+  }
+  async commitTransaction(): Promise<void> {}
+  async rollbackTransaction(): Promise<void> {}
+  async releaseConnection(): Promise<void> {}
+  async destroy(): Promise<void> {}
 }

@@ -1,9 +1,13 @@
 import Database from 'better-sqlite3';
-import { Kysely, SqliteAdapter, SqliteIntrospector, SqliteQueryCompiler, sql, type Transaction } from 'kysely';
+import { CompiledQuery, Kysely, SqliteAdapter, SqliteIntrospector, SqliteQueryCompiler, sql, type Driver, type Transaction } from 'kysely';
 import type { Database as Schema } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
 import { describeSqliteSchema } from './sqlite-describe.js';
-import { ImmediateSqliteDriver } from './sqlite-driver.js';
+import { ImmediateSqliteDriver, PinnedSqliteDriver } from './sqlite-driver.js';
+
+const BEGIN_IMMEDIATE = CompiledQuery.raw('begin immediate');
+const COMMIT = CompiledQuery.raw('commit');
+const ROLLBACK = CompiledQuery.raw('rollback');
 import { SQLITE_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
 import {
@@ -31,16 +35,18 @@ export function openSqliteDialect(filename: string, options: DialectOptions = {}
   }
   raw.pragma('foreign_keys = ON');
   raw.pragma('synchronous = NORMAL');
-  const db = new Kysely<Schema>({
-    dialect: {
-      createAdapter: () => new SqliteAdapter(),
-      createDriver: () => new ImmediateSqliteDriver(raw),
-      createIntrospector: (k) => new SqliteIntrospector(k),
-      createQueryCompiler: () => new SqliteQueryCompiler(),
-    },
-    log: queryLogger(options.onQuery),
-  });
-  return new SqliteDialect(raw, db, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS);
+  const driver = new ImmediateSqliteDriver(raw);
+  const kysely = (d: Driver) =>
+    new Kysely<Schema>({
+      dialect: {
+        createAdapter: () => new SqliteAdapter(),
+        createDriver: () => d,
+        createIntrospector: (k) => new SqliteIntrospector(k),
+        createQueryCompiler: () => new SqliteQueryCompiler(),
+      },
+      log: queryLogger(options.onQuery),
+    });
+  return new SqliteDialect(raw, kysely(driver), driver, kysely(new PinnedSqliteDriver(driver)), options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS);
 }
 
 class SqliteDialect implements StoreDialect {
@@ -51,12 +57,34 @@ class SqliteDialect implements StoreDialect {
   constructor(
     private readonly raw: Database.Database,
     readonly db: Kysely<Schema>,
+    private readonly driver: ImmediateSqliteDriver,
+    /** Runs on the connection a write transaction holds; handed to `fn` as its transaction. */
+    private readonly pinned: Kysely<Schema>,
     private readonly writeDeadlineMs: number,
   ) {}
 
+  /** One attempt: hold the connection, BEGIN IMMEDIATE, run `fn` on the pinned Kysely, COMMIT (or ROLLBACK). */
+  async #immediate<T>(fn: WriteTransactionFn<T>): Promise<T> {
+    const connection = await this.driver.acquireConnection();
+    try {
+      await connection.executeQuery(BEGIN_IMMEDIATE);
+      try {
+        const result = await fn(this.pinned as unknown as Transaction<Schema>);
+        await connection.executeQuery(COMMIT);
+        return result;
+      } catch (error) {
+        // SQLite may already have rolled back by itself (SQLITE_BUSY, SQLITE_FULL, …).
+        if (this.driver.inTransaction) await connection.executeQuery(ROLLBACK);
+        throw error;
+      }
+    } finally {
+      await this.driver.releaseConnection();
+    }
+  }
+
   writeTransaction<T>(fn: WriteTransactionFn<T>, options?: WriteTransactionOptions): Promise<T> {
     return retryTransient(
-      () => this.db.transaction().execute(fn),
+      () => this.#immediate(fn),
       (e) => this.classifyError(e),
       RETRYABLE,
       options?.deadlineMs ?? this.writeDeadlineMs,
@@ -95,6 +123,7 @@ class SqliteDialect implements StoreDialect {
   }
 
   async close(): Promise<void> {
+    await this.pinned.destroy();
     await this.db.destroy();
     if (this.raw.open) this.raw.close();
   }

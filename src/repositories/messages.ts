@@ -82,7 +82,8 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
         created_at: ctx.clock.now(),
         delivered_at: null,
       };
-      await db.insertInto('messages').values(row).execute();
+      // Through the write transaction so SQLITE_BUSY under contention is retried, not surfaced.
+      await ctx.dialect.writeTransaction((trx) => trx.insertInto('messages').values(row).execute());
       return toMessage(row);
     },
 

@@ -75,7 +75,7 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
   const repo: OrgRepository = {
     async createCompany(input) {
       const row = { id: input.id ?? ctx.newId(), name: requireText('name', input.name), created_at: ctx.clock.now() };
-      await db.insertInto('companies').values(row).execute();
+      await ctx.dialect.writeTransaction((trx) => trx.insertInto('companies').values(row).execute());
       return { id: row.id, name: row.name, createdAt: row.created_at };
     },
     async createWorkspace(input) {
@@ -86,7 +86,7 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
         root_path: input.rootPath ?? null,
         created_at: ctx.clock.now(),
       };
-      await db.insertInto('workspaces').values(row).execute();
+      await ctx.dialect.writeTransaction((trx) => trx.insertInto('workspaces').values(row).execute());
       return toWorkspace(row);
     },
     async createAgent(input) {
@@ -99,7 +99,7 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
         workspace_id: input.workspaceId ?? null,
         created_at: ctx.clock.now(),
       };
-      await db.insertInto('agents').values(row).execute();
+      await ctx.dialect.writeTransaction((trx) => trx.insertInto('agents').values(row).execute());
       return toAgent(row);
     },
     async createProject(input) {
@@ -110,7 +110,7 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
         primary_workspace_id: input.primaryWorkspaceId ?? null,
         created_at: ctx.clock.now(),
       };
-      await db.insertInto('projects').values(row).execute();
+      await ctx.dialect.writeTransaction((trx) => trx.insertInto('projects').values(row).execute());
       return toProject(row);
     },
     async getWorkspace(id) {

@@ -33,6 +33,31 @@ export function defineDialectSuite(makeFixture: () => DialectFixture) {
       expect(Number(row.created_at)).toBe(6 * 25 * 3);
     });
 
+    it('retry a write stuck behind a writer that holds the lock past busy_timeout, instead of surfacing SQLITE_BUSY', async () => {
+      const holder = await fx.freshStore();
+      const waiter = await fx.open(holder.location.url, { busyTimeoutMs: 50 });
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => (release = resolve));
+      let locked!: () => void;
+      const isLocked = new Promise<void>((resolve) => (locked = resolve));
+      const holding = holder.dialect.writeTransaction(async (trx) => {
+        await trx.insertInto('companies').values({ id: 'first', name: 'holder', created_at: 1 }).execute();
+        locked();
+        await held;
+      });
+      await isLocked;
+      const retriesBefore = waiter.dialect.stats.retries;
+      const sending = waiter.messages.sendMessage({ from: 'w', to: 'c', kind: 'k', payload: null });
+      const creating = waiter.org.createCompany({ id: 'second', name: 'waiter' });
+      await new Promise((resolve) => setTimeout(resolve, 300)); // several busy timeouts
+      release();
+      await holding;
+      await expect(sending).resolves.toMatchObject({ to: 'c' });
+      await expect(creating).resolves.toMatchObject({ id: 'second' });
+      if (fx.kind === 'sqlite') expect(waiter.dialect.stats.retries).toBeGreaterThan(retriesBefore);
+      expect((await holder.db.selectFrom('companies').select('id').orderBy('id').execute()).map((r) => r.id)).toEqual(['first', 'second']);
+    });
+
     it('roll back everything when the function throws', async () => {
       const store = await fx.freshStore();
       await expect(
