@@ -1,4 +1,4 @@
-import { sql, type Transaction } from 'kysely';
+import { sql, type Kysely, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
 import type { CoordinatorRunRow, CoordinatorRunStatus, Database, DispatchContextRow, DispatchStatus, TaskStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
@@ -167,7 +167,8 @@ const IN_FLIGHT: readonly TaskStatus[] = ['dispatched', 'in_progress'];
 const taskLockKey = (taskId: string) => `taskfence:dispatch-task:${taskId}`;
 const terminalLockKey = (handle: string) => `taskfence:dispatch-terminal:${handle}`;
 
-function newestActiveFor(trx: Transaction<Database>, terminalHandle: string) {
+/** The newest active dispatch of a terminal (ties broken by id), read in `db` (a transaction or the store). */
+function newestActiveFor(trx: Transaction<Database> | Kysely<Database>, terminalHandle: string) {
   return trx
     .selectFrom('dispatch_contexts')
     .selectAll()
@@ -270,15 +271,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     getDispatch,
 
     async getActiveDispatchForTerminal(terminalHandle) {
-      const row = await db
-        .selectFrom('dispatch_contexts')
-        .selectAll()
-        .where('terminal_handle', '=', terminalHandle)
-        .where('status', '=', 'active')
-        .orderBy('created_at', 'desc')
-        .orderBy('id', 'desc')
-        .limit(1)
-        .executeTakeFirst();
+      const row = await newestActiveFor(db, terminalHandle);
       return row ? toDispatch(row) : null;
     },
 
