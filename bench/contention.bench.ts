@@ -41,13 +41,17 @@ export async function benchContention(dbs: BenchDatabases, options: { iterations
           await store.org.createWorkspace({ id: 'w-path-shared', companyId: 'c-shared', name: 'paths' });
           for (let w = 0; w < Math.min(workers, maxWorkers); w++) await seedFixture(store, `w${w}`, op === 'deliver' ? iterations + 10 : 0);
           await store.close();
-          const startAt = Date.now() + 1500 + workers * 150;
+          const startAt = Date.now() + 1500 + workers * 300;
           const outputs = await Promise.all(
             Array.from({ length: workers }, (_, worker) => run(process.execPath, [CHILD, JSON.stringify({ url, op, worker, iterations, startAt })], { maxBuffer: 64 * 2 ** 20 })),
           );
-          const results = outputs.map((o) => JSON.parse(o.stdout.trim().split('\n').at(-1)!) as { endedAt: number; latencies: number[]; errors: number; firstError: string | null; retries: number });
+          const results = outputs.map((o) => JSON.parse(o.stdout.trim().split('\n').at(-1)!) as { startedAt: number; endedAt: number; latencies: number[]; errors: number; firstError: string | null; retries: number });
           const latencies = results.flatMap((x) => x.latencies).sort((a, b) => a - b);
-          const elapsed = Math.max(...results.map((x) => x.endedAt)) - startAt;
+          // From the first worker's real start (a worker that missed the start instant does not
+          // stretch the window) to the last one's end.
+          const elapsed = Math.max(...results.map((x) => x.endedAt)) - Math.min(...results.map((x) => x.startedAt));
+          const late = results.filter((x) => x.startedAt - startAt > 50).length;
+          if (late > 0) console.log(`  contention ${dialect} ${op} ×${workers}: ${late} workers started more than 50 ms late`);
           const errors = results.reduce((n, x) => n + x.errors, 0);
           if (errors > 0) console.log(`  contention ${dialect} ${op} ×${workers}: ${errors} errors, first: ${results.find((x) => x.firstError)?.firstError}`);
           samples.push({ dialect, op, workers, opsPerSec: (workers * iterations * 1000) / elapsed, p99Ms: percentile(latencies, 99), retries: results.reduce((n, x) => n + x.retries, 0), errors });

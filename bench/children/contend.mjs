@@ -37,6 +37,7 @@ const ops = {
 
 const fn = ops[op];
 await new Promise((resolve) => setTimeout(resolve, Math.max(0, startAt - Date.now())));
+const startedAt = Date.now();
 const latencies = [];
 let errors = 0;
 let firstError = null;
@@ -53,4 +54,4 @@ for (let i = 0; i < iterations; i++) {
 const endedAt = Date.now();
 const retries = store.dialect.stats.retries;
 await store.close();
-console.log(JSON.stringify({ endedAt, latencies, errors, firstError, retries }));
+console.log(JSON.stringify({ startedAt, endedAt, latencies, errors, firstError, retries }));
