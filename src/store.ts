@@ -47,7 +47,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
   const location = parseDatabaseUrl(options.url ?? defaultDatabaseUrl());
   const dialect =
     location.dialect === 'sqlite'
-      ? openSqliteDialect(location.filename, options)
+      ? await openSqliteDialect(location.filename, options)
       : await openPostgresDialect(location.connectionString, options);
   const migrator = new Migrator(dialect);
   const context: StoreContext = createStoreContext(dialect, options.clock);

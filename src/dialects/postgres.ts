@@ -75,6 +75,16 @@ class PostgresStoreDialect implements StoreDialect {
     );
   }
 
+  readTransaction<T>(fn: WriteTransactionFn<T>): Promise<T> {
+    return retryTransient(
+      () => this.db.transaction().setIsolationLevel('repeatable read').setAccessMode('read only').execute(fn),
+      (e) => this.classifyError(e),
+      RETRYABLE,
+      this.writeDeadlineMs,
+      this.stats,
+    );
+  }
+
   async lockKey(trx: Transaction<Schema>, key: string): Promise<void> {
     await sql`select pg_advisory_xact_lock(hashtextextended(${key}, 0))`.execute(trx);
   }

@@ -6,6 +6,7 @@ import { describeSqliteSchema } from './sqlite-describe.js';
 import { ImmediateSqliteDriver, PinnedSqliteDriver } from './sqlite-driver.js';
 
 const BEGIN_IMMEDIATE = CompiledQuery.raw('begin immediate');
+const BEGIN_DEFERRED = CompiledQuery.raw('begin');
 const COMMIT = CompiledQuery.raw('commit');
 const ROLLBACK = CompiledQuery.raw('rollback');
 import { SQLITE_COLUMN_TYPES } from './recording.js';
@@ -25,14 +26,26 @@ import { DatabaseUnavailableError } from '../errors.js';
 const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['busy']);
 
 /** Opens one better-sqlite3 connection in WAL mode and wraps it as a `StoreDialect`. */
-export function openSqliteDialect(filename: string, options: DialectOptions = {}): StoreDialect {
+export async function openSqliteDialect(filename: string, options: DialectOptions = {}): Promise<StoreDialect> {
   let raw: Database.Database;
   try {
     raw = new Database(filename, { timeout: options.busyTimeoutMs ?? 250 });
-    raw.pragma('journal_mode = WAL');
   } catch (error) {
     throw new DatabaseUnavailableError(`sqlite:${filename}`, error);
   }
+  // Switching a new file to WAL takes the write lock for a moment: several processes opening
+  // one new file at once retry it instead of failing.
+  const stats: DialectStats = { retries: 0 };
+  await retryTransient(
+    async () => raw.pragma('journal_mode = WAL'),
+    (e) => ((e as { code?: string }).code?.startsWith('SQLITE_BUSY') ? 'busy' : 'unknown'),
+    RETRYABLE,
+    options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
+    stats,
+  ).catch((error) => {
+    raw.close();
+    throw new DatabaseUnavailableError(`sqlite:${filename}`, error);
+  });
   raw.pragma('foreign_keys = ON');
   raw.pragma('synchronous = NORMAL');
   const driver = new ImmediateSqliteDriver(raw);
@@ -63,11 +76,11 @@ class SqliteDialect implements StoreDialect {
     private readonly writeDeadlineMs: number,
   ) {}
 
-  /** One attempt: hold the connection, BEGIN IMMEDIATE, run `fn` on the pinned Kysely, COMMIT (or ROLLBACK). */
-  async #immediate<T>(fn: WriteTransactionFn<T>): Promise<T> {
+  /** One attempt: hold the connection, BEGIN (IMMEDIATE for writes), run `fn` on the pinned Kysely, COMMIT (or ROLLBACK). */
+  async #immediate<T>(fn: WriteTransactionFn<T>, begin: CompiledQuery = BEGIN_IMMEDIATE): Promise<T> {
     const connection = await this.driver.acquireConnection();
     try {
-      await connection.executeQuery(BEGIN_IMMEDIATE);
+      await connection.executeQuery(begin);
       try {
         const result = await fn(this.pinned as unknown as Transaction<Schema>);
         await connection.executeQuery(COMMIT);
@@ -90,6 +103,11 @@ class SqliteDialect implements StoreDialect {
       options?.deadlineMs ?? this.writeDeadlineMs,
       this.stats,
     );
+  }
+
+  readTransaction<T>(fn: WriteTransactionFn<T>): Promise<T> {
+    // Deferred: a WAL reader never waits for the writer; it reads the last committed snapshot.
+    return retryTransient(() => this.#immediate(fn, BEGIN_DEFERRED), (e) => this.classifyError(e), RETRYABLE, this.writeDeadlineMs, this.stats);
   }
 
   async lockKey(_trx: Transaction<Schema>, _key: string): Promise<void> {

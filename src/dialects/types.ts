@@ -55,6 +55,13 @@ export interface StoreDialect {
   writeTransaction<T>(fn: WriteTransactionFn<T>, options?: WriteTransactionOptions): Promise<T>;
 
   /**
+   * Runs `fn` on one consistent snapshot without taking the write lock (SQLite: a deferred
+   * `BEGIN` in WAL mode; PostgreSQL: REPEATABLE READ, READ ONLY), retried on transient errors.
+   * For reads that must agree with each other, such as the migrator's history-and-tables check.
+   */
+  readTransaction<T>(fn: WriteTransactionFn<T>): Promise<T>;
+
+  /**
    * Serializes writers on `key` until the surrounding write transaction ends
    * (PostgreSQL: a transaction-scoped advisory lock; SQLite: already serialized by `BEGIN IMMEDIATE`).
    * Take it before reading the rows the decision depends on.

@@ -51,15 +51,18 @@ export async function backfillRequiresFilesystem(db: Kysely<any>, options: Backf
     for (const chunk of roleChunks) {
       // Role equality and department equality are exact, byte-for-byte comparisons on both dialects.
       const roleMatch = chunk.length === 0 ? sql`0 = 1` : sql`a.role in (${sql.join(chunk)})`;
+      // The status tests sit inside CASE so no planner drives the batch from the status index
+      // (which would walk most of the table on every batch); the id range on the primary key does.
       const result = await sql`
         update tasks set requires_filesystem = 1
-        where ${range} and requires_filesystem = 0 and (
-          (status in ('dispatched', 'in_progress') and exists (
+        where ${range} and requires_filesystem = 0 and (case
+          when status in ('dispatched', 'in_progress') and exists (
             select 1 from task_leases l
-            where l.task_id = tasks.id and l.holder is not null and l.expires_at > ${now}))
-          or (status in ('todo', 'backlog') and exists (
+            where l.task_id = tasks.id and l.holder is not null and l.expires_at > ${now}) then 1
+          when status in ('todo', 'backlog') and exists (
             select 1 from agents a
-            where a.id = tasks.assignee_agent_id and (${roleMatch} or a.department = ${FILESYSTEM_DEPARTMENT}))))`.execute(db);
+            where a.id = tasks.assignee_agent_id and (${roleMatch} or a.department = ${FILESYSTEM_DEPARTMENT})) then 1
+          else 0 end) = 1`.execute(db);
       flagged += Number(result.numAffectedRows ?? 0n);
     }
     if (high === null) break;

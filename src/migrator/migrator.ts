@@ -133,7 +133,7 @@ export class Migrator {
   async status(): Promise<MigrationStatus> {
     const checksums = await this.#checksumsByVersion();
     // One read transaction, so history and tables come from the same snapshot.
-    return this.#dialect.db.transaction().execute((trx) => this.#statusIn(trx, checksums));
+    return this.#dialect.readTransaction((trx) => this.#statusIn(trx, checksums));
   }
 
   async #statusIn(db: Kysely<Database>, checksums: Map<number, string>): Promise<MigrationStatus> {

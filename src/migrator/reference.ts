@@ -11,7 +11,7 @@ export async function expectedTablesAt(version: number, migrations: readonly Mig
   const key = `${version}:${migrations.map((m) => m.version).join(',')}`;
   const cached = cache.get(key);
   if (cached) return cached;
-  const dialect = openSqliteDialect(':memory:');
+  const dialect = await openSqliteDialect(':memory:');
   try {
     for (const m of migrations) {
       if (m.version > version) break;

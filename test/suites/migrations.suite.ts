@@ -100,6 +100,29 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       }
     });
 
+    it('reads its status without waiting for, or failing on, a writer that holds the write lock', async () => {
+      const writer = await fx.freshStore();
+      const reader = await fx.open(writer.location.url, { busyTimeoutMs: 20 });
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => (release = resolve));
+      let locked!: () => void;
+      const isLocked = new Promise<void>((resolve) => (locked = resolve));
+      const holding = writer.dialect.writeTransaction(async (trx) => {
+        await trx.insertInto('companies').values({ id: 'held', name: 'held', created_at: 1 }).execute();
+        locked();
+        await held;
+      });
+      await isLocked;
+      try {
+        // Resolves while the lock is still held: a read snapshot needs no write lock.
+        const status = await reader.migrationStatus();
+        expect(status).toMatchObject({ currentVersion: LATEST_VERSION, pending: [], baselineRequired: false });
+      } finally {
+        release();
+        await holding;
+      }
+    });
+
     it('rejects a target version that is not in the chain', async () => {
       const store = await fx.freshStore({ to: 0 });
       await expect(store.migrate({ to: 7000 })).rejects.toBeInstanceOf(UnknownVersionError);
