@@ -3,7 +3,7 @@
  * run, and writes bench/results/<date>.{json,md} and bench/results/latest.md.
  * `npm run bench -- --quick` runs smaller sizes (for checking that the benchmark itself works).
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { BenchDatabases } from './lib/databases.js';
 import { describeMachine } from './lib/machine.js';
@@ -18,7 +18,7 @@ const only = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.
 const adminUrl = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const RESULTS = fileURLToPath(new URL('./results/', import.meta.url));
 
-type Section = { title: string; data: unknown; table: string };
+type Section = { title: string; data: unknown; table: string; measuredAt?: string };
 
 async function main() {
   const dbs = new BenchDatabases(adminUrl);
@@ -80,18 +80,29 @@ async function main() {
     await dbs.dropAll();
   }
   const stamp = machine.date.slice(0, 10);
-  const md = [
-    `## Benchmarks (${stamp})`,
-    '',
-    `Machine: ${machine.cpus} cores (${machine.cpuModel}), ${machine.memoryGiB} GiB, ${machine.platform}; Node ${machine.node}, SQLite ${machine.sqlite}, PostgreSQL ${machine.postgres}. Each figure is the median of several runs${quick ? ' (quick mode: small sizes, single runs)' : ''}.`,
-    '',
-    ...sections.flatMap((s) => [`### ${s.title}`, '', s.table, '']),
-  ].join('\n');
   mkdirSync(RESULTS, { recursive: true });
-  const name = `${stamp}${quick ? '-quick' : ''}`;
+  const name = `${stamp}${quick ? '-quick' : ''}${only ? `-${only.join('-')}` : ''}`;
+  const render = (all: Section[], date: string) =>
+    [
+      `## Benchmarks (${date})`,
+      '',
+      `Machine: ${machine.cpus} cores (${machine.cpuModel}), ${machine.memoryGiB} GiB, ${machine.platform}; Node ${machine.node}, SQLite ${machine.sqlite}, PostgreSQL ${machine.postgres}. Each figure is the median of several runs${quick ? ' (quick mode: small sizes, single runs)' : ''}; ratios compare with a raw-driver baseline measured in the same run.`,
+      '',
+      ...all.flatMap((s) => [`### ${s.title}${s.measuredAt && s.measuredAt !== date ? ` (measured ${s.measuredAt})` : ''}`, '', s.table, '']),
+    ].join('\n');
+  const md = render(sections, stamp);
   writeFileSync(`${RESULTS}${name}.json`, JSON.stringify({ machine, quick, sections: Object.fromEntries(sections.map((s) => [s.title, s.data])) }, null, 2) + '\n');
   writeFileSync(`${RESULTS}${name}.md`, md + '\n');
-  if (!quick) writeFileSync(`${RESULTS}latest.md`, md + '\n');
+  if (!quick) {
+    // latest.json keeps every section's newest full-size result, so `--only=…` reruns merge in.
+    const latestPath = `${RESULTS}latest.json`;
+    const previous: Section[] = existsSync(latestPath) ? JSON.parse(readFileSync(latestPath, 'utf8')).sections : [];
+    const merged = [...previous.filter((p) => !sections.some((s) => s.title === p.title)), ...sections.map((s) => ({ ...s, measuredAt: stamp }))];
+    const order = ['Overhead', 'Contention', 'Path-lease', 'Peer', 'Migrations'];
+    merged.sort((a, b) => order.findIndex((o) => a.title.startsWith(o)) - order.findIndex((o) => b.title.startsWith(o)));
+    writeFileSync(latestPath, JSON.stringify({ machine, sections: merged }, null, 2) + '\n');
+    writeFileSync(`${RESULTS}latest.md`, render(merged, stamp) + '\n');
+  }
   console.log(md);
 }
 
