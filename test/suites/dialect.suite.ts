@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import type { Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
+import { holdWriteLock } from '../support/hold-write-lock.js';
 import { Contenders } from '../support/race.js';
 
 const OPS = fileURLToPath(new URL('./dialect.ops.ts', import.meta.url));
@@ -36,22 +37,12 @@ export function defineDialectSuite(makeFixture: () => DialectFixture) {
     it('retry a write stuck behind a writer that holds the lock past busy_timeout, instead of surfacing SQLITE_BUSY', async () => {
       const holder = await fx.freshStore();
       const waiter = await fx.open(holder.location.url, { busyTimeoutMs: 50 });
-      let release!: () => void;
-      const held = new Promise<void>((resolve) => (release = resolve));
-      let locked!: () => void;
-      const isLocked = new Promise<void>((resolve) => (locked = resolve));
-      const holding = holder.dialect.writeTransaction(async (trx) => {
-        await trx.insertInto('companies').values({ id: 'first', name: 'holder', created_at: 1 }).execute();
-        locked();
-        await held;
-      });
-      await isLocked;
+      const lock = await holdWriteLock(holder, (trx) => trx.insertInto('companies').values({ id: 'first', name: 'holder', created_at: 1 }).execute());
       const retriesBefore = waiter.dialect.stats.retries;
       const sending = waiter.messages.sendMessage({ from: 'w', to: 'c', kind: 'k', payload: null });
       const creating = waiter.org.createCompany({ id: 'second', name: 'waiter' });
       await new Promise((resolve) => setTimeout(resolve, 300)); // several busy timeouts
-      release();
-      await holding;
+      await lock.release();
       await expect(sending).resolves.toMatchObject({ to: 'c' });
       await expect(creating).resolves.toMatchObject({ id: 'second' });
       if (fx.kind === 'sqlite') expect(waiter.dialect.stats.retries).toBeGreaterThan(retriesBefore);

@@ -17,6 +17,7 @@ import {
 } from '../../src/index.js';
 import { main } from '../../src/cli.js';
 import type { DialectFixture } from '../support/fixtures.js';
+import { holdWriteLock } from '../support/hold-write-lock.js';
 import { Contenders, ContenderExitedError } from '../support/race.js';
 import { makeLegacyV5Database } from './legacy.js';
 
@@ -103,23 +104,13 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
     it('reads its status without waiting for, or failing on, a writer that holds the write lock', async () => {
       const writer = await fx.freshStore();
       const reader = await fx.open(writer.location.url, { busyTimeoutMs: 20 });
-      let release!: () => void;
-      const held = new Promise<void>((resolve) => (release = resolve));
-      let locked!: () => void;
-      const isLocked = new Promise<void>((resolve) => (locked = resolve));
-      const holding = writer.dialect.writeTransaction(async (trx) => {
-        await trx.insertInto('companies').values({ id: 'held', name: 'held', created_at: 1 }).execute();
-        locked();
-        await held;
-      });
-      await isLocked;
+      const lock = await holdWriteLock(writer, (trx) => trx.insertInto('companies').values({ id: 'held', name: 'held', created_at: 1 }).execute());
       try {
         // Resolves while the lock is still held: a read snapshot needs no write lock.
         const status = await reader.migrationStatus();
         expect(status).toMatchObject({ currentVersion: LATEST_VERSION, pending: [], baselineRequired: false });
       } finally {
-        release();
-        await holding;
+        await lock.release();
       }
     });
 
