@@ -559,8 +559,8 @@ async function requireTaskExists(trx: Trx, taskId: string): Promise<void> {
   if (!row) throw new NotFoundError('task', taskId);
 }
 
-/** The first admitted cleanup among `taskIds`, if any (call with their barrier keys held). */
-async function findAdmission(trx: Trx, taskIds: readonly string[]) {
+/** @internal The first admitted cleanup among `taskIds`, if any (call with their barrier keys held). */
+export async function findAdmission(trx: Trx, taskIds: readonly string[]) {
   if (taskIds.length === 0) return undefined;
   return trx
     .selectFrom('task_cleanup_admissions')
@@ -570,7 +570,8 @@ async function findAdmission(trx: Trx, taskIds: readonly string[]) {
     .executeTakeFirst();
 }
 
-async function lockBarriers(ctx: StoreContext, trx: Trx, taskIds: Iterable<string>): Promise<void> {
+/** @internal Takes the cleanup barriers of `taskIds` (see `barrierKey`), in sorted order. */
+export async function lockBarriers(ctx: StoreContext, trx: Trx, taskIds: Iterable<string>): Promise<void> {
   // Sorted, so two transactions locking overlapping sets cannot deadlock on each other.
   for (const id of [...new Set(taskIds)].sort()) await ctx.dialect.lockKey(trx, barrierKey(id));
 }

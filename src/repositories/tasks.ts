@@ -1,9 +1,9 @@
-import { sql, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError } from '../errors.js';
-import { TASK_STATUSES, type Database, type TaskRow, type TaskStatus, type WorkspaceMode } from '../schema/database.js';
+import { TASK_STATUSES, type TaskRow, type TaskStatus, type WorkspaceMode } from '../schema/database.js';
 import { runTargetLockKey } from '../domain/run-targets.js';
 import { normalizeWritePath } from '../domain/write-paths.js';
-import { barrierKey, CleanupBarrierError } from './ownership.js';
+import { CleanupBarrierError, findAdmission, lockBarriers } from './ownership.js';
+import { findRunningRun } from './runs.js';
 import type { StoreContext } from './context.js';
 import { requireBoolean, requireText } from './validate.js';
 
@@ -102,17 +102,6 @@ function validateWrites(writes: unknown): readonly string[] | null {
   return (writes as string[]).map(normalizeWritePath);
 }
 
-/** The running run of a target inside a transaction (null targets share the '' slot). */
-export async function findRunningRunForTarget(trx: Transaction<Database>, targetKey: string | null): Promise<string | null> {
-  const row = await trx
-    .selectFrom('coordinator_runs')
-    .select('id')
-    .where('status', '=', 'running')
-    .where(sql<string>`coalesce(target_key, '')`, '=', targetKey ?? '')
-    .executeTakeFirst();
-  return row?.id ?? null;
-}
-
 export function createTaskRepository(ctx: StoreContext): TaskRepository {
   const { dialect } = ctx;
   const repo: TaskRepository = {
@@ -128,20 +117,16 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
         // Run start takes the same key after inserting its run: whichever commits first, the
         // task ends up in the run (stamped here, or adopted there).
         await dialect.lockKey(trx, runTargetLockKey(input.targetKey ?? null));
-        const runId = await findRunningRunForTarget(trx, input.targetKey ?? null);
+        const runId = (await findRunningRun(trx, input.targetKey ?? null))?.id ?? null;
         let groupId: string | null = null;
         if (input.parentId) {
           // The parent's cleanup barrier: once its cleanup is admitted its inventory is fixed,
           // so no child may join it.
-          await dialect.lockKey(trx, barrierKey(input.parentId));
+          await lockBarriers(ctx, trx, [input.parentId]);
           const parent = await trx.selectFrom('tasks').select('id').where('id', '=', input.parentId).executeTakeFirst();
           if (!parent) throw new NotFoundError('parent task', input.parentId);
-          const admitted = await trx
-            .selectFrom('task_cleanup_admissions')
-            .select('kind')
-            .where('task_id', '=', input.parentId)
-            .executeTakeFirst();
-          if (admitted) throw new CleanupBarrierError('create', id, input.parentId, admitted.kind);
+          const admitted = await findAdmission(trx, [input.parentId]);
+          if (admitted) throw new CleanupBarrierError('create', id, admitted.task_id, admitted.kind);
           if (input.workspaceMode === 'shared') {
             const membership = await trx
               .selectFrom('workspace_group_members as m')

@@ -1,6 +1,5 @@
 /** Contender operations for the run-scoping suite (run in child processes by the race helper). */
-import { runTargetLockKey, type Store } from '../../src/index.js';
-import { findRunningRunForTarget } from '../../src/repositories/tasks.js';
+import type { Store } from '../../src/index.js';
 import type { ContenderTools } from '../support/contender.js';
 
 /** Starts a run; returns its id and how many tasks it adopted. */
