@@ -6,6 +6,7 @@ import {
   type QueryCompiler,
   type QueryResult,
 } from 'kysely';
+import type { DialectOptions } from './types.js';
 
 const STATEMENT_CACHE_SIZE = 256;
 
@@ -18,18 +19,20 @@ const STATEMENT_CACHE_SIZE = 256;
 export class ImmediateSqliteDriver implements Driver {
   readonly #db: BetterSqlite3.Database;
   readonly #connection: CachingSqliteConnection;
-  #locked: Promise<void> | undefined;
-  #unlock: (() => void) | undefined;
+  #held = false;
+  /** Callers waiting for the connection, first come first served; release hands it to the first. */
+  readonly #waiting: (() => void)[] = [];
 
-  constructor(db: BetterSqlite3.Database) {
+  /** `onQuery` is called here, once per statement, for both Kysely instances on this connection. */
+  constructor(db: BetterSqlite3.Database, onQuery?: DialectOptions['onQuery']) {
     this.#db = db;
-    this.#connection = new CachingSqliteConnection(db);
+    this.#connection = onQuery ? new LoggingSqliteConnection(db, onQuery) : new CachingSqliteConnection(db);
   }
 
   async init(): Promise<void> {}
 
   /** The one connection, for `PinnedSqliteDriver`; only use it while holding it via `acquireConnection`. */
-  get connection(): DatabaseConnection {
+  get connection(): SynchronousConnection {
     return this.#connection;
   }
 
@@ -38,10 +41,16 @@ export class ImmediateSqliteDriver implements Driver {
     return this.#db.inTransaction;
   }
 
-  async acquireConnection(): Promise<DatabaseConnection> {
+  /** Takes the connection if nobody holds it; otherwise returns false (then use `acquireConnection`). */
+  tryAcquire(): boolean {
+    if (this.#held) return false;
+    this.#held = true;
+    return true;
+  }
+
+  async acquireConnection(): Promise<SynchronousConnection> {
     // One connection: queue callers until the holder releases it.
-    while (this.#locked) await this.#locked;
-    this.#locked = new Promise((resolve) => (this.#unlock = resolve));
+    if (!this.tryAcquire()) await new Promise<void>((resolve) => this.#waiting.push(resolve));
     return this.#connection;
   }
 
@@ -72,10 +81,14 @@ export class ImmediateSqliteDriver implements Driver {
   }
 
   async releaseConnection(): Promise<void> {
-    const unlock = this.#unlock;
-    this.#locked = undefined;
-    this.#unlock = undefined;
-    unlock?.();
+    this.release();
+  }
+
+  /** Gives the connection to the next waiting caller, if any (it stays held), or frees it. */
+  release(): void {
+    const next = this.#waiting.shift();
+    if (next) next();
+    else this.#held = false;
   }
 
   async destroy(): Promise<void> {
@@ -83,18 +96,23 @@ export class ImmediateSqliteDriver implements Driver {
   }
 }
 
-class CachingSqliteConnection implements DatabaseConnection {
-  readonly #db: BetterSqlite3.Database;
+/** A connection whose statements run synchronously (better-sqlite3), for callers that hold it. */
+export interface SynchronousConnection extends DatabaseConnection {
+  executeSync<R>(compiledQuery: CompiledQuery): QueryResult<R>;
+}
+
+class CachingSqliteConnection implements SynchronousConnection {
+  protected readonly db: BetterSqlite3.Database;
   readonly #cache = new Map<string, BetterSqlite3.Statement>();
 
   constructor(db: BetterSqlite3.Database) {
-    this.#db = db;
+    this.db = db;
   }
 
   #prepare(sqlText: string): BetterSqlite3.Statement {
     let stmt = this.#cache.get(sqlText);
     if (stmt) return stmt;
-    stmt = this.#db.prepare(sqlText);
+    stmt = this.db.prepare(sqlText);
     // Only cache statements that will be reused; DDL and transaction control are cheap to prepare.
     if (this.#cache.size >= STATEMENT_CACHE_SIZE) {
       const oldest = this.#cache.keys().next().value;
@@ -105,6 +123,10 @@ class CachingSqliteConnection implements DatabaseConnection {
   }
 
   async executeQuery<R>(compiledQuery: CompiledQuery): Promise<QueryResult<R>> {
+    return this.executeSync<R>(compiledQuery);
+  }
+
+  executeSync<R>(compiledQuery: CompiledQuery): QueryResult<R> {
     const { sql: sqlText, parameters } = compiledQuery;
     const stmt = this.#prepare(sqlText);
     const params = parameters.map(toSqliteValue);
@@ -123,6 +145,35 @@ class CachingSqliteConnection implements DatabaseConnection {
     const stmt = this.#prepare(compiledQuery.sql);
     for (const row of stmt.iterate(compiledQuery.parameters.map(toSqliteValue))) {
       yield { rows: [row as R] };
+    }
+  }
+}
+
+/** Reports every statement to `onQuery` with its duration (and error, if it failed). */
+class LoggingSqliteConnection extends CachingSqliteConnection {
+  constructor(
+    db: BetterSqlite3.Database,
+    private readonly onQuery: NonNullable<DialectOptions['onQuery']>,
+  ) {
+    super(db);
+  }
+
+  override executeSync<R>(compiledQuery: CompiledQuery): QueryResult<R> {
+    const started = performance.now();
+    const report = (error?: unknown) =>
+      this.onQuery({
+        sql: compiledQuery.sql,
+        parameters: compiledQuery.parameters,
+        durationMs: performance.now() - started,
+        ...(error === undefined ? {} : { error }),
+      });
+    try {
+      const result = super.executeSync<R>(compiledQuery);
+      report();
+      return result;
+    } catch (error) {
+      report(error);
+      throw error;
     }
   }
 }

@@ -13,7 +13,6 @@ import { SQLITE_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
-  queryLogger,
   type DialectOptions,
   type DialectStats,
   type ErrorKind,
@@ -22,6 +21,7 @@ import {
   type WriteTransactionOptions,
 } from './types.js';
 import { DatabaseUnavailableError } from '../errors.js';
+import { runsOnConnection } from './direct.js';
 
 const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['busy']);
 
@@ -48,7 +48,9 @@ export async function openSqliteDialect(filename: string, options: DialectOption
   });
   raw.pragma('foreign_keys = ON');
   raw.pragma('synchronous = NORMAL');
-  const driver = new ImmediateSqliteDriver(raw);
+  // The driver's connection reports to onQuery: both Kysely instances share it, so Kysely's own
+  // `log` (which wraps the connection once per instance) would report every statement twice.
+  const driver = new ImmediateSqliteDriver(raw, options.onQuery);
   const kysely = (d: Driver) =>
     new Kysely<Schema>({
       dialect: {
@@ -57,9 +59,10 @@ export async function openSqliteDialect(filename: string, options: DialectOption
         createIntrospector: (k) => new SqliteIntrospector(k),
         createQueryCompiler: () => new SqliteQueryCompiler(),
       },
-      log: queryLogger(options.onQuery),
     });
-  return new SqliteDialect(raw, kysely(driver), driver, kysely(new PinnedSqliteDriver(driver)), options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS);
+  const pinned = kysely(new PinnedSqliteDriver(driver));
+  runsOnConnection(pinned, driver.connection);
+  return new SqliteDialect(raw, kysely(driver), driver, pinned, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS);
 }
 
 class SqliteDialect implements StoreDialect {
@@ -78,20 +81,20 @@ class SqliteDialect implements StoreDialect {
 
   /** One attempt: hold the connection, BEGIN (IMMEDIATE for writes), run `fn` on the pinned Kysely, COMMIT (or ROLLBACK). */
   async #immediate<T>(fn: WriteTransactionFn<T>, begin: CompiledQuery = BEGIN_IMMEDIATE): Promise<T> {
-    const connection = await this.driver.acquireConnection();
+    const connection = this.driver.tryAcquire() ? this.driver.connection : await this.driver.acquireConnection();
     try {
-      await connection.executeQuery(begin);
+      connection.executeSync(begin);
       try {
         const result = await fn(this.pinned as unknown as Transaction<Schema>);
-        await connection.executeQuery(COMMIT);
+        connection.executeSync(COMMIT);
         return result;
       } catch (error) {
         // SQLite may already have rolled back by itself (SQLITE_BUSY, SQLITE_FULL, …).
-        if (this.driver.inTransaction) await connection.executeQuery(ROLLBACK);
+        if (this.driver.inTransaction) connection.executeSync(ROLLBACK);
         throw error;
       }
     } finally {
-      await this.driver.releaseConnection();
+      this.driver.release();
     }
   }
 

@@ -9,6 +9,7 @@
 import { sql } from 'kysely';
 import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
 import type { StoreContext } from './context.js';
+import { prepared } from './prepared.js';
 import { requirePositiveMs, requireText } from './validate.js';
 
 /** A granted lease: the fencing token and when it expires (epoch ms) unless renewed. */
@@ -169,6 +170,62 @@ function staleReason(row: LeaseRow | undefined, token: number): StaleTokenReason
   return 'expired';
 }
 
+// The fenced statements, prepared (see prepared.ts). A claim is one upsert: the row is never
+// deleted, so `token + 1` is higher than every token granted before; PostgreSQL (READ COMMITTED)
+// evaluates its WHERE on the latest row version under the row lock, SQLite inside BEGIN IMMEDIATE.
+// No row back ⇒ someone holds a live lock. Renew and release match the token: a later claim has
+// bumped it, so a stale holder matches nothing.
+
+const CLAIM_WORKSPACE_LOCK = prepared(
+  (_db, p: { workspaceId: string; holder: string; runId: string; now: number; expiresAt: number }) => sql<{ token: number; expires_at: number }>`
+    insert into workspace_locks (workspace_id, holder, run_id, token, acquired_at, expires_at)
+    values (${p.workspaceId}, ${p.holder}, ${p.runId}, 1, ${p.now}, ${p.expiresAt})
+    on conflict (workspace_id) do update
+      set holder = excluded.holder, run_id = excluded.run_id, token = workspace_locks.token + 1,
+          acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+      where workspace_locks.holder is null or workspace_locks.expires_at <= ${p.now}
+    returning token, expires_at`,
+);
+
+const RENEW_WORKSPACE_LOCK = prepared(
+  (_db, p: { workspaceId: string; token: number; now: number; expiresAt: number }) => sql<{ expires_at: number }>`
+    update workspace_locks set expires_at = ${p.expiresAt}
+    where workspace_id = ${p.workspaceId} and token = ${p.token} and holder is not null and expires_at > ${p.now}
+    returning expires_at`,
+);
+
+const RELEASE_WORKSPACE_LOCK = prepared(
+  (_db, p: { workspaceId: string; token: number; now: number }) => sql<{ token: number }>`
+    update workspace_locks set holder = null, run_id = null, expires_at = ${p.now}
+    where workspace_id = ${p.workspaceId} and token = ${p.token} and holder is not null
+    returning token`,
+);
+
+const CLAIM_TASK_LEASE = prepared(
+  (_db, p: { taskId: string; holder: string; now: number; expiresAt: number }) => sql<{ token: number; expires_at: number }>`
+    insert into task_leases (task_id, holder, token, acquired_at, expires_at)
+    values (${p.taskId}, ${p.holder}, 1, ${p.now}, ${p.expiresAt})
+    on conflict (task_id) do update
+      set holder = excluded.holder, token = task_leases.token + 1,
+          acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+      where task_leases.holder is null or task_leases.expires_at <= ${p.now}
+    returning token, expires_at`,
+);
+
+const RENEW_TASK_LEASE = prepared(
+  (_db, p: { taskId: string; token: number; now: number; expiresAt: number }) => sql<{ expires_at: number }>`
+    update task_leases set expires_at = ${p.expiresAt}
+    where task_id = ${p.taskId} and token = ${p.token} and holder is not null and expires_at > ${p.now}
+    returning expires_at`,
+);
+
+const RELEASE_TASK_LEASE = prepared(
+  (_db, p: { taskId: string; token: number; now: number }) => sql<{ token: number }>`
+    update task_leases set holder = null, expires_at = ${p.now}
+    where task_id = ${p.taskId} and token = ${p.token} and holder is not null
+    returning token`,
+);
+
 /** Builds `store.locks` on a store context; every claim, renew and release is one write transaction. */
 export function createLockRepository(ctx: StoreContext): LockRepository {
   const { dialect } = ctx;
@@ -194,18 +251,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
         dialect.writeTransaction(async (trx): Promise<WorkspaceLockClaim> => {
           const now = ctx.clock.now();
           const expiresAt = now + ttlMs;
-          // The row is never deleted, so `token + 1` is higher than every token granted before.
-          // PostgreSQL (READ COMMITTED) evaluates the WHERE on the latest row version under the row
-          // lock; SQLite runs it inside BEGIN IMMEDIATE. No row back ⇒ someone holds a live lock.
-          const claimed = await sql<{ token: number; expires_at: number }>`
-            insert into workspace_locks (workspace_id, holder, run_id, token, acquired_at, expires_at)
-            values (${workspaceId}, ${holder}, ${runId}, 1, ${now}, ${expiresAt})
-            on conflict (workspace_id) do update
-              set holder = excluded.holder, run_id = excluded.run_id, token = workspace_locks.token + 1,
-                  acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-              where workspace_locks.holder is null or workspace_locks.expires_at <= ${now}
-            returning token, expires_at`.execute(trx);
-          const row = claimed.rows[0];
+          const row = await CLAIM_WORKSPACE_LOCK.first(trx, { workspaceId, holder, runId, now, expiresAt });
           if (row) return { status: 'claimed', token: Number(row.token), expiresAt: Number(row.expires_at) };
           const held = await trx
             .selectFrom('workspace_locks')
@@ -227,11 +273,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       return dialect.writeTransaction(async (trx) => {
         const now = ctx.clock.now();
         // Only the latest grant, still held and not yet expired, may extend its lease.
-        const renewed = await sql<{ expires_at: number }>`
-          update workspace_locks set expires_at = ${now + ttlMs}
-          where workspace_id = ${workspaceId} and token = ${token} and holder is not null and expires_at > ${now}
-          returning expires_at`.execute(trx);
-        const row = renewed.rows[0];
+        const row = await RENEW_WORKSPACE_LOCK.first(trx, { workspaceId, token, now, expiresAt: now + ttlMs });
         if (row) return { token, expiresAt: Number(row.expires_at) };
         const current = await trx
           .selectFrom('workspace_locks')
@@ -248,11 +290,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       await dialect.writeTransaction(async (trx) => {
         const now = ctx.clock.now();
         // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
-        const released = await sql`
-          update workspace_locks set holder = null, run_id = null, expires_at = ${now}
-          where workspace_id = ${workspaceId} and token = ${token} and holder is not null
-          returning token`.execute(trx);
-        if (released.rows.length === 1) return;
+        if (await RELEASE_WORKSPACE_LOCK.first(trx, { workspaceId, token, now })) return;
         const current = await trx
           .selectFrom('workspace_locks')
           .select(['token', 'holder', 'expires_at'])
@@ -283,15 +321,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
           const now = ctx.clock.now();
           const expiresAt = now + ttlMs;
           // Same fenced upsert as the workspace lock: one winner, token + 1, never reset.
-          const claimed = await sql<{ token: number; expires_at: number }>`
-            insert into task_leases (task_id, holder, token, acquired_at, expires_at)
-            values (${taskId}, ${holder}, 1, ${now}, ${expiresAt})
-            on conflict (task_id) do update
-              set holder = excluded.holder, token = task_leases.token + 1,
-                  acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-              where task_leases.holder is null or task_leases.expires_at <= ${now}
-            returning token, expires_at`.execute(trx);
-          const row = claimed.rows[0];
+          const row = await CLAIM_TASK_LEASE.first(trx, { taskId, holder, now, expiresAt });
           if (row) return { status: 'claimed', token: Number(row.token), expiresAt: Number(row.expires_at) };
           const held = await trx
             .selectFrom('task_leases')
@@ -309,11 +339,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
       return dialect.writeTransaction(async (trx) => {
         const now = ctx.clock.now();
-        const renewed = await sql<{ expires_at: number }>`
-          update task_leases set expires_at = ${now + ttlMs}
-          where task_id = ${taskId} and token = ${token} and holder is not null and expires_at > ${now}
-          returning expires_at`.execute(trx);
-        const row = renewed.rows[0];
+        const row = await RENEW_TASK_LEASE.first(trx, { taskId, token, now, expiresAt: now + ttlMs });
         if (row) return { token, expiresAt: Number(row.expires_at) };
         const current = await trx.selectFrom('task_leases').select(['token', 'holder', 'expires_at']).where('task_id', '=', taskId).executeTakeFirst();
         throw new StaleTaskLeaseError(taskId, token, staleReason(current, token), currentState(current));
@@ -325,11 +351,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       const token = requireToken(input.token);
       await dialect.writeTransaction(async (trx) => {
         const now = ctx.clock.now();
-        const released = await sql`
-          update task_leases set holder = null, expires_at = ${now}
-          where task_id = ${taskId} and token = ${token} and holder is not null
-          returning token`.execute(trx);
-        if (released.rows.length === 1) return;
+        if (await RELEASE_TASK_LEASE.first(trx, { taskId, token, now })) return;
         const current = await trx.selectFrom('task_leases').select(['token', 'holder', 'expires_at']).where('task_id', '=', taskId).executeTakeFirst();
         if (current && Number(current.token) === token && current.holder === null) return; // already released
         throw new StaleTaskLeaseError(taskId, token, staleReason(current, token), currentState(current));

@@ -1,6 +1,7 @@
 import { InvalidArgumentError } from '../errors.js';
 import type { MessageRow, MessageStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
+import { prepared } from './prepared.js';
 import { requireText } from './validate.js';
 
 /**
@@ -61,6 +62,25 @@ export function toMessage(row: MessageRow): Message {
 
 const inboxLockKey = (handle: string) => `taskfence:inbox:${handle}`;
 
+/** Claims up to `limit` of an inbox's oldest pending messages; `status = 'pending'` is re-checked on each row. */
+const DELIVER = prepared((db, p: { handle: string; now: number; limit: number }) =>
+  db
+    .updateTable('messages')
+    .set({ status: 'delivered', delivered_at: p.now })
+    .where('id', 'in', (eb) =>
+      eb
+        .selectFrom('messages as m')
+        .select('m.id')
+        .where('m.to_handle', '=', p.handle)
+        .where('m.status', '=', 'pending')
+        .orderBy('m.created_at')
+        .orderBy('m.id')
+        .limit(p.limit),
+    )
+    .where('status', '=', 'pending')
+    .returningAll(),
+);
+
 /** The message repository on a store context (wired as `store.messages`). */
 export function createMessageRepository(ctx: StoreContext): MessageRepository {
   const { dialect } = ctx;
@@ -100,22 +120,7 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
         // whose `status = 'pending'` re-check makes a message delivered at most once even
         // for a writer that skips the lock.
         await dialect.lockKey(trx, inboxLockKey(handle));
-        return trx
-          .updateTable('messages')
-          .set({ status: 'delivered', delivered_at: ctx.clock.now() })
-          .where('id', 'in', (eb) =>
-            eb
-              .selectFrom('messages as m')
-              .select('m.id')
-              .where('m.to_handle', '=', handle)
-              .where('m.status', '=', 'pending')
-              .orderBy('m.created_at')
-              .orderBy('m.id')
-              .limit(limit),
-          )
-          .where('status', '=', 'pending')
-          .returningAll()
-          .execute();
+        return DELIVER.execute(trx, { handle, now: ctx.clock.now(), limit });
       });
       return rows
         .sort((a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))

@@ -9,6 +9,7 @@ import type {
   GroupMemberRole,
 } from '../schema/database.js';
 import type { StoreContext } from './context.js';
+import { elements, prepared } from './prepared.js';
 import { requirePositiveMs, requireText } from './validate.js';
 
 /*
@@ -450,15 +451,19 @@ function toResourceState(row: RawResource): ResourceState {
   };
 }
 
-async function readResource(trx: Trx, kind: OwnedResourceKind, id: string): Promise<ResourceState | null> {
+const READ_RESOURCE = prepared((db, p: { id: string }, kind: OwnedResourceKind) => {
   const { table, owner } = RESOURCE_TABLE[kind];
   const rootPath = kind === 'environment' ? sql`root_path` : sql`null`;
-  const { rows } = await sql<RawResource>`
+  return sql<RawResource>`
     select id, ${sql.ref(owner)} as owner, ownership_generation as generation, status,
            cleanup_claimed_by as claimed_by, cleanup_claim_generation as claim_generation,
            cleanup_claim_expires_at as claim_expires_at, ${rootPath} as root_path
-      from ${sql.table(table)} where id = ${id}`.execute(trx);
-  return rows[0] ? toResourceState(rows[0]) : null;
+      from ${sql.table(table)} where id = ${p.id}`;
+});
+
+async function readResource(trx: Trx, kind: OwnedResourceKind, id: string): Promise<ResourceState | null> {
+  const row = await READ_RESOURCE.first(trx, { id }, kind);
+  return row ? toResourceState(row) : null;
 }
 
 function activeClaim(state: ResourceState, now: number): ResourceCleanupClaim | null {
@@ -499,6 +504,21 @@ function toCleanupSnapshot(row: CleanupSnapshotRow): CleanupSnapshot {
  * transfers with one expectation exactly one matches. Success bumps the generation and clears an
  * expired claim. Returns the new generation, or null if the row did not match.
  */
+const CAS_TRANSFER = prepared(
+  (db, p: { id: string; expectedOwner: string; expectedGeneration: number; newOwner: string; now: number }, kind: OwnedResourceKind) => {
+    const { table, owner } = RESOURCE_TABLE[kind];
+    return sql<{ generation: number }>`
+    update ${sql.table(table)}
+       set ${sql.ref(owner)} = ${p.newOwner}, ownership_generation = ownership_generation + 1,
+           cleanup_claimed_by = null, cleanup_claim_generation = null, cleanup_claim_expires_at = null,
+           updated_at = ${p.now}
+     where id = ${p.id} and ${sql.ref(owner)} = ${p.expectedOwner} and ownership_generation = ${p.expectedGeneration}
+       and status = 'active'
+       and (cleanup_claimed_by is null or cleanup_claim_expires_at <= ${p.now})
+    returning ownership_generation as generation`;
+  },
+);
+
 async function casTransfer(
   trx: Trx,
   kind: OwnedResourceKind,
@@ -508,17 +528,8 @@ async function casTransfer(
   newOwner: string,
   now: number,
 ): Promise<number | null> {
-  const { table, owner } = RESOURCE_TABLE[kind];
-  const { rows } = await sql<{ generation: number }>`
-    update ${sql.table(table)}
-       set ${sql.ref(owner)} = ${newOwner}, ownership_generation = ownership_generation + 1,
-           cleanup_claimed_by = null, cleanup_claim_generation = null, cleanup_claim_expires_at = null,
-           updated_at = ${now}
-     where id = ${id} and ${sql.ref(owner)} = ${expectedOwner} and ownership_generation = ${expectedGeneration}
-       and status = 'active'
-       and (cleanup_claimed_by is null or cleanup_claim_expires_at <= ${now})
-    returning ownership_generation as generation`.execute(trx);
-  return rows[0] ? Number(rows[0].generation) : null;
+  const row = await CAS_TRANSFER.first(trx, { id, expectedOwner, expectedGeneration, newOwner, now }, kind);
+  return row ? Number(row.generation) : null;
 }
 
 /** Why a transfer CAS did not match; throws the matching typed error (called under the resource key). */
@@ -554,20 +565,20 @@ async function activeGroupOf(trx: Trx, taskId: string): Promise<string | undefin
   return row?.id;
 }
 
+const SELECT_TASK_ID = prepared((db, p: { id: string }) => db.selectFrom('tasks').select('id').where('id', '=', p.id));
+
 async function requireTaskExists(trx: Trx, taskId: string): Promise<void> {
-  const row = await trx.selectFrom('tasks').select('id').where('id', '=', taskId).executeTakeFirst();
-  if (!row) throw new NotFoundError('task', taskId);
+  if (!(await SELECT_TASK_ID.first(trx, { id: taskId }))) throw new NotFoundError('task', taskId);
 }
+
+const FIND_ADMISSION = prepared((db, p: { ids: readonly string[] }, n: number) =>
+  db.selectFrom('task_cleanup_admissions').select(['task_id', 'kind']).where('task_id', 'in', elements(p.ids, n)).orderBy('task_id'),
+);
 
 /** @internal The first admitted cleanup among `taskIds`, if any (call with their barrier keys held). */
 export async function findAdmission(trx: Trx, taskIds: readonly string[]) {
   if (taskIds.length === 0) return undefined;
-  return trx
-    .selectFrom('task_cleanup_admissions')
-    .select(['task_id', 'kind'])
-    .where('task_id', 'in', [...taskIds])
-    .orderBy('task_id')
-    .executeTakeFirst();
+  return FIND_ADMISSION.first(trx, { ids: taskIds }, taskIds.length);
 }
 
 /** @internal Takes the cleanup barriers of `taskIds` (see `barrierKey`), in sorted order. */

@@ -10,6 +10,7 @@ import {
 } from '../domain/write-paths.js';
 import type { Database, PathLeaseRow, TaskStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
+import { elements, prepared } from './prepared.js';
 import { requirePositiveMs, requireText } from './validate.js';
 
 /** TTL of the leases `claimTask` takes when the caller gives none. */
@@ -216,16 +217,98 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-/** `lease_key` on or below any of `keys` (one index range per key). */
-function onOrBelow(keys: readonly string[]): RawBuilder<boolean> {
+/** The bytewise ranges of `keys` and everything below them (one index range per key). */
+function descendantRanges(keys: readonly string[]): { froms: string[]; tos: string[] } {
+  const ranges = keys.map(storedPathDescendantRange);
+  return { froms: ranges.map((r) => r.from), tos: ranges.map((r) => r.to) };
+}
+
+/** `lease_key` on or below any of the ranges (see `descendantRanges`). */
+function onOrBelow(froms: readonly string[], tos: readonly string[]): RawBuilder<boolean> {
   return sql<boolean>`(${sql.join(
-    keys.map((key) => {
-      const { from, to } = storedPathDescendantRange(key);
-      return sql`(lease_key >= ${from} and lease_key < ${to})`;
-    }),
+    froms.map((from, i) => sql`(lease_key >= ${from} and lease_key < ${tos[i]})`),
     sql` or `,
   )})`;
 }
+
+interface ConflictParams {
+  readonly workspaceId: string;
+  readonly holder: string;
+  readonly now: number;
+  /** The proper ancestors of the keys, stored and deduplicated. */
+  readonly ancestors: readonly string[];
+  readonly froms: readonly string[];
+  readonly tos: readonly string[];
+}
+
+function conflictParams(workspaceId: string, holder: string, keys: readonly string[], now: number): ConflictParams {
+  return { workspaceId, holder, now, ancestors: [...new Set(keys.flatMap(storedPathAncestorKeys))], ...descendantRanges(keys) };
+}
+
+function conflictSql(p: ConflictParams) {
+  const live = sql`workspace_id = ${p.workspaceId} and holder <> ${p.holder} and expires_at > ${p.now}`;
+  const branches: RawBuilder<unknown>[] = [];
+  if (p.ancestors.length > 0) {
+    branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key in (${sql.join(p.ancestors)})`);
+  }
+  p.froms.forEach((from, i) => {
+    branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key >= ${from} and lease_key < ${p.tos[i]}`);
+  });
+  return sql<{ lease_key: string; holder: string; expires_at: number }>`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`;
+}
+
+/** The conflict check, prepared per (number of ancestors, number of keys). */
+const FIND_CONFLICTS = prepared((_db, p: ConflictParams, shape: string) => {
+  const [ancestors, keys] = shape.split(':').map(Number) as [number, number];
+  return conflictSql({
+    workspaceId: p.workspaceId,
+    holder: p.holder,
+    now: p.now,
+    ancestors: elements(p.ancestors, ancestors),
+    froms: elements(p.froms, keys),
+    tos: elements(p.tos, keys),
+  });
+});
+
+/** Expired leases of any holder on exactly these keys: garbage once a new holder takes them. */
+const PRUNE_EXPIRED = prepared((db, p: { workspaceId: string; stored: readonly string[]; holder: string; now: number }, n: number) =>
+  db
+    .deleteFrom('path_leases')
+    .where('workspace_id', '=', p.workspaceId)
+    .where('lease_key', 'in', elements(p.stored, n))
+    .where('holder', '<>', p.holder)
+    .where('expires_at', '<=', p.now),
+);
+
+const INSERT_LEASES = prepared(
+  (db, p: { workspaceId: string; stored: readonly string[]; holder: string; taskId: string | null; now: number; expiresAt: number }, n: number) =>
+    db
+      .insertInto('path_leases')
+      .values(
+        elements(p.stored, n).map((lease_key) => ({
+          workspace_id: p.workspaceId,
+          lease_key,
+          holder: p.holder,
+          task_id: p.taskId,
+          acquired_at: p.now,
+          expires_at: p.expiresAt,
+        })),
+      )
+      .onConflict((oc) =>
+        oc.columns(['workspace_id', 'lease_key', 'holder']).doUpdateSet((eb) => ({
+          task_id: sql<string | null>`coalesce(${eb.ref('excluded.task_id')}, path_leases.task_id)`,
+          acquired_at: eb.ref('excluded.acquired_at'),
+          expires_at: eb.ref('excluded.expires_at'),
+        })),
+      )
+      .returningAll(),
+);
+
+/** A holder's leases in a workspace, all of them (shape -1) or those on or below n keys. */
+const RELEASE = prepared((db, p: { workspaceId: string; holder: string; froms: readonly string[]; tos: readonly string[] }, n: number) => {
+  const query = db.deleteFrom('path_leases').where('workspace_id', '=', p.workspaceId).where('holder', '=', p.holder);
+  return (n < 0 ? query : query.where(onOrBelow(elements(p.froms, n), elements(p.tos, n)))).returning('lease_key');
+});
 
 /**
  * The conflict check as one statement: live leases (`expires_at > now`) of holders other than
@@ -240,17 +323,7 @@ function onOrBelow(keys: readonly string[]): RawBuilder<boolean> {
  * const { rows } = await buildPathConflictQuery(workspaceId, 'agent-1', ['src'], Date.now()).execute(store.db);
  */
 export function buildPathConflictQuery(workspaceId: string, holder: string, keys: readonly string[], now: number) {
-  const live = sql`workspace_id = ${workspaceId} and holder <> ${holder} and expires_at > ${now}`;
-  const branches: RawBuilder<unknown>[] = [];
-  const ancestors = [...new Set(keys.flatMap(storedPathAncestorKeys))];
-  if (ancestors.length > 0) {
-    branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key in (${sql.join(ancestors)})`);
-  }
-  for (const key of keys) {
-    const { from, to } = storedPathDescendantRange(key);
-    branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key >= ${from} and lease_key < ${to}`);
-  }
-  return sql<{ lease_key: string; holder: string; expires_at: number }>`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`;
+  return conflictSql(conflictParams(workspaceId, holder, keys, now));
 }
 
 /**
@@ -272,7 +345,8 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     keys: readonly string[],
     now: number,
   ): Promise<PathLeaseConflict[]> {
-    const { rows } = await buildPathConflictQuery(workspaceId, holder, keys, now).execute(trx);
+    const params = conflictParams(workspaceId, holder, keys, now);
+    const rows = await FIND_CONFLICTS.execute(trx, params, `${params.ancestors.length}:${keys.length}`);
     const seen = new Set<string>();
     const conflicts: PathLeaseConflict[] = [];
     for (const row of rows) {
@@ -301,28 +375,10 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     if (conflicts.length > 0) return { acquired: false, conflicts };
     const stored = keys.map(encodePathLeaseKey);
     // Expired leases of any holder on exactly these keys are garbage from now on.
-    await trx
-      .deleteFrom('path_leases')
-      .where('workspace_id', '=', workspaceId)
-      .where('lease_key', 'in', stored)
-      .where('holder', '<>', holder)
-      .where('expires_at', '<=', now)
-      .execute();
-    const expiresAt = now + ttlMs;
-    const insert = trx
-      .insertInto('path_leases')
-      .values(stored.map((lease_key) => ({ workspace_id: workspaceId, lease_key, holder, task_id: taskId, acquired_at: now, expires_at: expiresAt })))
-      .onConflict((oc) =>
-        oc.columns(['workspace_id', 'lease_key', 'holder']).doUpdateSet((eb) => ({
-          task_id: sql<string | null>`coalesce(${eb.ref('excluded.task_id')}, path_leases.task_id)`,
-          acquired_at: eb.ref('excluded.acquired_at'),
-          expires_at: eb.ref('excluded.expires_at'),
-        })),
-      )
-      .returningAll();
+    await PRUNE_EXPIRED.run(trx, { workspaceId, stored, holder, now }, stored.length);
     let rows: PathLeaseRow[];
     try {
-      rows = await insert.execute();
+      rows = await INSERT_LEASES.execute(trx, { workspaceId, stored, holder, taskId, now, expiresAt: now + ttlMs }, stored.length);
     } catch (error) {
       if (dialect.classifyError(error) === 'foreign_key_violation') throw new NotFoundError('workspace', workspaceId);
       throw error;
@@ -374,11 +430,8 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       const holder = requireText('holder', input.holder);
       const keys = input.paths === undefined ? null : leaseKeys(input.paths);
       if (keys !== null && keys.length === 0) return { released: [] };
-      const rows = await dialect.writeTransaction((trx) => {
-        let query = trx.deleteFrom('path_leases').where('workspace_id', '=', workspaceId).where('holder', '=', holder);
-        if (keys !== null) query = query.where(onOrBelow(keys));
-        return query.returning('lease_key').execute();
-      });
+      const ranges = keys === null ? { froms: [], tos: [] } : descendantRanges(keys);
+      const rows = await dialect.writeTransaction((trx) => RELEASE.execute(trx, { workspaceId, holder, ...ranges }, keys === null ? -1 : keys.length));
       return { released: rows.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
     },
 
@@ -398,7 +451,10 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
           .where('workspace_id', '=', workspaceId)
           .where('holder', '=', holder)
           .where('expires_at', '>', now);
-        if (keys !== null) query = query.where(onOrBelow(keys));
+        if (keys !== null) {
+          const { froms, tos } = descendantRanges(keys);
+          query = query.where(onOrBelow(froms, tos));
+        }
         return query.returningAll().execute();
       });
       const renewed = rows.map(toPathLease).sort((a, b) => (a.key < b.key ? -1 : 1));

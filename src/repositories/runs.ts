@@ -3,6 +3,7 @@ import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.j
 import { runTargetLockKey } from '../domain/run-targets.js';
 import type { CoordinatorRunRow, CoordinatorRunStatus, Database } from '../schema/database.js';
 import type { StoreContext } from './context.js';
+import { prepared } from './prepared.js';
 import { requirePositiveMs, requireText } from './validate.js';
 
 export interface CoordinatorRun {
@@ -168,33 +169,46 @@ export async function findRunningRun(db: Transaction<Database> | StoreContext['d
  * committed before it; a run that is running can only lose tasks after it stops.
  */
 export async function adoptUnownedTasksIn(trx: Transaction<Database>, runId: string, targetKey: string | null, now: number): Promise<number> {
-  const notOwnedByRunningRun = (column: 'tasks.coordinator_run_id' | 'dispatch_contexts.coordinator_run_id' | 'decision_gates.coordinator_run_id') =>
-    sql<boolean>`(${sql.ref(column)} is null or not exists (
-      select 1 from coordinator_runs r where r.id = ${sql.ref(column)} and r.status = 'running'))`;
-  let adopt = trx
-    .updateTable('tasks')
-    .set({ coordinator_run_id: runId, updated_at: now })
-    .where(notOwnedByRunningRun('tasks.coordinator_run_id'));
-  adopt = targetKey === null ? adopt.where('target_key', 'is', null) : adopt.where('target_key', '=', targetKey);
-  const adopted = await adopt.executeTakeFirst();
+  const adopted = await ADOPT_TASKS.run(trx, { runId, targetKey: targetKey ?? '', now }, targetKey === null ? 'null' : 'key');
   // The run's tasks' dispatches and gates follow them (unless a live run holds them).
-  const runTasks = trx.selectFrom('tasks').select('tasks.id').where('tasks.coordinator_run_id', '=', runId);
-  await trx
-    .updateTable('dispatch_contexts')
-    .set({ coordinator_run_id: runId })
-    .where('task_id', 'in', runTasks)
-    .where(sql<boolean>`coalesce(coordinator_run_id, '') <> ${runId}`)
-    .where(notOwnedByRunningRun('dispatch_contexts.coordinator_run_id'))
-    .execute();
-  await trx
-    .updateTable('decision_gates')
-    .set({ coordinator_run_id: runId })
-    .where('task_id', 'in', runTasks)
-    .where(sql<boolean>`coalesce(coordinator_run_id, '') <> ${runId}`)
-    .where(notOwnedByRunningRun('decision_gates.coordinator_run_id'))
-    .execute();
-  return Number(adopted.numUpdatedRows);
+  await ADOPT_DISPATCHES.run(trx, { runId });
+  await ADOPT_GATES.run(trx, { runId });
+  return Number(adopted.numAffectedRows ?? 0n);
 }
+
+type RunOwnedColumn = 'tasks.coordinator_run_id' | 'dispatch_contexts.coordinator_run_id' | 'decision_gates.coordinator_run_id';
+
+const notOwnedByRunningRun = (column: RunOwnedColumn) =>
+  sql<boolean>`(${sql.ref(column)} is null or not exists (
+      select 1 from coordinator_runs r where r.id = ${sql.ref(column)} and r.status = 'running'))`;
+
+const ADOPT_TASKS = prepared((db, p: { runId: string; targetKey: string; now: number }, target: 'null' | 'key') => {
+  const adopt = db
+    .updateTable('tasks')
+    .set({ coordinator_run_id: p.runId, updated_at: p.now })
+    .where(notOwnedByRunningRun('tasks.coordinator_run_id'));
+  return target === 'null' ? adopt.where('target_key', 'is', null) : adopt.where('target_key', '=', p.targetKey);
+});
+
+const adoptFollowers = (table: 'dispatch_contexts' | 'decision_gates') =>
+  prepared((db, p: { runId: string }) =>
+    db
+      .updateTable(table)
+      .set({ coordinator_run_id: p.runId })
+      .where('task_id', 'in', db.selectFrom('tasks').select('tasks.id').where('tasks.coordinator_run_id', '=', p.runId))
+      .where(sql<boolean>`coalesce(coordinator_run_id, '') <> ${p.runId}`)
+      .where(notOwnedByRunningRun(`${table}.coordinator_run_id`)),
+  );
+const ADOPT_DISPATCHES = adoptFollowers('dispatch_contexts');
+const ADOPT_GATES = adoptFollowers('decision_gates');
+
+const INSERT_RUN = prepared((db, p: { id: string; handle: string; spec: string | null; now: number; targetKey: string | null }) =>
+  db
+    .insertInto('coordinator_runs')
+    .values({ id: p.id, coordinator_handle: p.handle, status: 'running', spec: p.spec, started_at: p.now, ended_at: null, target_key: p.targetKey, heartbeat_at: p.now }),
+);
+
+const SELECT_RUN = prepared((db, p: { id: string }) => db.selectFrom('coordinator_runs').selectAll().where('id', '=', p.id));
 
 /** @internal Reads the run in `trx` and fails unless it is running (the fence for run-scoped writes). */
 export async function requireRunningRunIn(trx: Transaction<Database>, runId: string): Promise<CoordinatorRunRow> {
@@ -212,7 +226,7 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
   const { db } = dialect;
 
   async function getRun(runId: string): Promise<CoordinatorRun | null> {
-    const row = await db.selectFrom('coordinator_runs').selectAll().where('id', '=', runId).executeTakeFirst();
+    const row = await SELECT_RUN.first(db, { id: runId });
     return row ? toCoordinatorRun(row) : null;
   }
 
@@ -237,10 +251,7 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
             // The insert comes first and alone decides: a second running row for the target
             // violates coordinator_runs_one_running_per_target (PostgreSQL waits for the
             // in-flight winner, then fails; SQLite's writers are already serialized).
-            await trx
-              .insertInto('coordinator_runs')
-              .values({ id, coordinator_handle: handle, status: 'running', spec, started_at: now, ended_at: null, target_key: targetKey, heartbeat_at: now })
-              .execute();
+            await INSERT_RUN.run(trx, { id, handle, spec, now, targetKey });
             // Task creation takes the same key, so a task created meanwhile is stamped or adopted.
             await dialect.lockKey(trx, runTargetLockKey(targetKey));
             return adoptUnownedTasksIn(trx, id, targetKey, now);

@@ -1,0 +1,117 @@
+import type { Compilable, CompiledQuery, Kysely, QueryResult, RawBuilder } from 'kysely';
+import { connectionOf } from '../dialects/direct.js';
+import type { Database } from '../schema/database.js';
+
+/*
+ * Prepared queries: a hot-path query is built with Kysely once and compiled once per Kysely
+ * instance (so once per dialect), then executed with new parameter values. Building and compiling
+ * a query costs more than SQLite takes to run it (bench/overhead); this skips both.
+ *
+ * Parameters are placeholders handed to the builder as the values of `p`: Kysely puts each into
+ * the compiled parameter list like any other value, and execution swaps in the caller's value at
+ * the same position. A placeholder must only be passed to Kysely as a value (where, set, values,
+ * limit, `sql` interpolation): it cannot be inspected. A list (`in`) is spelled
+ * `elements(p.list, n)` with its length `n` in the query's shape, the cache key of queries whose
+ * text depends on the input.
+ */
+
+class Placeholder {
+  constructor(
+    readonly name: string,
+    /** For one element of a list parameter: its index, and the list's length in this shape. */
+    readonly element?: { readonly index: number; readonly length: number },
+  ) {}
+}
+
+/** Shapes compiled per query and Kysely instance; past this, further shapes are compiled per call. */
+const MAX_SHAPES = 64;
+
+/**
+ * The `length` elements of the list parameter `list`, for `in (…)`; `length` must be part of the
+ * query's shape, and the list given at execution must have that length.
+ */
+export function elements<T>(list: readonly T[], length: number): T[] {
+  const placeholder = list as unknown;
+  if (!(placeholder instanceof Placeholder)) throw new TypeError('elements() takes a parameter of a prepared query.');
+  return Array.from({ length }, (_, index) => new Placeholder(placeholder.name, { index, length }) as T);
+}
+
+interface Compiled {
+  readonly query: CompiledQuery;
+  /** Each parameter of the compiled query: a placeholder to fill, or a constant of the query. */
+  readonly slots: readonly unknown[];
+}
+
+/** A query compiled once per Kysely instance (and per shape), executed with `P`'s values. */
+export interface PreparedQuery<P, R, S = void> {
+  /** Every row the query returns. */
+  execute(db: Kysely<Database>, params: P, shape: S): Promise<R[]>;
+  /** The first row, or undefined. */
+  first(db: Kysely<Database>, params: P, shape: S): Promise<R | undefined>;
+  /** The driver's result, for the affected-row count of a statement without RETURNING. */
+  run(db: Kysely<Database>, params: P, shape: S): Promise<QueryResult<R>>;
+}
+
+type Build<P, R, S> = (db: Kysely<Database>, p: P, shape: S) => Compilable<R> | RawBuilder<R>;
+
+/**
+ * Declares a prepared query (see the note at the top of this module). `shape`, when the query's
+ * text depends on the input (a list's length, a table), is part of the cache key: keep its values
+ * few and primitive.
+ *
+ * @example
+ * const selectTask = prepared((db, p: { id: string }) => db.selectFrom('tasks').selectAll().where('id', '=', p.id));
+ * const task = await selectTask.first(trx, { id });
+ */
+export function prepared<P extends object, R, S extends string | number | void = void>(build: Build<P, R, S>): PreparedQuery<P, R, S> {
+  // Keyed by the Kysely instance's adapter: transactions share their Kysely's adapter.
+  const cache = new WeakMap<object, Map<S, Compiled>>();
+
+  const compile = (db: Kysely<Database>, shape: S): Compiled => {
+    const adapter = db.getExecutor().adapter;
+    let byShape = cache.get(adapter);
+    if (!byShape) cache.set(adapter, (byShape = new Map()));
+    let compiled = byShape.get(shape);
+    if (!compiled) {
+      const p = new Proxy({} as P, { get: (_target, name) => new Placeholder(String(name)) });
+      const built = build(db, p, shape);
+      const query = 'isRawBuilder' in built ? built.compile(db) : built.compile();
+      compiled = { query, slots: query.parameters };
+      if (byShape.size < MAX_SHAPES) byShape.set(shape, compiled);
+    }
+    return compiled;
+  };
+
+  const run = (db: Kysely<Database>, params: P, shape: S): QueryResult<R> | Promise<QueryResult<R>> => {
+    const { query, slots } = compile(db, shape);
+    const parameters = slots.map((slot) => (slot instanceof Placeholder ? bind(params as Record<string, unknown>, slot) : slot));
+    const compiled = { ...query, parameters };
+    const direct = connectionOf(db);
+    return direct ? direct.executeSync<R>(compiled) : db.executeQuery<R>(compiled);
+  };
+
+  return Object.freeze({
+    async execute(db: Kysely<Database>, params: P, shape: S) {
+      return (await run(db, params, shape)).rows;
+    },
+    async first(db: Kysely<Database>, params: P, shape: S) {
+      return (await run(db, params, shape)).rows[0];
+    },
+    async run(db: Kysely<Database>, params: P, shape: S) {
+      return run(db, params, shape);
+    },
+  });
+}
+
+function bind(params: Record<string, unknown>, { name, element }: Placeholder): unknown {
+  if (!(name in params)) throw new TypeError(`Prepared query parameter "${name}" was not given.`);
+  const value = params[name];
+  if (!element) {
+    if (Array.isArray(value)) throw new TypeError(`Prepared query parameter "${name}" is a list; pass it through elements().`);
+    return value;
+  }
+  if (!Array.isArray(value) || value.length !== element.length) {
+    throw new TypeError(`Prepared query parameter "${name}" must be a list of ${element.length} (the query's shape).`);
+  }
+  return value[element.index];
+}
