@@ -57,7 +57,7 @@ async function seedSqlite(file: string, tasks: number) {
   db.close();
 }
 
-async function seedPostgres(url: string, tasks: number) {
+export async function seedPostgres(url: string, tasks: number) {
   const store = await openStore(url);
   await store.migrate({ to: 8 });
   await store.close();

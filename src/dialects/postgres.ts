@@ -66,8 +66,14 @@ class PostgresStoreDialect implements StoreDialect {
   ) {}
 
   writeTransaction<T>(fn: WriteTransactionFn<T>, options?: WriteTransactionOptions): Promise<T> {
+    const run: WriteTransactionFn<T> = options?.bulk
+      ? async (trx) => {
+          await sql`set local jit = off`.execute(trx);
+          return fn(trx);
+        }
+      : fn;
     return retryTransient(
-      () => this.db.transaction().execute(fn),
+      () => this.db.transaction().execute(run),
       (e) => this.classifyError(e),
       RETRYABLE,
       options?.deadlineMs ?? this.writeDeadlineMs,

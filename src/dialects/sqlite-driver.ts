@@ -103,23 +103,24 @@ export interface SynchronousConnection extends DatabaseConnection {
 
 class CachingSqliteConnection implements SynchronousConnection {
   protected readonly db: BetterSqlite3.Database;
-  readonly #cache = new Map<string, BetterSqlite3.Statement>();
+  /** Prepared statements by SQL text, least recently prepared evicted first; `reader` is a native getter, so it is read once. */
+  readonly #cache = new Map<string, { readonly stmt: BetterSqlite3.Statement; readonly reader: boolean }>();
 
   constructor(db: BetterSqlite3.Database) {
     this.db = db;
   }
 
-  #prepare(sqlText: string): BetterSqlite3.Statement {
-    let stmt = this.#cache.get(sqlText);
-    if (stmt) return stmt;
-    stmt = this.db.prepare(sqlText);
-    // Only cache statements that will be reused; DDL and transaction control are cheap to prepare.
+  #prepare(sqlText: string): { readonly stmt: BetterSqlite3.Statement; readonly reader: boolean } {
+    let cached = this.#cache.get(sqlText);
+    if (cached) return cached;
+    const stmt = this.db.prepare(sqlText);
+    cached = { stmt, reader: stmt.reader };
     if (this.#cache.size >= STATEMENT_CACHE_SIZE) {
       const oldest = this.#cache.keys().next().value;
       if (oldest !== undefined) this.#cache.delete(oldest);
     }
-    this.#cache.set(sqlText, stmt);
-    return stmt;
+    this.#cache.set(sqlText, cached);
+    return cached;
   }
 
   async executeQuery<R>(compiledQuery: CompiledQuery): Promise<QueryResult<R>> {
@@ -127,12 +128,9 @@ class CachingSqliteConnection implements SynchronousConnection {
   }
 
   executeSync<R>(compiledQuery: CompiledQuery): QueryResult<R> {
-    const { sql: sqlText, parameters } = compiledQuery;
-    const stmt = this.#prepare(sqlText);
-    const params = parameters.map(toSqliteValue);
-    if (stmt.reader) {
-      return { rows: stmt.all(params) as R[] };
-    }
+    const { stmt, reader } = this.#prepare(compiledQuery.sql);
+    const params = compiledQuery.parameters.map(toSqliteValue);
+    if (reader) return { rows: stmt.all(params) as R[] };
     const { changes, lastInsertRowid } = stmt.run(params);
     return {
       numAffectedRows: BigInt(changes),
@@ -142,7 +140,7 @@ class CachingSqliteConnection implements SynchronousConnection {
   }
 
   async *streamQuery<R>(compiledQuery: CompiledQuery): AsyncIterableIterator<QueryResult<R>> {
-    const stmt = this.#prepare(compiledQuery.sql);
+    const { stmt } = this.#prepare(compiledQuery.sql);
     for (const row of stmt.iterate(compiledQuery.parameters.map(toSqliteValue))) {
       yield { rows: [row as R] };
     }

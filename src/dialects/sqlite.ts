@@ -9,6 +9,7 @@ const BEGIN_IMMEDIATE = CompiledQuery.raw('begin immediate');
 const BEGIN_DEFERRED = CompiledQuery.raw('begin');
 const COMMIT = CompiledQuery.raw('commit');
 const ROLLBACK = CompiledQuery.raw('rollback');
+const RESOLVED = Promise.resolve();
 import { SQLITE_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
 import {
@@ -113,8 +114,9 @@ class SqliteDialect implements StoreDialect {
     return retryTransient(() => this.#immediate(fn, BEGIN_DEFERRED), (e) => this.classifyError(e), RETRYABLE, this.writeDeadlineMs, this.stats);
   }
 
-  async lockKey(_trx: Transaction<Schema>, _key: string): Promise<void> {
+  lockKey(_trx: Transaction<Schema>, _key: string): Promise<void> {
     // BEGIN IMMEDIATE already serializes every writer on the file.
+    return RESOLVED;
   }
 
   classifyError(error: unknown): ErrorKind {

@@ -25,6 +25,12 @@ export interface ColumnTypes {
 export interface WriteTransactionOptions {
   /** Give up retrying busy/serialization failures after this long (default: the store's writeDeadlineMs). */
   readonly deadlineMs?: number;
+  /**
+   * Statements that each run once over many rows (a migration's DDL and backfill batches).
+   * PostgreSQL then runs the transaction with JIT off: JIT compiles every statement anew, and
+   * for 0052's batched backfill that cost about 350 ms per batch, more than the batch itself.
+   */
+  readonly bulk?: boolean;
 }
 
 /** Counters a dialect keeps, for benchmarks and diagnostics. */

@@ -309,7 +309,7 @@ export class Migrator {
           await trx.deleteFrom(HISTORY_TABLE).where('version', '=', m.version).execute();
         }
         done = true;
-      }, { deadlineMs: lockTimeoutMs });
+      }, { deadlineMs: lockTimeoutMs, bulk: true });
     } catch (error) {
       if (error instanceof TaskfenceError) throw error;
       throw new MigrationFailedError(m.version, m.name, direction, error);

@@ -1,4 +1,51 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql, type Kysely } from 'kysely';
+import { MIGRATIONS, Migrator, type MigrationDefinition } from '../../src/index.js';
 import { defineDialectSuite } from '../suites/dialect.suite.js';
 import { postgresFixture } from '../support/dialects.js';
+import type { DialectFixture } from '../support/fixtures.js';
 
 defineDialectSuite(postgresFixture);
+
+// PostgreSQL only: SQLite has no JIT, and `bulk` is a no-op there.
+describe('bulk transactions (PostgreSQL)', () => {
+  let fx: DialectFixture;
+  beforeAll(() => {
+    fx = postgresFixture();
+  });
+  afterAll(() => fx.cleanup());
+
+  const jitSetting = async (db: Kysely<any>) => (await sql<{ jit: string }>`select current_setting('jit') as jit`.execute(db)).rows[0]?.jit;
+
+  it('turn JIT off for their own transaction only', async () => {
+    const seed = await fx.freshStore({ to: 5 });
+    // One pooled connection with JIT on for its session, whatever the server's default.
+    const store = await fx.open(seed.location.url, { poolSize: 1 });
+    await sql`set jit = on`.execute(store.db);
+    expect(await store.dialect.writeTransaction((trx) => jitSetting(trx), { bulk: true })).toBe('off');
+    expect(await store.dialect.writeTransaction((trx) => jitSetting(trx))).toBe('on');
+    expect(await jitSetting(store.db)).toBe('on');
+  });
+
+  it('run every migration as one', async () => {
+    const seed = await fx.freshStore({ to: 8 });
+    const store = await fx.open(seed.location.url, { poolSize: 1 });
+    await sql`set jit = on`.execute(store.db);
+    const seen: string[] = [];
+    const observed = MIGRATIONS.map((m): MigrationDefinition =>
+      m.version !== 52
+        ? m
+        : {
+            ...m,
+            async up(ctx) {
+              // The checksum pass records this statement without running it (no rows come back).
+              const jit = await jitSetting(ctx.db);
+              if (jit !== undefined) seen.push(jit);
+              await m.up(ctx);
+            },
+          },
+    );
+    await new Migrator(store.dialect, observed).migrate({ to: 52 });
+    expect(seen).toEqual(['off']);
+  });
+});
