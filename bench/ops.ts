@@ -133,15 +133,9 @@ export const OPS: OpPair[] = [
       };
     },
     raw: (raw, fx) => {
-      const p = (s: string) => placeholders(raw.kind, s);
-      const selectEnv = p(`
-    select id, "task_id" as owner, ownership_generation as generation, status,
-           cleanup_claimed_by as claimed_by, cleanup_claim_generation as claim_generation,
-           cleanup_claim_expires_at as claim_expires_at, root_path as root_path
-      from "task_environments" where id = ?`);
-      const selectTask = p(`select "id" from "tasks" where "id" = ?`);
-      const selectAdmissions = p(`select "task_id", "kind" from "task_cleanup_admissions" where "task_id" in (?) order by "task_id"`);
-      const update = p(`
+      const update = placeholders(
+        raw.kind,
+        `
     update "task_environments"
        set "task_id" = ?, ownership_generation = ownership_generation + 1,
            cleanup_claimed_by = null, cleanup_claim_generation = null, cleanup_claim_expires_at = null,
@@ -149,7 +143,11 @@ export const OPS: OpPair[] = [
      where id = ? and "task_id" = ? and ownership_generation = ?
        and status = 'active'
        and (cleanup_claimed_by is null or cleanup_claim_expires_at <= ?)
-    returning ownership_generation as generation`);
+       and "task_id" <> ?
+       and exists (select 1 from tasks t where t.id = ?)
+       and not exists (select 1 from task_cleanup_admissions a where a.task_id = ?)
+    returning ownership_generation as generation`,
+      );
       let generation = 1;
       return async () => {
         const [from, to] = generation % 2 === 1 ? [fx.taskA, fx.taskB] : [fx.taskB, fx.taskA];
@@ -157,10 +155,7 @@ export const OPS: OpPair[] = [
         const results = await raw.tx([
           ...lock(raw, `ownership:barrier:${to}`),
           ...lock(raw, `ownership:environment:${fx.environmentId}`),
-          [selectEnv, [fx.environmentId]],
-          [selectTask, [to]],
-          [selectAdmissions, [to]],
-          [update, [to, now, fx.environmentId, from, generation, now]],
+          [update, [to, now, fx.environmentId, from, generation, now, to, to, to]],
         ]);
         const row = results.at(-1)![0] as { generation: number } | undefined;
         if (!row) throw new Error('transfer lost');

@@ -1,4 +1,4 @@
-import { sql, type Transaction } from 'kysely';
+import { sql, type RawBuilder, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
 import type {
   CleanupKind,
@@ -504,19 +504,50 @@ function toCleanupSnapshot(row: CleanupSnapshotRow): CleanupSnapshot {
  * transfers with one expectation exactly one matches. Success bumps the generation and clears an
  * expired claim. Returns the new generation, or null if the row did not match.
  */
-const CAS_TRANSFER = prepared(
-  (db, p: { id: string; expectedOwner: string; expectedGeneration: number; newOwner: string; now: number }, kind: OwnedResourceKind) => {
-    const { table, owner } = RESOURCE_TABLE[kind];
-    return sql<{ generation: number }>`
+interface CasParams {
+  readonly id: string;
+  readonly expectedOwner: string;
+  readonly expectedGeneration: number;
+  readonly newOwner: string;
+  readonly now: number;
+}
+
+function casSql(kind: OwnedResourceKind, p: CasParams, guards: RawBuilder<unknown> = sql``) {
+  const { table, owner } = RESOURCE_TABLE[kind];
+  return sql<{ generation: number }>`
     update ${sql.table(table)}
        set ${sql.ref(owner)} = ${p.newOwner}, ownership_generation = ownership_generation + 1,
            cleanup_claimed_by = null, cleanup_claim_generation = null, cleanup_claim_expires_at = null,
            updated_at = ${p.now}
      where id = ${p.id} and ${sql.ref(owner)} = ${p.expectedOwner} and ownership_generation = ${p.expectedGeneration}
        and status = 'active'
-       and (cleanup_claimed_by is null or cleanup_claim_expires_at <= ${p.now})
+       and (cleanup_claimed_by is null or cleanup_claim_expires_at <= ${p.now})${guards}
     returning ownership_generation as generation`;
-  },
+}
+
+const CAS_TRANSFER = prepared((_db, p: CasParams, kind: OwnedResourceKind) => casSql(kind, p));
+
+/**
+ * `transferEnvironmentOwnership` / `transferGroupStewardship` in one statement when they succeed:
+ * the CAS plus every precondition the transfer checks (not a no-op, the new owner exists and has
+ * no cleanup admission, and, for a group, belongs to no other active group). When it matches
+ * nothing, the transfer re-checks each condition in order to throw the documented error.
+ */
+const GUARDED_TRANSFER = prepared((_db, p: CasParams, kind: OwnedResourceKind) =>
+  casSql(
+    kind,
+    p,
+    sql`
+       and ${sql.ref(RESOURCE_TABLE[kind].owner)} <> ${p.newOwner}
+       and exists (select 1 from tasks t where t.id = ${p.newOwner})
+       and not exists (select 1 from task_cleanup_admissions a where a.task_id = ${p.newOwner})${
+         kind === 'group'
+           ? sql`
+       and coalesce((select min(g.id) from workspace_group_members m join workspace_groups g on g.id = m.group_id
+                      where m.task_id = ${p.newOwner} and g.status = 'active'), ${p.id}) = ${p.id}`
+           : sql``
+       }`,
+  ),
 );
 
 async function casTransfer(
@@ -781,6 +812,12 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       const now = ctx.clock.now();
       await lockBarriers(ctx, trx, [newOwner]);
       await dialect.lockKey(trx, resourceKey(kind, id));
+      const moved = await GUARDED_TRANSFER.first(trx, { id, expectedOwner, expectedGeneration, newOwner, now }, kind);
+      if (moved) {
+        if (kind === 'group') await moveStewardRole(trx, id, expectedOwner, newOwner, now);
+        return { resourceKind: kind, resourceId: id, ownerTaskId: newOwner, generation: Number(moved.generation), changed: true };
+      }
+      // Nothing moved: find out why, checking in the documented order (the keys above are held).
       const current = await readResource(trx, kind, id);
       if (!current || current.status !== 'active') throw new NotFoundError(`active ${RESOURCE_LABEL[kind]}`, id);
       if (current.owner === newOwner && current.owner === expectedOwner && current.generation === expectedGeneration) {
@@ -794,10 +831,7 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
         const other = await activeGroupOf(trx, newOwner);
         if (other && other !== id) throw new InvalidArgumentError('newStewardTaskId', `task ${newOwner} already belongs to workspace group ${other}`);
       }
-      const generation = await casTransfer(trx, kind, id, expectedOwner, expectedGeneration, newOwner, now);
-      if (generation === null) return explainTransferMiss(trx, kind, id, expectedOwner, expectedGeneration, now);
-      if (kind === 'group') await moveStewardRole(trx, id, expectedOwner, newOwner, now);
-      return { resourceKind: kind, resourceId: id, ownerTaskId: newOwner, generation, changed: true };
+      return explainTransferMiss(trx, kind, id, expectedOwner, expectedGeneration, now);
     });
   }
 
