@@ -28,7 +28,7 @@ async function main() {
   const want = (name: string) => !only || only.includes(name);
   try {
     if (want('overhead')) {
-      const rows = await benchOverhead(dbs, { iterations: quick ? 200 : 2000, runs: quick ? 1 : 5 });
+      const rows = await benchOverhead(dbs, { iterations: quick ? 200 : 2000, runs: quick ? 1 : 9 });
       sections.push({ title: 'Overhead against the raw driver (one connection, sequential)', data: rows, table: overheadTable(rows) });
     }
     if (want('contention')) {
