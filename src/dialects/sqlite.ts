@@ -4,12 +4,6 @@ import type { Database as Schema } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
 import { describeSqliteSchema } from './sqlite-describe.js';
 import { ImmediateSqliteDriver, PinnedSqliteDriver } from './sqlite-driver.js';
-
-const BEGIN_IMMEDIATE = CompiledQuery.raw('begin immediate');
-const BEGIN_DEFERRED = CompiledQuery.raw('begin');
-const COMMIT = CompiledQuery.raw('commit');
-const ROLLBACK = CompiledQuery.raw('rollback');
-const RESOLVED = Promise.resolve();
 import { SQLITE_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
 import {
@@ -24,6 +18,11 @@ import {
 import { DatabaseUnavailableError } from '../errors.js';
 import { runsOnConnection } from './direct.js';
 
+const BEGIN_IMMEDIATE = CompiledQuery.raw('begin immediate');
+const BEGIN_DEFERRED = CompiledQuery.raw('begin');
+const COMMIT = CompiledQuery.raw('commit');
+const ROLLBACK = CompiledQuery.raw('rollback');
+const RESOLVED = Promise.resolve();
 const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['busy']);
 
 /** Opens one better-sqlite3 connection in WAL mode and wraps it as a `StoreDialect`. */

@@ -498,12 +498,6 @@ function toCleanupSnapshot(row: CleanupSnapshotRow): CleanupSnapshot {
   };
 }
 
-/**
- * Owner transfer as one compare-and-swap (both dialects): the WHERE re-checks owner, generation,
- * status and the absence of an active claim on the row's latest version, so of concurrent
- * transfers with one expectation exactly one matches. Success bumps the generation and clears an
- * expired claim. Returns the new generation, or null if the row did not match.
- */
 interface CasParams {
   readonly id: string;
   readonly expectedOwner: string;
@@ -512,6 +506,13 @@ interface CasParams {
   readonly now: number;
 }
 
+/**
+ * Owner transfer as one compare-and-swap (both dialects): the WHERE re-checks owner, generation,
+ * status and the absence of an active claim on the row's latest version, so of concurrent
+ * transfers with one expectation exactly one matches. Success bumps the generation and clears an
+ * expired claim. `guards` adds conditions to the WHERE. Returns the new generation, or no row if
+ * the row did not match.
+ */
 function casSql(kind: OwnedResourceKind, p: CasParams, guards: RawBuilder<unknown> = sql``) {
   const { table, owner } = RESOURCE_TABLE[kind];
   return sql<{ generation: number }>`

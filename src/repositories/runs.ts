@@ -212,7 +212,7 @@ const SELECT_RUN = prepared((db, p: { id: string }) => db.selectFrom('coordinato
 
 /** @internal Reads the run in `trx` and fails unless it is running (the fence for run-scoped writes). */
 export async function requireRunningRunIn(trx: Transaction<Database>, runId: string): Promise<CoordinatorRunRow> {
-  const row = await trx.selectFrom('coordinator_runs').selectAll().where('id', '=', runId).executeTakeFirst();
+  const row = await SELECT_RUN.first(trx, { id: runId });
   if (!row) throw new NotFoundError('coordinator run', runId);
   if (row.status !== 'running') throw new CoordinatorRunNotRunningError(runId, row.status);
   return row;

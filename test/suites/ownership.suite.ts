@@ -675,6 +675,42 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       expect(cases).toBe(4 * PAIRS);
     });
 
+    it('a transfer to a task racing that task\'s cleanup admission: the resource is in the inventory or never arrives', async () => {
+      const orders = { transferFirst: 0, admitFirst: 0 };
+      for (let round = 0; round < 6; round++) {
+        const setups = await Promise.all(
+          Array.from({ length: PAIRS }, async () => {
+            const f = await seedFamily(store);
+            return { f, x: await newTask(store, f.companyId, 'x') };
+          }),
+        );
+        const results = await racePairs<OwnershipTransfer, CleanupAdmission>(
+          (k) => [
+            'transferEnvironment',
+            { environmentId: setups[k]!.f.envId, expectedOwnerTaskId: setups[k]!.f.parentId, expectedGeneration: 1, newOwnerTaskId: setups[k]!.x },
+          ],
+          (k) => ['admit', { taskId: setups[k]!.x }],
+        );
+        for (const [k, [transfer, admission]] of results.entries()) {
+          const { f, x } = setups[k]!;
+          expect(admission.ok, JSON.stringify(admission)).toBe(true);
+          const inventory = admission.ok ? admission.value.snapshots.map((s) => [s.resourceId, s.ownerTaskId, s.generation]) : [];
+          if (transfer.ok) {
+            // The transfer committed first: the admission saw X owning the environment.
+            expect(inventory, JSON.stringify([transfer, admission])).toContainEqual([f.envId, x, 2]);
+            expect(await envRow(store, f.envId)).toMatchObject({ task_id: x, ownership_generation: 2 });
+            orders.transferFirst++;
+          } else {
+            expect(errorOf(transfer)).toMatchObject({ code: 'CLEANUP_BARRIER', admittedTaskId: x });
+            expect(inventory.some(([id]) => id === f.envId)).toBe(false);
+            expect(await envRow(store, f.envId)).toMatchObject({ task_id: f.parentId, ownership_generation: 1 });
+            orders.admitFirst++;
+          }
+        }
+      }
+      expect(orders.transferFirst + orders.admitFirst).toBe(6 * PAIRS);
+    });
+
     it('detach racing admit-cleanup on the parent, many rounds: every outcome is one of the two legal orders', async () => {
       const orders = { detachFirst: 0, admitFirst: 0 };
       const ROUNDS = 8;
