@@ -24,17 +24,103 @@ export class InvalidDatabaseUrlError extends TaskfenceError {
   }
 }
 
-/** The database could not be reached or the connection dropped. */
+/**
+ * The database could not be reached, or the connection dropped (terminated backend, server
+ * restarting, network reset or silent past the timeouts). `retrySafe` says whether the failed
+ * operation is known to have changed nothing: true for every failure before COMMIT was sent.
+ */
 export class DatabaseUnavailableError extends TaskfenceError {
   readonly code = 'DATABASE_UNAVAILABLE';
+  /** The driver's error code (`57P01`, `ECONNRESET`, …), when it gave one. */
+  readonly driverCode: string | undefined;
   constructor(
     readonly target: string,
     cause: unknown,
+    readonly operation: string = 'connect',
+    readonly retrySafe: boolean = true,
   ) {
     super(
-      `Cannot reach the database at ${target}: ${describeCause(cause)}. ` +
-        'Check that the server is running and the URL (host, port, database, credentials) is right.',
+      `Cannot reach the database at ${target} (${operation}): ${describeCause(cause)}. ` +
+        (target.startsWith('sqlite:')
+          ? 'Check the file path, that its directory exists, and its permissions.'
+          : 'Check that the server is running and the URL (host, port, database, credentials) is right; ' +
+            (retrySafe ? 'nothing was changed, so the call is safe to retry.' : 'the outcome is unknown.')),
       { cause },
+    );
+    this.driverCode = driverCodeOf(cause);
+  }
+}
+
+/**
+ * The connection died while COMMIT was in flight: the transaction may or may not have committed.
+ * Never retried blindly. Retry with the same ids (creates are idempotent), or read back what the
+ * call would have written (for claims: the holder and token).
+ */
+export class CommitOutcomeUnknownError extends TaskfenceError {
+  readonly code = 'COMMIT_OUTCOME_UNKNOWN';
+  readonly retrySafe = false;
+  readonly driverCode: string | undefined;
+  constructor(
+    readonly operation: string,
+    cause: unknown,
+  ) {
+    super(
+      `The connection was lost while ${operation} was committing (${describeCause(cause)}), so it may or may not have committed. ` +
+        'Retry with the same ids (creates are idempotent), or read back what it would have written (for a claim: the holder and token).',
+      { cause },
+    );
+    this.driverCode = driverCodeOf(cause);
+  }
+}
+
+/** PostgreSQL's `lock_timeout` fired (SQLSTATE 55P03): a row or table lock was held by another session too long. Nothing was changed. */
+export class LockTimeoutError extends TaskfenceError {
+  readonly code = 'LOCK_TIMEOUT';
+  readonly retrySafe = true;
+  readonly driverCode: string | undefined;
+  constructor(
+    readonly operation: string,
+    cause: unknown,
+  ) {
+    super(
+      `${operation} waited longer than lock_timeout for a lock another session holds (${describeCause(cause)}). ` +
+        'Nothing was changed; retry later, find the long-running transaction, or raise lockTimeoutMs.',
+      { cause },
+    );
+    this.driverCode = driverCodeOf(cause);
+  }
+}
+
+/** PostgreSQL's `statement_timeout` (57014), or the client-side query timeout, fired. Nothing was changed. */
+export class StatementTimeoutError extends TaskfenceError {
+  readonly code = 'STATEMENT_TIMEOUT';
+  readonly retrySafe = true;
+  readonly driverCode: string | undefined;
+  constructor(
+    readonly operation: string,
+    cause: unknown,
+  ) {
+    super(
+      `${operation} ran longer than the statement timeout (${describeCause(cause)}). ` +
+        'Nothing was changed; check the database load, or raise statementTimeoutMs.',
+      { cause },
+    );
+    this.driverCode = driverCodeOf(cause);
+  }
+}
+
+/** A create named an id that already exists with different content: the create is not a retry of the earlier one. */
+export class AlreadyExistsError extends TaskfenceError {
+  readonly code = 'ALREADY_EXISTS';
+  constructor(
+    readonly entity: string,
+    readonly id: string,
+    readonly differences: readonly string[] = [],
+  ) {
+    super(
+      `A ${entity} with id ${JSON.stringify(id)} already exists` +
+        (differences.length > 0 ? ` with different ${differences.join(', ')}` : '') +
+        '. Nothing was changed. A retry with the same id and the same input returns the existing row; use a new id for a new one.',
     );
   }
 }
@@ -196,4 +282,10 @@ export function formatVersion(version: number): string {
 export function describeCause(cause: unknown): string {
   if (cause instanceof Error) return cause.message;
   return String(cause);
+}
+
+/** The driver's error code (`57P01`, `ECONNRESET`, `SQLITE_BUSY`, …) of `cause`, if any. */
+export function driverCodeOf(cause: unknown): string | undefined {
+  const code = (cause as { code?: unknown } | null | undefined)?.code;
+  return typeof code === 'string' ? code : undefined;
 }

@@ -104,6 +104,8 @@ export interface DialectOptions {
   readonly lockTimeoutMs?: number;
   /** PostgreSQL `statement_timeout` in ms (default 60 000; 0 disables). */
   readonly statementTimeoutMs?: number;
+  /** PostgreSQL: how long opening a connection may take before `DATABASE_UNAVAILABLE` (default 10 000). */
+  readonly connectTimeoutMs?: number;
   /** Called after every query with its SQL, parameters and duration (for debugging and benchmarks). */
   readonly onQuery?: (query: { sql: string; parameters: readonly unknown[]; durationMs: number; error?: unknown }) => void;
 }
