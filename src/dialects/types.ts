@@ -11,6 +11,7 @@ export type ErrorKind =
   | 'foreign_key_violation'
   | 'check_violation'
   | 'lock_timeout'
+  | 'statement_timeout'
   | 'connection_lost'
   | 'unknown';
 
