@@ -251,8 +251,11 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
     const operation = describeStatement(text);
     if (kind === 'connection_lost') {
       this.#broken = true;
+      // pg refuses to send anything on a connection it already knows is dead: such a statement never ran.
+      const neverSent = NEVER_SENT.test(error instanceof Error ? error.message : '');
       // COMMIT in flight, or a write in its own implicit transaction: it may have committed.
-      if (text === COMMIT_SQL || (!this.#inTransaction && !READ_ONLY_STATEMENT.test(text) && !/^begin\b/i.test(text))) {
+      const mayHaveCommitted = text === COMMIT_SQL || (!this.#inTransaction && !READ_ONLY_STATEMENT.test(text) && !/^begin\b/i.test(text));
+      if (mayHaveCommitted && !neverSent) {
         return new CommitOutcomeUnknownError(text === COMMIT_SQL ? 'a write transaction' : operation, error);
       }
       return new DatabaseUnavailableError(this.#target, error, operation, true);
@@ -264,6 +267,7 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
 }
 
 const SET_LOCAL_STATEMENT_TIMEOUT = /^\s*set\s+local\s+statement_timeout\s*(?:=|to)\s*'?(\d+)'?\s*;?\s*$/i;
+const NEVER_SENT = /is not queryable/;
 const READ_ONLY_STATEMENT = /^\s*(select|show|rollback)\b/i;
 
 /** COMMIT completed as ROLLBACK: an earlier statement failed and the error was swallowed. */
