@@ -97,6 +97,7 @@ class PostgresStoreDialect implements StoreDialect {
   readonly kind = 'postgres' as const;
   readonly columnTypes = POSTGRES_COLUMN_TYPES;
   readonly stats: DialectStats = { retries: 0 };
+  readonly supportsSkipLocked = true;
 
   constructor(
     readonly db: Kysely<Schema>,

@@ -69,6 +69,7 @@ class SqliteDialect implements StoreDialect {
   readonly kind = 'sqlite' as const;
   readonly columnTypes = SQLITE_COLUMN_TYPES;
   readonly stats: DialectStats = { retries: 0 };
+  readonly supportsSkipLocked = false;
   /** One host by nature: the host's clock. */
   readonly clock: { now(): number };
 

@@ -53,6 +53,11 @@ export interface StoreDialect {
   readonly columnTypes: ColumnTypes;
   readonly stats: DialectStats;
   /**
+   * Whether `SELECT … FOR UPDATE SKIP LOCKED` exists (PostgreSQL), so that consumers of one queue
+   * can claim different rows in parallel; SQLite serializes writers instead.
+   */
+  readonly supportsSkipLocked: boolean;
+  /**
    * The clock leases, TTLs and heartbeats are judged on, unless the store was given a `clock`:
    * on PostgreSQL the server's (the host clock corrected by the offset measured at every
    * transaction start), on SQLite the host's (one host by nature).
