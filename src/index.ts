@@ -43,3 +43,4 @@ export * from './domain/lock-mode.js';
 export * from './repositories/paths.js';
 export * from './domain/write-paths.js';
 export * from './repositories/ownership.js';
+export type { MaintenanceRepository, PruneOptions, PruneResult, PrunableTable } from './repositories/maintenance.js';
