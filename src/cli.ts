@@ -14,6 +14,7 @@ import {
   formatVersion,
 } from './errors.js';
 import type { MigrationEvent } from './migrator/migrator.js';
+import type { MigrationLockHolder } from './dialects/types.js';
 import { openStore, type Store } from './store.js';
 
 const HELP = `taskfence — migrate and inspect a taskfence database
@@ -89,6 +90,12 @@ export function parseArgs(argv: readonly string[]): ParsedArgs {
   return parsed;
 }
 
+function describeHolder(holder: MigrationLockHolder | null): string {
+  if (!holder) return 'another migrator (SQLite: another writer)';
+  const since = holder.since === null ? '' : `, since ${new Date(holder.since).toISOString()}`;
+  return `pid ${holder.pid} (application ${JSON.stringify(holder.application)}${holder.clientAddress ? ` from ${holder.clientAddress}` : ''}${since})`;
+}
+
 function describeEvent(event: MigrationEvent): string {
   switch (event.type) {
     case 'baseline':
@@ -103,6 +110,8 @@ function describeEvent(event: MigrationEvent): string {
       return `skipped ${formatVersion(event.version)} ${event.name}: ${event.reason}`;
     case 'progress':
       return `  ${event.message}`;
+    case 'waiting':
+      return `waiting ${Math.round(event.waitedMs / 1000)} s for the migration lock, held by ${describeHolder(event.holder)}`;
   }
 }
 

@@ -11,11 +11,12 @@ import {
   type DialectOptions,
   type DialectStats,
   type ErrorKind,
+  type MigrationLockOptions,
   type StoreDialect,
   type WriteTransactionFn,
   type WriteTransactionOptions,
 } from './types.js';
-import { DatabaseUnavailableError } from '../errors.js';
+import { DatabaseUnavailableError, MigrationLockTimeoutError, WriteTimeoutError } from '../errors.js';
 import { runsOnConnection } from './direct.js';
 
 const BEGIN_IMMEDIATE = CompiledQuery.raw('begin immediate');
@@ -130,9 +131,14 @@ class SqliteDialect implements StoreDialect {
     return 'unknown';
   }
 
-  async withMigrationLock<T>(fn: () => Promise<T>): Promise<T> {
-    // Each migration runs in BEGIN IMMEDIATE and re-reads the history inside it (see migrator).
-    return fn();
+  async withMigrationLock<T>(fn: WriteTransactionFn<T>, options: MigrationLockOptions): Promise<T> {
+    // BEGIN IMMEDIATE is the lock: the migrator re-reads the history inside it.
+    try {
+      return await this.writeTransaction(fn, { deadlineMs: options.waitMs });
+    } catch (error) {
+      if (error instanceof WriteTimeoutError) throw new MigrationLockTimeoutError(options.waitMs);
+      throw error;
+    }
   }
 
   describeSchema(): Promise<SchemaDescription> {
