@@ -302,7 +302,7 @@ export class DataLossError extends TaskfenceError {
   constructor(readonly losses: readonly DataLoss[]) {
     super(
       `Refusing to drop data: ${losses
-        .map((l) => `${formatVersion(l.version)} ${l.name} drops ${l.column ? `column ${l.table}.${l.column}` : `table ${l.table}`} (${l.rows} rows)`)
+        .map((l) => `${formatVersion(l.version)} ${l.name} drops ${l.column ? `column ${l.table}.${l.column}` : `table ${l.table}`} (${l.rows} row${l.rows === 1 ? '' : 's'})`)
         .join('; ')}. Nothing was changed; back up first and pass --allow-data-loss (allowDataLoss: true) to go ahead.`,
     );
   }

@@ -30,7 +30,7 @@ const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['busy']);
 export async function openSqliteDialect(filename: string, options: DialectOptions = {}): Promise<StoreDialect> {
   let raw: Database.Database;
   try {
-    raw = new Database(filename, { timeout: options.busyTimeoutMs ?? 250 });
+    raw = new Database(filename, { timeout: options.busyTimeoutMs ?? 250, readonly: options.readOnly ?? false, fileMustExist: options.readOnly ?? false });
   } catch (error) {
     throw new DatabaseUnavailableError(`sqlite:${filename}`, error);
   }
@@ -38,7 +38,7 @@ export async function openSqliteDialect(filename: string, options: DialectOption
   // one new file at once retry it instead of failing.
   const stats: DialectStats = { retries: 0 };
   await retryTransient(
-    async () => raw.pragma('journal_mode = WAL'),
+    async () => (options.readOnly ? undefined : raw.pragma('journal_mode = WAL')),
     (e) => ((e as { code?: string }).code?.startsWith('SQLITE_BUSY') ? 'busy' : 'unknown'),
     RETRYABLE,
     options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,

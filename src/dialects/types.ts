@@ -130,6 +130,8 @@ export interface DialectOptions {
   readonly lockTimeoutMs?: number;
   /** PostgreSQL `statement_timeout` in ms (default 60 000; 0 disables). */
   readonly statementTimeoutMs?: number;
+  /** SQLite: open an existing file read-only, without switching it to WAL (the CLI's `status` and `plan`). */
+  readonly readOnly?: boolean;
   /** PostgreSQL: how long opening a connection may take before `DATABASE_UNAVAILABLE` (default 10 000). */
   readonly connectTimeoutMs?: number;
   /** Called after every query with its SQL, parameters and duration (for debugging and benchmarks). */

@@ -15,7 +15,7 @@ import {
   formatVersion,
 } from '../errors.js';
 import { inlineParameters } from '../dialects/recording.js';
-import { sql, type Kysely } from 'kysely';
+import { sql, type CompiledQuery, type Kysely } from 'kysely';
 import type { SchemaDescription } from '../schema/describe.js';
 import type { MigrationLockHolder, StoreDialect } from '../dialects/types.js';
 import type { Database } from '../schema/database.js';
@@ -57,7 +57,14 @@ export type MigrationEvent =
   | { readonly type: 'applying' | 'reverting'; readonly version: number; readonly name: string }
   | { readonly type: 'applied' | 'reverted'; readonly version: number; readonly name: string; readonly durationMs: number }
   | { readonly type: 'skipped'; readonly version: number; readonly name: string; readonly reason: string }
-  | { readonly type: 'progress'; readonly version: number; readonly message: string }
+  | {
+      readonly type: 'progress';
+      readonly version: number;
+      readonly message: string;
+      /** Rows done so far and, when the migration can tell, the total (see `MigrationDefinition.workRows`). */
+      readonly done?: number;
+      readonly total?: number;
+    }
   | { readonly type: 'waiting'; readonly waitedMs: number; readonly holder: MigrationLockHolder | null };
 
 export interface MigrateOptions {
@@ -90,6 +97,10 @@ export interface PlanStep {
   readonly name: string;
   readonly direction: 'up' | 'down';
   readonly statements: readonly string[];
+  /** Tables and columns holding rows that this (down) step drops. */
+  readonly destructive: readonly DataLoss[];
+  /** Where a value comes from: read from the database now, or known only at run time. */
+  readonly notes: readonly string[];
 }
 
 /**
@@ -202,25 +213,55 @@ export class Migrator {
     }
   }
 
-  /** The exact SQL the pending migrations up (or down) to `to` would run on this dialect; applies nothing. */
-  async plan(options: { to?: number } = {}): Promise<PlanStep[]> {
+  /**
+   * The exact SQL the pending migrations up (or down) to `to` would run on this dialect, with the
+   * values they will run with: the reads a migration makes (0052's role list and keyset batches)
+   * run against the live database, and a value that is only known at run time (the time a backfill
+   * compares with) is named in `notes`. Down steps list the rows they would drop. Applies nothing.
+   */
+  async plan(options: { to?: number; now?: number } = {}): Promise<PlanStep[]> {
     const status = await this.status();
     this.#verify(status);
+    if (status.baselineRequired) throw await this.#baselineRequiredError();
     const target = options.to ?? this.latestVersion;
     this.#assertKnownVersion(target);
+    const now = options.now ?? Date.now();
     const applied = new Set(status.applied.map((a) => a.version));
     const steps: PlanStep[] = [];
-    const render = async (m: MigrationDefinition, direction: 'up' | 'down') => ({
-      version: m.version,
-      name: m.name,
-      direction,
-      statements: (await recordMigration(m, direction, this.#dialect.kind)).map((q) => inlineParameters(this.#dialect.kind, q)),
-    });
+    const render = async (m: MigrationDefinition, direction: 'up' | 'down', destructive: readonly DataLoss[]): Promise<PlanStep> => {
+      let reads = 0;
+      let failedReads = 0;
+      const answer = async (query: CompiledQuery) => {
+        if (!/^\s*select\b/i.test(query.sql)) return undefined;
+        try {
+          const result = await this.#dialect.db.executeQuery(query);
+          reads++;
+          return result;
+        } catch {
+          failedReads++;
+          return undefined;
+        }
+      };
+      const queries = await recordMigration(m, direction, this.#dialect.kind, { now, answer });
+      const statements = queries.filter((q) => !/^\s*select\b/i.test(q.sql)).map((q) => inlineParameters(this.#dialect.kind, q));
+      const notes: string[] = [];
+      // A statement that changes with `now` depends on the time migrate starts.
+      const later = await recordMigration(m, direction, this.#dialect.kind, { now: now + 1, answer: async () => undefined });
+      const early = await recordMigration(m, direction, this.#dialect.kind, { now, answer: async () => undefined });
+      if (later.some((q, i) => JSON.stringify(q.parameters) !== JSON.stringify(early[i]?.parameters))) {
+        notes.push(`uses the time migrate starts, known only at run time; shown with the time of this plan, ${new Date(now).toISOString()} (${now})`);
+      }
+      if (reads > 0) notes.push(`values read from the database now (${reads} reads); they change if the data changes before migrate runs`);
+      if (failedReads > 0) notes.push(`${failedReads} reads need tables that earlier steps create; shown as on empty tables`);
+      return { version: m.version, name: m.name, direction, statements, destructive, notes };
+    };
     for (const m of this.#migrations) {
-      if (!applied.has(m.version) && m.version <= target) steps.push(await render(m, 'up'));
+      if (!applied.has(m.version) && m.version <= target) steps.push(await render(m, 'up', []));
     }
-    for (const m of [...this.#migrations].reverse()) {
-      if (applied.has(m.version) && m.version > target) steps.push(await render(m, 'down'));
+    const downs = [...this.#migrations].reverse().filter((m) => applied.has(m.version) && m.version > target);
+    for (const m of downs) {
+      const losses = await this.#dialect.readTransaction((trx) => this.#droppedRows(trx, m));
+      steps.push(await render(m, 'down', losses));
     }
     return steps;
   }
@@ -335,11 +376,14 @@ export class Migrator {
       const kept = after.get(table);
       const dropped = kept ? columns.filter((c) => !kept.includes(c)) : [];
       if (kept && dropped.length === 0) continue;
-      const { rows } = await sql<{ n: number | string }>`select count(*) as n from ${sql.table(table)}`.execute(db);
-      const count = Number(rows[0]?.n ?? 0);
-      if (count === 0) continue;
-      if (kept) for (const column of dropped) losses.push({ version: m.version, name: m.name, table, column, rows: count });
-      else losses.push({ version: m.version, name: m.name, table, rows: count });
+      // A dropped table loses its rows; a dropped column the rows where it holds a value.
+      const targets = kept ? dropped : [undefined];
+      for (const column of targets) {
+        const counted = column === undefined ? sql`count(*)` : sql`count(${sql.ref(column)})`;
+        const { rows } = await sql<{ n: number | string }>`select ${counted} as n from ${sql.table(table)}`.execute(db);
+        const count = Number(rows[0]?.n ?? 0);
+        if (count > 0) losses.push({ version: m.version, name: m.name, table, ...(column ? { column } : {}), rows: count });
+      }
     }
     return losses;
   }
@@ -382,11 +426,19 @@ export class Migrator {
           if (losses.length > 0) throw new DataLossError(losses);
         }
         emit({ type: direction === 'up' ? 'applying' : 'reverting', version: m.version, name: m.name });
+        const total = direction === 'up' && m.workRows ? await m.workRows(trx) : undefined;
         await m[direction]({
           db: trx,
           types: this.#dialect.columnTypes,
           now,
-          progress: (message) => emit({ type: 'progress', version: m.version, message }),
+          progress: (message, counts) =>
+            emit({
+              type: 'progress',
+              version: m.version,
+              message,
+              ...(counts ? { done: total === undefined ? counts.done : Math.min(counts.done, total) } : {}),
+              ...(counts && total !== undefined ? { total } : {}),
+            }),
         });
         if (direction === 'up') {
           await trx

@@ -368,7 +368,7 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const url = fx.kind === 'postgres' ? 'postgres://postgres@127.0.0.1:1/nowhere' : 'sqlite:/nonexistent-dir/deeper/x.db';
       const result = await cli('status', '--db', url);
       expect(result.code).toBe(1);
-      expect(result.err).toMatch(/^taskfence: Cannot reach the database at .*Check (that|the file path)/);
+      expect(result.err).toMatch(fx.kind === 'postgres' ? /^taskfence: Cannot reach the database at .*Check that/ : /^taskfence: cannot open sqlite:.*the directory .* does not exist/);
     });
   });
 }

@@ -1,0 +1,54 @@
+import { describe, expect, it } from 'vitest';
+import Database from 'better-sqlite3';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { defineCliSuite, expectOneLine, runCli } from '../suites/cli.suite.js';
+import { sqliteFixture } from '../support/dialects.js';
+
+defineCliSuite(sqliteFixture);
+
+describe('SQLite file errors speak of the file', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'taskfence-cli-file-'));
+
+  it('a missing directory, a file that is not a database, a missing file for status: one line about the file, nothing created', async () => {
+    const missingDir = await runCli(['migrate', '--db', `sqlite:${join(dir, 'nope', 'x.db')}`]);
+    expect(missingDir.code).toBe(1);
+    expectOneLine(missingDir);
+    expect(missingDir.err).toMatch(/the directory .*nope does not exist/);
+    expect(missingDir.err).not.toMatch(/server|host|port/);
+
+    const text = join(dir, 'notes.txt');
+    writeFileSync(text, 'these are my notes, not a database\n'.repeat(20));
+    for (const command of ['migrate', 'status', 'plan']) {
+      const result = await runCli([command, '--db', `sqlite:${text}`]);
+      expect(result.code).toBe(1);
+      expectOneLine(result);
+      expect(result.err).toMatch(/is not an SQLite database/);
+    }
+    expect(readFileSync(text, 'utf8')).toBe('these are my notes, not a database\n'.repeat(20));
+
+    // status and plan describe a missing file as the empty database migrate would start from, without creating it.
+    const absent = join(dir, 'absent.db');
+    for (const command of ['status', 'plan']) {
+      const result = await runCli([command, '--db', `sqlite:${absent}`]);
+      expect(result.code).toBe(0);
+      expect(result.out).toMatch(/does not exist yet \(migrate creates it\)/);
+    }
+    expect((await runCli(['status', '--db', `sqlite:${absent}`, '--check'])).code).toBe(3);
+    expect(existsSync(absent)).toBe(false);
+  });
+
+  it('status and plan open the file read-only: a rollback-journal file is left byte for byte as it was (no switch to WAL)', async () => {
+    const path = join(dir, 'journal.db');
+    const raw = new Database(path);
+    raw.exec('create table notes (id integer primary key, body text); insert into notes (body) values (\'x\');');
+    expect(raw.pragma('journal_mode', { simple: true })).toBe('delete');
+    raw.close();
+    const before = readFileSync(path);
+    expect((await runCli(['status', '--db', `sqlite:${path}`])).code).toBe(0);
+    expect((await runCli(['plan', '--db', `sqlite:${path}`, '--to', '5'])).code).toBe(0);
+    expect(readFileSync(path).equals(before)).toBe(true);
+    expect(existsSync(`${path}-wal`)).toBe(false);
+  });
+});
