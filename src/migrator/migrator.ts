@@ -4,6 +4,7 @@ import {
   BaselineRequiredError,
   MigrationChecksumMismatchError,
   DataLossError,
+  LockTimeoutError,
   MigrationFailedError,
   MigrationHistoryDamagedError,
   type DataLoss,
@@ -105,9 +106,9 @@ export interface PlanStep {
 
 /**
  * Runs the migration chain against one store's database. Each migration and its history row
- * commit in one transaction; concurrent migrators serialize (PostgreSQL: advisory lock;
- * SQLite: the history is re-read inside each migration's `BEGIN IMMEDIATE` transaction), so each
- * migration is applied exactly once however many deploys race.
+ * commit in one transaction that first takes the migration lock (PostgreSQL: a transaction-scoped
+ * advisory lock; SQLite: `BEGIN IMMEDIATE`) and re-reads the history inside it, so each migration
+ * is applied exactly once however many deploys race, and no session lock is needed for it.
  */
 export class Migrator {
   readonly #dialect: StoreDialect;
@@ -451,6 +452,12 @@ export class Migrator {
         done = true;
       }, { ...lock, bulk: true });
     } catch (error) {
+      if (error instanceof LockTimeoutError) {
+        // The DDL waited for a table another session uses: name the migration's own setting.
+        throw new MigrationFailedError(m.version, m.name, direction, new Error(
+          `its DDL waited longer than ddlLockTimeoutMs (${lock.ddlLockTimeoutMs} ms, --ddl-lock-timeout) for a table lock another session holds; migrate when the table is less busy, or raise it`,
+        ));
+      }
       if (error instanceof TaskfenceError) throw error;
       throw new MigrationFailedError(m.version, m.name, direction, error);
     }

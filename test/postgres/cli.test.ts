@@ -89,6 +89,37 @@ describe('CLI faults on PostgreSQL', () => {
     expect(await historyVersions(store)).toEqual(VERSIONS);
   });
 
+  it('--ddl-lock-timeout bounds how long migration DDL waits for a table an application transaction uses; the refusal changes nothing', async () => {
+    const url = await fx.freshUrl();
+    const app = await fx.open(url);
+    await app.migrate({ to: 8 });
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let reading!: () => void;
+    const isReading = new Promise<void>((resolve) => (reading = resolve));
+    const transaction = app.dialect.writeTransaction(async (trx) => {
+      await sql`select count(*) from tasks`.execute(trx); // holds ACCESS SHARE on tasks until it ends
+      reading();
+      await held;
+    });
+    await isReading;
+    // The reader ends after 5 s by itself: a migrator that ignored --ddl-lock-timeout (and used
+    // the default 10 s) would then get the lock and succeed.
+    const ends = setTimeout(() => release(), 5_000);
+    try {
+      const result = await runCli(['migrate', '--db', url, '--ddl-lock-timeout', '500']);
+      expect(result.code).toBe(1);
+      expectOneLine(result);
+      expect(result.err).toMatch(/Migration 0052 requires_filesystem failed \(up\): its DDL waited longer than ddlLockTimeoutMs \(500 ms, --ddl-lock-timeout\)/);
+      expect(await historyVersions(app)).toEqual(VERSIONS.filter((v) => v <= 8));
+    } finally {
+      clearTimeout(ends);
+      release();
+      await transaction;
+    }
+    expect((await runCli(['migrate', '--db', url])).code).toBe(0);
+  });
+
   it('while waiting for the migration lock, prints who holds it (pid, application, since) every few seconds, then times out with one line', async () => {
     const url = await fx.freshUrl();
     const holder = await fx.open(url);

@@ -4,6 +4,7 @@ import { sql } from 'kysely';
 import {
   BaselineMismatchError,
   BaselineRequiredError,
+  DataLossError,
   LATEST_VERSION,
   MIGRATIONS,
   MigrationChecksumMismatchError,
@@ -240,6 +241,23 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const rerun = await store.migrate({ lockTimeoutMs: 60_000 });
       expect(rerun.applied).toEqual(VERSIONS.filter((v) => v > 8));
       expect(await historyVersions(store)).toEqual(VERSIONS);
+    });
+  });
+
+  describe('data-loss guard', () => {
+    it('a down step dropping rows throws DataLossError and changes nothing; allowDataLoss: true goes ahead', async () => {
+      const store = await fx.freshStore();
+      await sql`insert into companies (id, name, created_at) values ('c', 'c', 1)`.execute(store.db);
+      const schema = await store.describeSchema();
+      const refused = await store.migrate({ to: 0 }).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(DataLossError);
+      expect((refused as DataLossError).losses).toEqual([{ version: 5, name: 'baseline', table: 'companies', rows: 1 }]);
+      expect(await store.describeSchema()).toEqual(schema);
+      expect(await historyVersions(store)).toEqual(VERSIONS);
+      // Empty tables go without the flag; the one with rows needs it.
+      expect((await store.migrate({ to: 5 })).reverted).toEqual(VERSIONS.filter((v) => v > 5).reverse());
+      expect((await store.migrate({ to: 0, allowDataLoss: true })).reverted).toEqual([5]);
+      expect(await describeTables(store)).toEqual({ tables: {} });
     });
   });
 
