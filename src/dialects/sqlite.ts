@@ -132,12 +132,22 @@ class SqliteDialect implements StoreDialect {
   }
 
   async withMigrationLock<T>(fn: WriteTransactionFn<T>, options: MigrationLockOptions): Promise<T> {
-    // BEGIN IMMEDIATE is the lock: the migrator re-reads the history inside it.
+    // BEGIN IMMEDIATE is the lock: the migrator re-reads the history inside it. SQLite cannot
+    // tell who holds it, so the waiting report names no holder.
+    const started = Date.now();
+    let entered = false;
+    const onWaiting = options.onWaiting;
+    const timer = onWaiting ? setInterval(() => entered || onWaiting(null, Date.now() - started), options.reportEveryMs ?? 3_000) : undefined;
     try {
-      return await this.writeTransaction(fn, { deadlineMs: options.waitMs });
+      return await this.writeTransaction((trx) => {
+        entered = true;
+        return fn(trx);
+      }, { deadlineMs: options.waitMs });
     } catch (error) {
       if (error instanceof WriteTimeoutError) throw new MigrationLockTimeoutError(options.waitMs);
       throw error;
+    } finally {
+      clearInterval(timer);
     }
   }
 

@@ -1,4 +1,5 @@
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
+import { holdWriteLock } from '../support/hold-write-lock.js';
 import Database from 'better-sqlite3';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -7,6 +8,27 @@ import { defineCliSuite, expectOneLine, runCli } from '../suites/cli.suite.js';
 import { sqliteFixture } from '../support/dialects.js';
 
 defineCliSuite(sqliteFixture);
+
+describe('migration lock on SQLite', () => {
+  const fx = sqliteFixture();
+  afterAll(() => fx.cleanup());
+
+  it('while another writer holds the file, migrate says every few seconds that it waits, then times out with one line', async () => {
+    const store = await fx.freshStore({ to: 8 });
+    const lock = await holdWriteLock(store, (trx) => trx.insertInto('companies').values({ id: 'held', name: 'held', created_at: 1 }).execute());
+    try {
+      const result = await runCli(['migrate', '--db', store.location.url, '--lock-wait', '7000']);
+      expect(result.code).toBe(1);
+      expectOneLine(result);
+      expect(result.err).toMatch(/held the migration lock for more than 7000 ms/);
+      const waiting = result.out.split('\n').filter((l) => l.startsWith('waiting'));
+      expect(waiting.length).toBeGreaterThanOrEqual(2);
+      expect(waiting[0]).toMatch(/^waiting \d+ s for the migration lock, held by another migrator \(SQLite: another writer\)$/);
+    } finally {
+      await lock.release();
+    }
+  });
+});
 
 describe('SQLite file errors speak of the file', () => {
   const dir = mkdtempSync(join(tmpdir(), 'taskfence-cli-file-'));
