@@ -147,7 +147,7 @@ export class MigrationLockTimeoutError extends TaskfenceError {
   constructor(readonly timeoutMs: number) {
     super(
       `Another process held the migration lock for more than ${timeoutMs} ms. ` +
-        'Wait for the other deploy to finish, or raise --lock-timeout.',
+        'Nothing was changed. Wait for the other deploy to finish, or raise --lock-wait (migrationLockWaitMs).',
     );
   }
 }
