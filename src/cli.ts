@@ -172,6 +172,23 @@ function checkSqliteFile(filename: string): 'missing' | 'ok' {
   return 'ok';
 }
 
+/** An SQLite open failure as a sentence about the file, or undefined when it is not one. */
+function sqliteFileError(filename: string, error: unknown): FileError | undefined {
+  const codeOf = (e: unknown) => (e as { code?: unknown } | null)?.code;
+  const code = [codeOf(error), codeOf((error as { cause?: unknown } | null)?.cause)].find((c): c is string => typeof c === 'string' && c.startsWith('SQLITE_'));
+  if (!code) return undefined;
+  const path = resolve(filename);
+  if (code === 'SQLITE_READONLY_DIRECTORY') {
+    return new FileError(
+      `cannot use sqlite:${filename}: it is in WAL mode and the directory ${dirname(path)} is not writable for this user, so SQLite cannot create ${path}-shm; run as a user who can write that directory`,
+    );
+  }
+  if (code.startsWith('SQLITE_READONLY')) return new FileError(`sqlite:${filename} is read-only for this user; migrate needs to write it (check the permissions of ${path} and of its directory)`);
+  if (code.startsWith('SQLITE_CANTOPEN')) return new FileError(`cannot open sqlite:${filename}: check the permissions of ${path} and of its directory`);
+  if (code === 'SQLITE_NOTADB') return new FileError(`sqlite:${filename} is not an SQLite database`);
+  return undefined;
+}
+
 async function openDialect(url: string, parsed: ParsedArgs, note: (line: string) => void): Promise<StoreDialect> {
   const location = parseDatabaseUrl(url);
   const connectTimeoutMs = parsed.connectTimeoutMs ?? 10_000;
@@ -183,7 +200,11 @@ async function openDialect(url: string, parsed: ParsedArgs, note: (line: string)
       note(`the file ${location.filename} does not exist yet (migrate creates it); showing an empty database`);
       return openSqliteDialect(':memory:');
     }
-    return openSqliteDialect(location.filename, inspecting && location.filename !== ':memory:' ? { readOnly: true } : {});
+    try {
+      return await openSqliteDialect(location.filename, inspecting && location.filename !== ':memory:' ? { readOnly: true } : {});
+    } catch (error) {
+      throw sqliteFileError(location.filename, error) ?? error;
+    }
   }
   // A watchdog on top of the driver's own connect timeout: a host that accepts TCP and never
   // answers must end in one line, never a hang.

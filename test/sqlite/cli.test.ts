@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { holdWriteLock } from '../support/hold-write-lock.js';
 import Database from 'better-sqlite3';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { defineCliSuite, expectOneLine, runCli } from '../suites/cli.suite.js';
@@ -32,6 +32,7 @@ describe('migration lock on SQLite', () => {
 
 describe('SQLite file errors speak of the file', () => {
   const dir = mkdtempSync(join(tmpdir(), 'taskfence-cli-file-'));
+  chmodSync(dir, 0o755);
 
   it('a missing directory, a file that is not a database, a missing file for status: one line about the file, nothing created', async () => {
     const missingDir = await runCli(['migrate', '--db', `sqlite:${join(dir, 'nope', 'x.db')}`]);
@@ -59,6 +60,31 @@ describe('SQLite file errors speak of the file', () => {
     }
     expect((await runCli(['status', '--db', `sqlite:${absent}`, '--check'])).code).toBe(3);
     expect(existsSync(absent)).toBe(false);
+  });
+
+  it('permissions: an unreadable file, a read-only file, a WAL file in a directory the user cannot write — one line about the file each', async () => {
+    // Root ignores file modes: as root, run the CLI as the unprivileged postgres user.
+    const asUser = process.getuid?.() === 0 ? 'postgres' : undefined;
+    const sub = mkdtempSync(join(dir, 'perm-'));
+    chmodSync(sub, 0o755);
+    const path = join(sub, 'x.db');
+    expect((await runCli(['migrate', '--db', `sqlite:${path}`])).code).toBe(0);
+    chmodSync(path, 0o600);
+    chmodSync(sub, 0o755);
+    const unreadable = await runCli(['status', '--db', `sqlite:${path}`], { asUser });
+    expect(unreadable.code).toBe(1);
+    expectOneLine(unreadable);
+    expect(unreadable.err).toMatch(/cannot open sqlite:.*x\.db: permission denied/);
+
+    chmodSync(path, 0o644);
+    for (const command of ['status', 'migrate']) {
+      const result = await runCli([command, '--db', `sqlite:${path}`], { asUser });
+      expect(result.code, command).toBe(1);
+      expectOneLine(result);
+      expect(result.err).toMatch(/x\.db/);
+      expect(result.err).toMatch(/directory .* is not writable for this user|read-only for this user/);
+      expect(result.err).not.toMatch(/server|host, port|unexpected/);
+    }
   });
 
   it('status and plan open the file read-only: a rollback-journal file is left byte for byte as it was (no switch to WAL)', async () => {

@@ -25,14 +25,15 @@ export interface CliResult {
 /** Runs dist/cli.js with stdin a closed pipe (not a terminal), without TASKFENCE_DATABASE_URL unless given. */
 export function runCli(
   args: readonly string[],
-  options: { env?: Record<string, string | undefined>; cwd?: string; onStdout?: (chunk: string) => void } = {},
+  options: { env?: Record<string, string | undefined>; cwd?: string; onStdout?: (chunk: string) => void; asUser?: string } = {},
 ): Promise<CliResult> {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries({ ...process.env, TASKFENCE_DATABASE_URL: undefined, ...options.env })) {
     if (v !== undefined) env[k] = v;
   }
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], { env, cwd: options.cwd, stdio: ['pipe', 'pipe', 'pipe'] });
+    const command = options.asUser ? ['runuser', '-u', options.asUser, '--', process.execPath, CLI, ...args] : [process.execPath, CLI, ...args];
+    const child = spawn(command[0]!, command.slice(1), { env, cwd: options.cwd, stdio: ['pipe', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => {
