@@ -12,7 +12,11 @@ import { createRepositories, type Repositories } from './repositories/index.js';
 export interface StoreOptions extends DialectOptions {
   /** A database URL; default `TASKFENCE_DATABASE_URL`, else `sqlite:./taskfence.db`. */
   readonly url?: string;
-  /** The clock repositories use for leases and heartbeats (epoch ms); tests pass a fake one. */
+  /**
+   * Overrides the clock repositories judge leases, TTLs and heartbeats on (epoch ms); tests pass a
+   * fake one. Default: the database's clock on PostgreSQL (so hosts whose clocks disagree still
+   * agree on every lease), the host's on SQLite.
+   */
   readonly clock?: Clock;
 }
 
@@ -50,7 +54,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       ? await openSqliteDialect(location.filename, options)
       : await openPostgresDialect(location.connectionString, options);
   const migrator = new Migrator(dialect);
-  const context: StoreContext = createStoreContext(dialect, options.clock);
+  const context: StoreContext = createStoreContext(dialect, options.clock ?? dialect.clock);
   return Object.freeze({
     db: dialect.db,
     dialect,

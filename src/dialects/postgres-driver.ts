@@ -95,12 +95,15 @@ export class FaultTolerantPostgresDriver implements Driver {
   readonly #limits: TransactionLimits;
   readonly #ownsPool: boolean;
   readonly #listened = new WeakSet<pg.PoolClient>();
+  /** The server's clock minus the host's (ms), measured in the BEGIN round trip of every transaction. */
+  readonly #offset: ServerClockOffset;
 
-  constructor(options: { pool: pg.Pool; target: string; limits: TransactionLimits; ownsPool: boolean }) {
+  constructor(options: { pool: pg.Pool; target: string; limits: TransactionLimits; ownsPool: boolean; offset: ServerClockOffset }) {
     this.#pool = options.pool;
     this.#target = options.target;
     this.#limits = options.limits;
     this.#ownsPool = options.ownsPool;
+    this.#offset = options.offset;
   }
 
   async init(): Promise<void> {}
@@ -117,7 +120,7 @@ export class FaultTolerantPostgresDriver implements Driver {
       // For the client's whole life, idle or checked out: a fault is reported by the failing query.
       client.on('error', () => {});
     }
-    return new FaultTolerantPostgresConnection(client, this.#target, clientQueryTimeoutMs(this.#limits.statementTimeoutMs));
+    return new FaultTolerantPostgresConnection(client, this.#target, clientQueryTimeoutMs(this.#limits.statementTimeoutMs), this.#offset);
   }
 
   async beginTransaction(connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
@@ -167,7 +170,10 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
   /** Lost its connection, timed out or failed to roll back: destroyed on release. */
   #broken = false;
 
-  constructor(client: pg.PoolClient, target: string, queryTimeoutMs: number) {
+  readonly #offset: ServerClockOffset;
+
+  constructor(client: pg.PoolClient, target: string, queryTimeoutMs: number, offset: ServerClockOffset) {
+    this.#offset = offset;
     this.#client = client;
     this.#target = target;
     this.#defaultQueryTimeoutMs = queryTimeoutMs;
@@ -177,10 +183,14 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
   // Transaction control goes through `executeQuery` (which Kysely wraps for `onQuery`), so every statement is reported.
 
   async begin(begin: string, limits: TransactionLimits): Promise<void> {
-    // One simple-protocol round trip: BEGIN and the transaction's own limits.
-    const text = `${begin}; set local lock_timeout = ${Math.trunc(limits.lockTimeoutMs)}; set local statement_timeout = ${Math.trunc(limits.statementTimeoutMs)}`;
-    await this.executeQuery(CompiledQuery.raw(text));
+    // One simple-protocol round trip: BEGIN, the transaction's own limits, and the server's clock.
+    const text =
+      `${begin}; set local lock_timeout = ${Math.trunc(limits.lockTimeoutMs)}; ` +
+      `set local statement_timeout = ${Math.trunc(limits.statementTimeoutMs)}; ${SERVER_NOW_SQL}`;
+    const sent = this.#offset.host.now();
+    const { rows } = await this.executeQuery<{ server_now: number }>(CompiledQuery.raw(text));
     this.#inTransaction = true;
+    this.#offset.observe(sent, rows[0]?.server_now);
   }
 
   async commit(): Promise<void> {
@@ -227,7 +237,9 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
     }
     const raised = SET_LOCAL_STATEMENT_TIMEOUT.exec(text);
     if (raised) this.#queryTimeoutMs = clientQueryTimeoutMs(Number(raised[1]));
-    const { command, rowCount, rows } = result;
+    // A multi-statement simple query (BEGIN's) answers with one result per statement: the last one counts.
+    const last: pg.QueryResult = Array.isArray(result) ? (result as pg.QueryResult[]).at(-1)! : result;
+    const { command, rowCount, rows } = last;
     if (command === 'COMMIT' || command === 'ROLLBACK') return { rows: [{ command } as R] };
     return {
       numAffectedRows:
@@ -251,8 +263,11 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
     const operation = describeStatement(text);
     if (kind === 'connection_lost') {
       this.#broken = true;
+      // pg refuses to send anything on a connection it already knows is dead: such a statement never ran.
+      const neverSent = NEVER_SENT.test(error instanceof Error ? error.message : '');
       // COMMIT in flight, or a write in its own implicit transaction: it may have committed.
-      if (text === COMMIT_SQL || (!this.#inTransaction && !READ_ONLY_STATEMENT.test(text) && !/^begin\b/i.test(text))) {
+      const mayHaveCommitted = text === COMMIT_SQL || (!this.#inTransaction && !READ_ONLY_STATEMENT.test(text) && !/^begin\b/i.test(text));
+      if (mayHaveCommitted && !neverSent) {
         return new CommitOutcomeUnknownError(text === COMMIT_SQL ? 'a write transaction' : operation, error);
       }
       return new DatabaseUnavailableError(this.#target, error, operation, true);
@@ -264,7 +279,37 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
 }
 
 const SET_LOCAL_STATEMENT_TIMEOUT = /^\s*set\s+local\s+statement_timeout\s*(?:=|to)\s*'?(\d+)'?\s*;?\s*$/i;
+const NEVER_SENT = /is not queryable/;
 const READ_ONLY_STATEMENT = /^\s*(select|show|rollback)\b/i;
+
+/** Reads the server's clock in epoch milliseconds. */
+export const SERVER_NOW_SQL = 'select (extract(epoch from clock_timestamp()) * 1000)::float8 as server_now';
+
+/**
+ * The server's clock as seen from this host: the host clock plus the offset measured at the start
+ * of every transaction (half the round trip is attributed to each direction). Lease, lock and
+ * heartbeat times are then the server's time on every host, whatever their own clocks say.
+ */
+export class ServerClockOffset {
+  #offsetMs = 0;
+  constructor(readonly host: { now(): number }) {}
+
+  /** Records a server reading taken between `sentAt` (host time) and now. */
+  observe(sentAt: number, serverNow: unknown): void {
+    if (typeof serverNow !== 'number' || !Number.isFinite(serverNow)) return;
+    const receivedAt = this.host.now();
+    this.#offsetMs = serverNow - (sentAt + receivedAt) / 2;
+  }
+
+  /** The server's time now, in epoch ms. */
+  now(): number {
+    return Math.round(this.host.now() + this.#offsetMs);
+  }
+
+  get offsetMs(): number {
+    return this.#offsetMs;
+  }
+}
 
 /** COMMIT completed as ROLLBACK: an earlier statement failed and the error was swallowed. */
 export class TransactionAbortedError extends Error {

@@ -1,9 +1,9 @@
 import pg from 'pg';
-import { Kysely, PostgresAdapter, PostgresIntrospector, PostgresQueryCompiler, sql, type Transaction } from 'kysely';
+import { CompiledQuery, Kysely, PostgresAdapter, PostgresIntrospector, PostgresQueryCompiler, sql, type Transaction } from 'kysely';
 import type { Database as Schema } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
 import { DatabaseUnavailableError, LockTimeoutError, MigrationLockTimeoutError, StatementTimeoutError, TaskfenceError } from '../errors.js';
-import { FaultTolerantPostgresDriver, classifyPostgresError, clientQueryTimeoutMs } from './postgres-driver.js';
+import { FaultTolerantPostgresDriver, SERVER_NOW_SQL, ServerClockOffset, classifyPostgresError, clientQueryTimeoutMs } from './postgres-driver.js';
 import { redactDatabaseUrl } from '../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
 import { POSTGRES_COLUMN_TYPES } from './recording.js';
@@ -63,15 +63,24 @@ export async function openPostgresDialect(connectionString: string, options: Dia
   const pool = new pg.Pool({ ...config, max: options.poolSize ?? 10 });
   // An idle client that loses its server must not crash the process (checked-out clients get their own listener).
   pool.on('error', () => {});
+  const offset = new ServerClockOffset(options.hostClock ?? { now: () => Date.now() });
   const driver = new FaultTolerantPostgresDriver({
     pool,
     target,
     ownsPool: true,
+    offset,
     limits: { lockTimeoutMs: options.lockTimeoutMs ?? 10_000, statementTimeoutMs: statementTimeoutOf(options) },
   });
   try {
+    // Reach the server once at open, and learn its clock.
     const connection = await driver.acquireConnection();
-    await driver.releaseConnection(connection);
+    try {
+      const sentAt = offset.host.now();
+      const { rows } = await connection.executeQuery<{ server_now: number }>(CompiledQuery.raw(SERVER_NOW_SQL));
+      offset.observe(sentAt, rows[0]?.server_now);
+    } finally {
+      await driver.releaseConnection(connection);
+    }
   } catch (error) {
     await pool.end().catch(() => {});
     throw error instanceof DatabaseUnavailableError ? error : new DatabaseUnavailableError(target, error);
@@ -85,19 +94,22 @@ export async function openPostgresDialect(connectionString: string, options: Dia
     },
     log: queryLogger(options.onQuery),
   });
-  return new PostgresStoreDialect(db, config, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS);
+  return new PostgresStoreDialect(db, config, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, offset);
 }
 
 class PostgresStoreDialect implements StoreDialect {
   readonly kind = 'postgres' as const;
   readonly columnTypes = POSTGRES_COLUMN_TYPES;
   readonly stats: DialectStats = { retries: 0 };
+  readonly supportsSkipLocked = true;
 
   constructor(
     readonly db: Kysely<Schema>,
     /** The pool's client configuration, for dedicated connections (the migration lock). */
     readonly config: pg.ClientConfig,
     private readonly writeDeadlineMs: number,
+    /** The database's clock (host clock + measured offset): what leases and heartbeats are judged on. */
+    readonly clock: ServerClockOffset,
   ) {}
 
   /**
