@@ -8,11 +8,9 @@ import {
   MigrationFailedError,
   MigrationHistoryDamagedError,
   type DataLoss,
-  MigrationLockTimeoutError,
   TaskfenceError,
   UnknownMigrationsError,
   UnknownVersionError,
-  WriteTimeoutError,
   formatVersion,
 } from '../errors.js';
 import { inlineParameters } from '../dialects/recording.js';
@@ -278,12 +276,8 @@ export class Migrator {
       ddlLockTimeoutMs: options.ddlLockTimeoutMs ?? DEFAULT_DDL_LOCK_TIMEOUT_MS,
       onWaiting: (holder, waitedMs) => emit({ type: 'waiting', holder, waitedMs }),
     };
-    try {
-      return await this.#migrate(target, options, lock, emit);
-    } catch (error) {
-      if (error instanceof WriteTimeoutError) throw new MigrationLockTimeoutError(lock.waitMs);
-      throw error;
-    }
+    // Both dialects' withMigrationLock throw MigrationLockTimeoutError when the wait runs out.
+    return this.#migrate(target, options, lock, emit);
   }
 
   async #migrate(target: number, options: MigrateOptions, lock: LockSettings, emit: (event: MigrationEvent) => void): Promise<MigrateResult> {
