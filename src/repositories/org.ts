@@ -1,7 +1,7 @@
 import type { AgentRow, ProjectRow, WorkspaceRow } from '../schema/database.js';
 import { NotFoundError } from '../errors.js';
 import type { StoreContext } from './context.js';
-import { requireText } from './validate.js';
+import { optionalId, optionalString, requireId, requireInput, requireText } from './validate.js';
 
 export interface Company {
   readonly id: string;
@@ -70,15 +70,27 @@ export function toProject(row: ProjectRow): Project {
   return { id: row.id, companyId: row.company_id, name: row.name, primaryWorkspaceId: row.primary_workspace_id, createdAt: row.created_at };
 }
 
+/** The arguments every org create checks: the input object, its optional id, `name`, the given ids and optional texts. */
+function checkCreate(input: unknown, ids: readonly string[], optionalIds: readonly string[] = [], optionalTexts: readonly string[] = []): void {
+  const record = requireInput('input', input) as Record<string, unknown>;
+  optionalId('id', record.id);
+  requireText('name', record.name);
+  for (const field of ids) requireId(field, record[field]);
+  for (const field of optionalIds) optionalId(field, record[field]);
+  for (const field of optionalTexts) optionalString(field, record[field]);
+}
+
 export function createOrgRepository(ctx: StoreContext): OrgRepository {
   const { db } = ctx.dialect;
   const repo: OrgRepository = {
     async createCompany(input) {
+      checkCreate(input, []);
       const row = { id: input.id ?? ctx.newId(), name: requireText('name', input.name), created_at: ctx.clock.now() };
       await ctx.dialect.writeTransaction((trx) => trx.insertInto('companies').values(row).execute());
       return { id: row.id, name: row.name, createdAt: row.created_at };
     },
     async createWorkspace(input) {
+      checkCreate(input, ['companyId'], [], ['rootPath']);
       const row = {
         id: input.id ?? ctx.newId(),
         company_id: requireText('companyId', input.companyId),
@@ -90,6 +102,7 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
       return toWorkspace(row);
     },
     async createAgent(input) {
+      checkCreate(input, ['companyId'], ['workspaceId'], ['role', 'department']);
       const row = {
         id: input.id ?? ctx.newId(),
         company_id: requireText('companyId', input.companyId),
@@ -103,6 +116,7 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
       return toAgent(row);
     },
     async createProject(input) {
+      checkCreate(input, ['companyId'], ['primaryWorkspaceId']);
       const row = {
         id: input.id ?? ctx.newId(),
         company_id: requireText('companyId', input.companyId),
@@ -114,18 +128,22 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
       return toProject(row);
     },
     async getWorkspace(id) {
+      requireId('id', id);
       const row = await db.selectFrom('workspaces').selectAll().where('id', '=', id).executeTakeFirst();
       return row ? toWorkspace(row) : null;
     },
     async getAgent(id) {
+      requireId('id', id);
       const row = await db.selectFrom('agents').selectAll().where('id', '=', id).executeTakeFirst();
       return row ? toAgent(row) : null;
     },
     async getProject(id) {
+      requireId('id', id);
       const row = await db.selectFrom('projects').selectAll().where('id', '=', id).executeTakeFirst();
       return row ? toProject(row) : null;
     },
     async requireAgent(id) {
+      requireId('id', id);
       const agent = await repo.getAgent(id);
       if (!agent) throw new NotFoundError('agent', id);
       return agent;
