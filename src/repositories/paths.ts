@@ -37,7 +37,8 @@ const RANGE_CHUNK = 128;
 const LIST_CHUNK = 256;
 
 /** `list` cut into consecutive pieces of at most `size` (one empty piece for an empty list). */
-function chunked<T>(list: readonly T[], size: number): T[][] {
+function chunked<T>(list: readonly T[], size: number): (readonly T[])[] {
+  if (list.length <= size) return [list];
   const out: T[][] = [];
   for (let i = 0; i < list.length; i += size) out.push(list.slice(i, i + size));
   return out.length > 0 ? out : [[]];
