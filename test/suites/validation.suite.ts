@@ -256,6 +256,31 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
     });
 
     describe('constraint violations are domain errors', () => {
+      // These rely on the idempotent creates (FK violation → NOT_FOUND, same id with other input → ALREADY_EXISTS).
+      it('refuses a create whose company, workspace, assignee or project is missing with NOT_FOUND naming it', async () => {
+        const missing = async (entity: RegExp, id: string, fn: () => Promise<unknown>) => {
+          const error = await expectRefusal(store, 'NOT_FOUND', fn);
+          expect(error).toMatchObject({ id });
+          expect((error as NotFoundError).entity).toMatch(entity);
+        };
+        await missing(/company/, 'no-co', () => store.org.createWorkspace({ companyId: 'no-co', name: 'w' }));
+        await missing(/company/, 'no-co', () => store.org.createAgent({ companyId: 'no-co', name: 'a' }));
+        await missing(/workspace/, 'no-ws', () => store.org.createAgent({ companyId, name: 'a', workspaceId: 'no-ws' }));
+        await missing(/company/, 'no-co', () => store.org.createProject({ companyId: 'no-co', name: 'p' }));
+        await missing(/company/, 'no-co', () => store.tasks.createTask({ companyId: 'no-co', title: 't', requiresFilesystem: false }));
+        await missing(/agent|assignee/, 'no-agent', () => store.tasks.createTask({ companyId, title: 't', requiresFilesystem: false, assigneeAgentId: 'no-agent' }));
+        await missing(/project/, 'no-project', () => store.tasks.createTask({ companyId, title: 't', requiresFilesystem: false, projectId: 'no-project' }));
+        await missing(/workspace/, 'no-ws', () => store.tasks.createTask({ companyId, title: 't', requiresFilesystem: false, workspaceId: 'no-ws' }));
+      });
+
+      it('refuses a taken id with different input with ALREADY_EXISTS, and returns the row for the same input', async () => {
+        const first = await store.org.createCompany({ id: 'taken-co', name: 'one' });
+        await expectRefusal(store, 'ALREADY_EXISTS', () => store.org.createCompany({ id: 'taken-co', name: 'two' }));
+        expect(await store.org.createCompany({ id: 'taken-co', name: 'one' })).toMatchObject({ id: first.id, name: 'one' });
+        await expectRefusal(store, 'ALREADY_EXISTS', () => store.tasks.createTask({ id: taskId, companyId, title: 'other title', requiresFilesystem: true }));
+      });
+
+
       it('refuses a lock or lease on a missing workspace or task with NOT_FOUND naming it', async () => {
         const a = await expectRefusal(store, 'NOT_FOUND', () => store.locks.claimWorkspaceLock('ghost-ws', { holder: 'h', runId: 'r', ttlMs: 1_000 }));
         expect(a).toMatchObject({ entity: 'workspace', id: 'ghost-ws' });
