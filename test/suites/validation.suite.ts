@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fileURLToPath } from 'node:url';
 import {
   InvalidArgumentError,
   LATEST_VERSION,
@@ -12,6 +13,10 @@ import {
 } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { databaseState } from '../support/db-state.js';
+import { Contenders } from '../support/race.js';
+import { SHARED_KEY } from './validation.ops.js';
+
+const OPS = fileURLToPath(new URL('./validation.ops.ts', import.meta.url));
 
 /** Runs `fn`, expects a `TaskfenceError` with `code` (and `field`, for INVALID_ARGUMENT), and that the database did not change. */
 async function expectRefusal(store: Store, code: string, fn: () => Promise<unknown>, field?: string): Promise<TaskfenceError> {
@@ -198,6 +203,29 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
         expect(claim).toMatchObject({ claimed: true, mode: 'paths' });
         expect((claim as unknown as { leases: unknown[] }).leases).toHaveLength(MAX_WRITE_PATHS);
         expect((await store.paths.submitTaskResult(task.id, 'agent-1', { status: 'done' })).released).toHaveLength(MAX_WRITE_PATHS);
+      });
+
+      it('of 6 processes racing large overlapping sets (3,000 paths each, the overlap in the last chunk), exactly one wins each round', async () => {
+        const contenders = await Contenders.start(6, { url: store.location.url, module: OPS, storeOptions: { poolSize: 1 } });
+        try {
+          for (let round = 0; round < 3; round++) {
+            const ws = (await store.org.createWorkspace({ companyId, name: `race-${round}` })).id;
+            const outcomes = await contenders.race<{ acquired: boolean; conflicts?: { key: string; holder: string }[] }>('acquireLargeSet', () => ({ workspaceId: ws, n: 3_000 }));
+            const values = outcomes.map((o) => {
+              if (!o.ok) throw new Error(`contender ${o.index} failed: ${JSON.stringify(o.error)}`);
+              return o.value;
+            });
+            const winners = outcomes.filter((o, k) => values[k]!.acquired).map((o) => `c${o.index}`);
+            expect(winners, `round ${round}`).toHaveLength(1);
+            for (const v of values.filter((x) => !x.acquired)) expect(v.conflicts).toEqual([expect.objectContaining({ key: SHARED_KEY, holder: winners[0] })]);
+            // The losers leased nothing: every lease is the winner's, the whole set of it.
+            const leases = await store.paths.listPathLeases({ workspaceId: ws });
+            expect(new Set(leases.map((l) => l.holder))).toEqual(new Set(winners));
+            expect(leases).toHaveLength(3_001);
+          }
+        } finally {
+          await contenders.close();
+        }
       });
 
       it('refuses a write set above the maximum at createTask and at every path call', async () => {
