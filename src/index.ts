@@ -31,6 +31,7 @@ export type { Task, CreateTaskInput, ListTasksFilter, TaskRepository } from './r
 export type { Agent, Company, Project, WorkspaceRecord, OrgRepository } from './repositories/org.js';
 export { FILESYSTEM_ROLE_PATTERN, roleImpliesFilesystem } from './domain/filesystem-roles.js';
 export type { StoreContext } from './repositories/context.js';
+export { MAX_DURATION_MS, MAX_ID_LENGTH, MAX_PAYLOAD_LENGTH, MAX_TEXT_LENGTH, MAX_WRITE_PATHS } from './repositories/validate.js';
 // Each area's public functions, types and errors (SPEC §3–§6).
 export * from './repositories/runs.js';
 export * from './repositories/dispatches.js';

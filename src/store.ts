@@ -8,6 +8,7 @@ import type { Database } from './schema/database.js';
 import type { SchemaDescription } from './schema/describe.js';
 import { createStoreContext, type Clock, type StoreContext } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
+import { guardSchemaVersion } from './repositories/schema-guard.js';
 
 export interface StoreOptions extends DialectOptions {
   /** A database URL; default `TASKFENCE_DATABASE_URL`, else `sqlite:./taskfence.db`. */
@@ -59,7 +60,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     db: dialect.db,
     dialect,
     location,
-    ...createRepositories(context),
+    ...guardSchemaVersion(createRepositories(context), dialect.db),
     migrate: (migrateOptions?: MigrateOptions) =>
       migrator.migrate({ now: context.clock.now(), ...migrateOptions }),
     migrationStatus: () => migrator.status(),

@@ -21,6 +21,8 @@ export interface ColumnTypes {
   readonly epochMs: 'integer' | 'bigint';
   /** Text compared byte by byte (path-lease keys): SQLite's BINARY default, `COLLATE "C"` on PostgreSQL. */
   readonly bytewiseText: string;
+  /** Do `integer` columns already hold 64 bits (SQLite)? Then widening one to `bigint` (0056) has nothing to do. */
+  readonly integerIs64Bit: boolean;
 }
 
 export interface WriteTransactionOptions {
