@@ -8,6 +8,8 @@ import type { Database } from './schema/database.js';
 import type { SchemaDescription } from './schema/describe.js';
 import { createStoreContext, type Clock, type StoreContext } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
+import { runDoctor, type DoctorOptions } from './doctor/doctor.js';
+import type { DoctorReport } from './doctor/report.js';
 
 export interface StoreOptions extends DialectOptions {
   /** A database URL; default `TASKFENCE_DATABASE_URL`, else `sqlite:./taskfence.db`. */
@@ -30,6 +32,8 @@ export interface Store extends Repositories {
   plan(options?: { to?: number }): Promise<PlanStep[]>;
   /** A normalized description of the current schema. */
   describeSchema(): Promise<SchemaDescription>;
+  /** Schema drift, a live self-test of the engine's guarantees, and the environment; changes nothing. See `runDoctor`. */
+  doctor(options?: DoctorOptions): Promise<DoctorReport>;
   close(): Promise<void>;
 }
 
@@ -61,6 +65,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     migrationStatus: () => migrator.status(),
     plan: (planOptions?: { to?: number }) => migrator.plan(planOptions),
     describeSchema: () => dialect.describeSchema(),
+    doctor: (doctorOptions?: DoctorOptions) => runDoctor({ dialect, location, migrationStatus: () => migrator.status() }, doctorOptions),
     close: () => dialect.close(),
   });
 }

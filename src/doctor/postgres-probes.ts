@@ -1,0 +1,202 @@
+import { sql, type Kysely } from 'kysely';
+import type { StoreDialect } from '../dialects/types.js';
+import type { Database } from '../schema/database.js';
+import type { SchemaDescription } from '../schema/describe.js';
+import { PROBE_TABLE_PREFIX } from './drift.js';
+import { check, type DoctorCheck } from './report.js';
+import { inRolledBackWrite, onSecondConnection, oneRunningRunCheck, probeName, runProbe, scalar } from './probe-support.js';
+
+export interface PostgresProbeOptions {
+  /** How long to wait for the pool's second connection (default 5 000 ms). */
+  readonly connectionWaitMs: number;
+  /** Warn when the server's clock and this host's differ by more than this (default 1 000 ms). */
+  readonly clockSkewWarnMs: number;
+}
+
+/** Strings sorted by `COLLATE "C"` must come back in byte order: upper before lower, `-` before `/`, ASCII before UTF-8. */
+const COLLATION_SAMPLE = ['a/b', 'B', 'a-b', 'é', 'a', '_', 'Z', 'a0', 'A', 'ä'];
+
+/**
+ * The guarantee probes on PostgreSQL. Each runs on the live database, inside a rolled-back
+ * transaction or on an object it drops again, with two connections from the store's own pool
+ * where a probe needs a second session.
+ */
+export async function postgresGuaranteeChecks(dialect: StoreDialect, live: SchemaDescription, options: PostgresProbeOptions): Promise<DoctorCheck[]> {
+  const db = dialect.db;
+  return [
+    await runProbe('guarantee.advisory-lock', () => advisoryLockCheck(dialect, options)),
+    await runProbe('guarantee.read-committed', () => readCommittedCheck(dialect, options)),
+    await runProbe('guarantee.transactional-ddl', () => transactionalDdlCheck(dialect)),
+    await runProbe('guarantee.bytewise-collation', () => bytewiseCollationCheck(db, live)),
+    await runProbe('guarantee.one-running-run', () => oneRunningRunCheck(dialect, live)),
+  ];
+}
+
+export async function postgresEnvironmentChecks(dialect: StoreDialect, options: PostgresProbeOptions): Promise<DoctorCheck[]> {
+  const db = dialect.db;
+  return [
+    await runProbe('environment.pooler', () => poolerCheck(db)),
+    await runProbe('environment.server-version', () => serverVersionCheck(db)),
+    await runProbe('environment.clock-skew', () => clockSkewCheck(db, options.clockSkewWarnMs)),
+  ];
+}
+
+/**
+ * Connection A takes the transaction-scoped lock the repositories take (`dialect.lockKey`, inside
+ * `writeTransaction`); connection B's `pg_try_advisory_xact_lock` on the same key must then fail.
+ * An engine (or a dialect) whose advisory locks are no-ops that report success is caught here.
+ * After A ends, B must get the lock: it was scoped to A's transaction.
+ */
+async function advisoryLockCheck(dialect: StoreDialect, options: PostgresProbeOptions): Promise<DoctorCheck> {
+  const key = `taskfence:doctor:${probeName()}`;
+  const tryLock = (conn: Kysely<Database>) =>
+    scalar(conn, sql<{ v: boolean }>`select pg_try_advisory_xact_lock(hashtextextended(${key}, 0)) as v`);
+  let whileHeld: boolean | undefined;
+  await inRolledBackWrite(dialect, async (trx) => {
+    await dialect.lockKey(trx, key);
+    whileHeld = await onSecondConnection(dialect.db, options.connectionWaitMs, tryLock);
+  });
+  if (whileHeld !== false) {
+    return check(
+      'guarantee.advisory-lock',
+      'fail',
+      'a second connection took the advisory lock a write transaction held: locks are no-ops here, and every serialization built on them is void',
+    );
+  }
+  const afterwards = await tryLock(dialect.db);
+  if (afterwards !== true) {
+    return check('guarantee.advisory-lock', 'fail', 'the advisory lock was still held after its transaction ended: it is not transaction-scoped');
+  }
+  return check('guarantee.advisory-lock', 'pass', 'a transaction-scoped advisory lock excluded a second connection and was released at rollback');
+}
+
+/**
+ * Write transactions must run at READ COMMITTED where each statement sees rows committed after
+ * the transaction began (the repositories' conditional updates rely on it). A snapshot taken at
+ * the first statement and kept ("READ COMMITTED" implemented as snapshot isolation, or a
+ * REPEATABLE READ default) fails here: B commits a row into a scratch table between two of A's
+ * reads, and A's second read must see it. The scratch table is dropped at the end.
+ */
+async function readCommittedCheck(dialect: StoreDialect, options: PostgresProbeOptions): Promise<DoctorCheck> {
+  const db = dialect.db;
+  const table = `${PROBE_TABLE_PREFIX}${probeName()}`;
+  const problems: string[] = [];
+  await sql`create table ${sql.id(table)} (x integer)`.execute(db);
+  try {
+    let level: string | undefined;
+    let before: number | undefined;
+    let after: number | undefined;
+    await inRolledBackWrite(dialect, async (trx) => {
+      level = await scalar(trx, sql<{ v: string }>`select current_setting('transaction_isolation') as v`);
+      before = await scalar(trx, sql<{ v: number }>`select count(*)::int as v from ${sql.id(table)}`);
+      await onSecondConnection(db, options.connectionWaitMs, (b) => sql`insert into ${sql.id(table)} values (1)`.execute(b));
+      after = await scalar(trx, sql<{ v: number }>`select count(*)::int as v from ${sql.id(table)}`);
+    });
+    if (level !== 'read committed') problems.push(`write transactions run at ${String(level).toUpperCase()}, not READ COMMITTED`);
+    if (before !== 0 || after !== 1) {
+      problems.push('a statement did not see a row committed after its transaction began: snapshot isolation is posing as READ COMMITTED');
+    }
+  } finally {
+    await sql`drop table if exists ${sql.id(table)}`.execute(db);
+  }
+  const defaultLevel = await scalar(db, sql<{ v: string }>`select current_setting('default_transaction_isolation') as v`);
+  if (defaultLevel !== 'read committed') {
+    problems.push(`default_transaction_isolation is '${defaultLevel}': transactions that name no level (a host's, plain BEGIN) run at it`);
+  }
+  if (problems.length > 0) return check('guarantee.read-committed', 'fail', problems.join('; '), problems.length > 1 ? problems : undefined);
+  return check('guarantee.read-committed', 'pass', 'READ COMMITTED: a statement saw a row another connection committed after its transaction began');
+}
+
+/** DDL must roll back with its transaction (migrations rely on it): a table created in a rolled-back transaction must not exist afterwards. */
+async function transactionalDdlCheck(dialect: StoreDialect): Promise<DoctorCheck> {
+  const table = `${PROBE_TABLE_PREFIX}${probeName()}`;
+  let visibleInside: string | null | undefined;
+  try {
+    await inRolledBackWrite(dialect, async (trx) => {
+      await sql`create table ${sql.id(table)} (x integer)`.execute(trx);
+      visibleInside = await scalar(trx, sql<{ v: string | null }>`select to_regclass(${table})::text as v`);
+    });
+    const after = await scalar(dialect.db, sql<{ v: string | null }>`select to_regclass(${table})::text as v`);
+    if (!visibleInside) return check('guarantee.transactional-ddl', 'fail', 'a table created in a transaction was not visible inside it');
+    if (after) return check('guarantee.transactional-ddl', 'fail', 'a table created in a rolled-back transaction still exists: DDL is not transactional');
+    return check('guarantee.transactional-ddl', 'pass', 'a table created in a rolled-back transaction was gone afterwards');
+  } finally {
+    await sql`drop table if exists ${sql.id(table)}`.execute(dialect.db);
+  }
+}
+
+function byteOrder(values: readonly string[]): string[] {
+  return [...values].sort((a, b) => Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8')));
+}
+
+/**
+ * Path-lease keys are compared byte by byte (`COLLATE "C"`): the conflict check finds descendants
+ * by one key range. `ORDER BY … COLLATE "C"` must sort sample strings in UTF-8 byte order, and
+ * `path_leases.lease_key` must be declared with that collation.
+ */
+async function bytewiseCollationCheck(db: Kysely<Database>, live: SchemaDescription): Promise<DoctorCheck> {
+  const values = sql.join(COLLATION_SAMPLE.map((v) => sql`(${v}::text)`));
+  const { rows } = await sql<{ s: string }>`select s from (values ${values}) as v(s) order by s collate "C"`.execute(db);
+  const got = rows.map((r) => r.s);
+  const want = byteOrder(COLLATION_SAMPLE);
+  if (got.join('\u0000') !== want.join('\u0000')) {
+    return check('guarantee.bytewise-collation', 'fail', `COLLATE "C" does not order bytewise: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+  }
+  if (!live.tables.path_leases) return check('guarantee.bytewise-collation', 'pass', 'COLLATE "C" orders bytewise (no path_leases table yet)');
+  const collation = await scalar(
+    db,
+    sql<{ v: string | null }>`select collation_name as v from information_schema.columns
+      where table_schema = current_schema() and table_name = 'path_leases' and column_name = 'lease_key'`,
+  );
+  if (collation !== 'C' && collation !== 'POSIX') {
+    return check('guarantee.bytewise-collation', 'fail', `path_leases.lease_key has collation ${collation ?? 'default'}, not "C": lease conflict ranges would miss descendants`);
+  }
+  return check('guarantee.bytewise-collation', 'pass', 'COLLATE "C" orders bytewise and path_leases.lease_key uses it');
+}
+
+/**
+ * A transaction-mode pooler hands each transaction whichever server connection is free, so
+ * session state (a `SET`, the backend) does not survive from one statement to the next on one
+ * client. Two autocommit statements on one checked-out client must see the same backend and the
+ * setting the first one made.
+ */
+async function poolerCheck(db: Kysely<Database>): Promise<DoctorCheck> {
+  return db.connection().execute(async (conn) => {
+    const pid1 = await scalar(conn, sql<{ v: number }>`select pg_backend_pid() as v`);
+    await sql`set taskfence.doctor_probe = 'on'`.execute(conn);
+    const pid2 = await scalar(conn, sql<{ v: number }>`select pg_backend_pid() as v`);
+    const setting = await scalar(conn, sql<{ v: string | null }>`select current_setting('taskfence.doctor_probe', true) as v`);
+    await sql`reset taskfence.doctor_probe`.execute(conn);
+    const lost: string[] = [];
+    if (pid1 !== pid2) lost.push(`the backend changed between two statements (pid ${pid1} → ${pid2})`);
+    if (setting !== 'on') lost.push('a session SET was gone by the next statement');
+    if (lost.length > 0) {
+      return check('environment.pooler', 'fail', `a transaction-mode pooler sits in the path: ${lost.join('; ')}. taskfence needs session-mode pooling or a direct connection`);
+    }
+    return check('environment.pooler', 'pass', `session state survives between transactions (backend pid ${pid1})`);
+  });
+}
+
+async function serverVersionCheck(db: Kysely<Database>): Promise<DoctorCheck> {
+  const row = (await sql<{ version: string; num: string }>`select version() as version, current_setting('server_version_num') as num`.execute(db)).rows[0];
+  const version = row?.version ?? 'unknown';
+  const num = Number(row?.num ?? 0);
+  const short = version.split(' on ')[0] ?? version;
+  if (/cockroach|yugabyte|-YB-/i.test(version)) {
+    return check('environment.server-version', 'warn', `${short}: a PostgreSQL-compatible engine; trust it only as far as the guarantee checks above pass`);
+  }
+  if (num < 130000) return check('environment.server-version', 'warn', `${short}: older than PostgreSQL 13, which taskfence is not tested on`);
+  return check('environment.server-version', 'pass', short);
+}
+
+/** Leases and heartbeats are judged on the server's clock; a host clock far off it makes client-side timestamps misleading. */
+async function clockSkewCheck(db: Kysely<Database>, warnMs: number): Promise<DoctorCheck> {
+  const sent = Date.now();
+  const server = await scalar(db, sql<{ v: number }>`select (extract(epoch from clock_timestamp()) * 1000)::float8 as v`);
+  const received = Date.now();
+  const skew = Math.round(Number(server) - (sent + received) / 2);
+  const uncertainty = Math.ceil((received - sent) / 2);
+  const text = `server clock ${skew >= 0 ? 'ahead of' : 'behind'} this host by ${Math.abs(skew)} ms (±${uncertainty} ms)`;
+  if (Math.abs(skew) - uncertainty > warnMs) return check('environment.clock-skew', 'warn', `${text}; above ${warnMs} ms`);
+  return check('environment.clock-skew', 'pass', text);
+}
