@@ -157,23 +157,27 @@ async function bytewiseCollationCheck(db: Kysely<Database>, live: SchemaDescript
 /**
  * A transaction-mode pooler hands each transaction whichever server connection is free, so
  * session state (a `SET`, the backend) does not survive from one statement to the next on one
- * client. Two autocommit statements on one checked-out client must see the same backend and the
- * setting the first one made.
+ * client. Three autocommit statements on one checked-out client after a `SET` must all see the
+ * same backend and the setting.
  */
 async function poolerCheck(db: Kysely<Database>): Promise<DoctorCheck> {
   return db.connection().execute(async (conn) => {
-    const pid1 = await scalar(conn, sql<{ v: number }>`select pg_backend_pid() as v`);
     await sql`set taskfence.doctor_probe = 'on'`.execute(conn);
-    const pid2 = await scalar(conn, sql<{ v: number }>`select pg_backend_pid() as v`);
-    const setting = await scalar(conn, sql<{ v: string | null }>`select current_setting('taskfence.doctor_probe', true) as v`);
-    await sql`reset taskfence.doctor_probe`.execute(conn);
-    const lost: string[] = [];
-    if (pid1 !== pid2) lost.push(`the backend changed between two statements (pid ${pid1} → ${pid2})`);
-    if (setting !== 'on') lost.push('a session SET was gone by the next statement');
-    if (lost.length > 0) {
-      return check('environment.pooler', 'fail', `a transaction-mode pooler sits in the path: ${lost.join('; ')}. taskfence needs session-mode pooling or a direct connection`);
+    const seen: { pid: number; setting: string | null }[] = [];
+    for (let i = 0; i < 3; i++) {
+      const { rows } = await sql<{ pid: number; setting: string | null }>`
+        select pg_backend_pid() as pid, current_setting('taskfence.doctor_probe', true) as setting`.execute(conn);
+      if (rows[0]) seen.push(rows[0]);
     }
-    return check('environment.pooler', 'pass', `session state survives between transactions (backend pid ${pid1})`);
+    await sql`reset taskfence.doctor_probe`.execute(conn);
+    const pids = [...new Set(seen.map((s) => s.pid))];
+    const lost: string[] = [];
+    if (pids.length > 1) lost.push(`the backend changed between statements (pids ${pids.join(', ')})`);
+    if (seen.some((s) => s.setting !== 'on')) lost.push('a session SET was gone by a later statement');
+    if (lost.length > 0) {
+      return check('environment.pooler', 'fail', `a transaction-mode pooler sits in the path: ${lost.join('; ')}. taskfence needs session pooling or a direct connection`);
+    }
+    return check('environment.pooler', 'pass', `session state survives between transactions (backend pid ${pids[0]})`);
   });
 }
 
