@@ -95,6 +95,22 @@ describe('doctor on PostgreSQL sessions', () => {
     expect(await store.db.selectFrom('companies').select('id').execute()).toEqual([{ id: 'c1' }]);
   });
 
+  it('names a changed and a missing foreign key', async () => {
+    const store = await fx.freshStore();
+    const fk = async (table: string) =>
+      (await sql<{ conname: string }>`select conname from pg_constraint where conrelid = ${table}::regclass and contype = 'f'`.execute(store.db)).rows.map((r) => r.conname);
+    const [leaseFk] = await fk('path_leases');
+    await sql`alter table path_leases drop constraint ${sql.id(leaseFk!)}`.execute(store.db);
+    await sql`alter table path_leases add foreign key (workspace_id) references workspaces (id) on delete restrict`.execute(store.db);
+    for (const name of await fk('task_leases')) await sql`alter table task_leases drop constraint ${sql.id(name)}`.execute(store.db);
+    const drift = find(await store.doctor(), 'drift.schema');
+    expect(drift?.status).toBe('fail');
+    expect(drift?.items).toEqual([
+      'changed foreign key path_leases(workspace_id) → workspaces: (id) on delete cascade → (id) on delete restrict',
+      'missing foreign key task_leases(task_id) → tasks(id) on delete cascade',
+    ]);
+  });
+
   it('warns about a probe table a crashed doctor left behind, without failing', async () => {
     const store = await fx.freshStore();
     await sql`create table taskfence_doctor_0badc0ffee00 (x integer)`.execute(store.db);

@@ -43,7 +43,7 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
       await store.org.createCompany({ id: 'c1', name: 'after doctor' });
     });
 
-    it('names a dropped index, an extra column and a changed foreign key as drift, and fails', async () => {
+    it("names a dropped index and an extra column as drift and fails; a table that is not taskfence's only warns", async () => {
       const store = await fx.freshStore();
       await sql`drop index path_leases_task_idx`.execute(store.db);
       await sql`alter table tasks add column hand_added text`.execute(store.db);
@@ -96,6 +96,17 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
       const history = byId(report, 'drift.history');
       expect(history.status).toBe('warn');
       expect(history.items).toContain('pending migration 0055 path_leases');
+    });
+
+    it('warns, and fails nothing, on a database nothing was migrated on (or everything was reverted on)', async () => {
+      for (const store of [await fx.open(await fx.freshUrl()), await fx.freshStore({ to: 0 })]) {
+        const report = await store.doctor();
+        expect(failing(report)).toEqual([]);
+        expect(report.schemaVersion).toBe(0);
+        expect(byId(report, 'drift.history')).toMatchObject({ status: 'warn', detail: expect.stringMatching(/^no migration applied yet/) });
+        expect(byId(report, 'drift.schema').status).toBe('pass');
+        expect(byId(report, 'guarantee.one-running-run')).toMatchObject({ status: 'warn', detail: expect.stringMatching(/^not probed/) });
+      }
     });
 
     it('fails drift when the history holds a migration this code does not know', async () => {
