@@ -7,7 +7,8 @@ import { formatVersion } from '../errors.js';
 import { diffSchemas, historyCheck } from './drift.js';
 import { postgresEnvironmentChecks, postgresGuaranteeChecks } from './postgres-probes.js';
 import { errorMessage } from './probe-support.js';
-import { referenceSchemas } from './reference.js';
+import { referenceSchemas, scratchSchemaReference } from './reference.js';
+import type { SchemaDescription } from '../schema/describe.js';
 import { check, worst, type DoctorCheck, type DoctorReport } from './report.js';
 import { sqliteEnvironmentChecks, sqliteGuaranteeChecks } from './sqlite-probes.js';
 
@@ -16,6 +17,13 @@ export interface DoctorOptions {
   readonly connectionWaitMs?: number;
   /** PostgreSQL: warn when the server's clock differs from this host's by more (default 1 000 ms). */
   readonly clockSkewWarnMs?: number;
+  /**
+   * Where the reference schema for drift comes from: `sqlite` (default) migrates a scratch
+   * in-memory SQLite database; `database` (PostgreSQL) runs the migrations in a scratch schema
+   * inside a rolled-back transaction on the live database, which needs CREATE on it. Without
+   * better-sqlite3 installed, PostgreSQL falls back to `database` by itself.
+   */
+  readonly referenceSource?: 'sqlite' | 'database';
 }
 
 /** What doctor examines: a store, or (in tests) a store's parts with a dialect swapped for a faulty one. */
@@ -43,7 +51,7 @@ export async function runDoctor(
   const { dialect, location } = target;
   const status = await target.migrationStatus();
   const live = await dialect.describeSchema();
-  const checks: DoctorCheck[] = [historyCheck(status), await schemaCheck(status, live, migrations)];
+  const checks: DoctorCheck[] = [historyCheck(status), await schemaCheck(status, live, dialect, migrations, options)];
   if (location.dialect === 'postgres') {
     const probeOptions = { connectionWaitMs: options.connectionWaitMs ?? 5_000, clockSkewWarnMs: options.clockSkewWarnMs ?? 1_000 };
     checks.push(...(await postgresGuaranteeChecks(dialect, live, probeOptions)));
@@ -61,35 +69,78 @@ export async function runDoctor(
   };
 }
 
+/** Where the reference schemas come from; see `DoctorOptions.referenceSource`. */
+interface ReferenceSource {
+  at(version: number): Promise<SchemaDescription | undefined>;
+  /** Every table any version of the chain creates. */
+  chainTables(): Promise<Set<string>>;
+  /** Whether the reference includes the migration history table. */
+  readonly hasHistoryTable: boolean;
+}
+
+function sqliteReference(migrations: readonly MigrationDefinition[]): ReferenceSource {
+  return {
+    at: async (version) => (await referenceSchemas(migrations)).get(version),
+    chainTables: async () => new Set([...(await referenceSchemas(migrations)).values()].flatMap((s) => Object.keys(s.tables))),
+    hasHistoryTable: true,
+  };
+}
+
+function databaseReference(dialect: StoreDialect, migrations: readonly MigrationDefinition[]): ReferenceSource {
+  let chainTables = new Set<string>();
+  return {
+    at: async (version) => {
+      const built = await scratchSchemaReference(dialect, migrations, version);
+      chainTables = new Set([HISTORY_TABLE, ...built.chainTables]);
+      return built.schema;
+    },
+    chainTables: async () => chainTables,
+    hasHistoryTable: false,
+  };
+}
+
 /** `drift.schema`: the live schema against the chain's reference at the recorded version. */
 async function schemaCheck(
   status: MigrationStatus,
-  live: Awaited<ReturnType<StoreDialect['describeSchema']>>,
+  live: SchemaDescription,
+  dialect: StoreDialect,
   migrations: readonly MigrationDefinition[],
+  options: DoctorOptions,
 ): Promise<DoctorCheck> {
   if (status.unknown.length > 0 || status.baselineRequired) {
     return check('drift.schema', 'fail', 'not compared: the recorded history does not name a version of this chain (see drift.history)');
   }
-  let references;
+  const version = status.currentVersion;
+  let source = options.referenceSource === 'database' ? databaseReference(dialect, migrations) : sqliteReference(migrations);
+  let expected: SchemaDescription | undefined;
+  let chainTables: Set<string>;
   try {
-    references = await referenceSchemas(migrations);
+    try {
+      expected = await source.at(version);
+    } catch (error) {
+      // No better-sqlite3 (a PostgreSQL-only install): build the reference on the live database.
+      if (options.referenceSource !== undefined || dialect.kind !== 'postgres') throw error;
+      source = databaseReference(dialect, migrations);
+      expected = await source.at(version);
+    }
+    chainTables = await source.chainTables();
   } catch (error) {
     return check('drift.schema', 'fail', `could not build the reference schema: ${errorMessage(error)}`);
   }
-  let expected = references.get(status.currentVersion);
-  const history = references.get(migrations[0]?.version ?? 0)?.tables[HISTORY_TABLE];
-  if (status.currentVersion === 0 && history && live.tables[HISTORY_TABLE]) {
-    // Migrated down to 0 (or never up): the history table stays behind, empty.
-    expected = { tables: { [HISTORY_TABLE]: history } };
+  if (!expected) return check('drift.schema', 'fail', `no reference schema for version ${formatVersion(version)}`);
+  const liveHistory = live.tables[HISTORY_TABLE];
+  if (version === 0 || !source.hasHistoryTable) {
+    // At 0 the history table may stay behind, empty, after migrating down; the database-built
+    // reference has none of its own (the migrator creates it): take the live one as it is.
+    const { [HISTORY_TABLE]: _ignored, ...rest } = expected.tables;
+    expected = { tables: liveHistory ? { ...rest, [HISTORY_TABLE]: liveHistory } : rest };
   }
-  if (!expected) return check('drift.schema', 'fail', `no reference schema for version ${formatVersion(status.currentVersion)}`);
-  const chainTables = new Set([...references.values()].flatMap((s) => Object.keys(s.tables)));
   const differences = diffSchemas(expected, live, chainTables);
   const items = differences.map((d) => d.text);
   const verdict = worst(differences.map((d) => d.severity));
   const failures = differences.filter((d) => d.severity === 'fail').length;
   const tables = Object.keys(expected.tables).length;
-  if (verdict === 'pass') return check('drift.schema', 'pass', `the schema matches version ${formatVersion(status.currentVersion)} (${tables} tables)`);
-  if (verdict === 'warn') return check('drift.schema', 'warn', `taskfence's ${tables} tables match version ${formatVersion(status.currentVersion)}; other tables present`, items);
-  return check('drift.schema', 'fail', `${failures} difference${failures === 1 ? '' : 's'} from the schema of version ${formatVersion(status.currentVersion)}`, items);
+  if (verdict === 'pass') return check('drift.schema', 'pass', `the schema matches version ${formatVersion(version)} (${tables} tables)`);
+  if (verdict === 'warn') return check('drift.schema', 'warn', `taskfence's ${tables} tables match version ${formatVersion(version)}; other tables present`, items);
+  return check('drift.schema', 'fail', `${failures} difference${failures === 1 ? '' : 's'} from the schema of version ${formatVersion(version)}`, items);
 }

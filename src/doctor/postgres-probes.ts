@@ -4,7 +4,7 @@ import type { Database } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
 import { PROBE_TABLE_PREFIX } from './drift.js';
 import { check, type DoctorCheck } from './report.js';
-import { inRolledBackWrite, onSecondConnection, oneRunningRunCheck, probeName, runProbe, scalar } from './probe-support.js';
+import { inRolledBackWrite, NoSecondConnectionError, onSecondConnection, oneRunningRunCheck, probeName, runProbe, scalar } from './probe-support.js';
 
 export interface PostgresProbeOptions {
   /** How long to wait for the pool's second connection (default 5 000 ms). */
@@ -35,7 +35,7 @@ export async function postgresGuaranteeChecks(dialect: StoreDialect, live: Schem
 export async function postgresEnvironmentChecks(dialect: StoreDialect, options: PostgresProbeOptions): Promise<DoctorCheck[]> {
   const db = dialect.db;
   return [
-    await runProbe('environment.pooler', () => poolerCheck(db)),
+    await runProbe('environment.pooler', () => poolerCheck(db, options)),
     await runProbe('environment.server-version', () => serverVersionCheck(db)),
     await runProbe('environment.clock-skew', () => clockSkewCheck(db, options.clockSkewWarnMs)),
   ];
@@ -155,29 +155,49 @@ async function bytewiseCollationCheck(db: Kysely<Database>, live: SchemaDescript
 }
 
 /**
- * A transaction-mode pooler hands each transaction whichever server connection is free, so
- * session state (a `SET`, the backend) does not survive from one statement to the next on one
- * client. Three autocommit statements on one checked-out client after a `SET` must all see the
- * same backend and the setting.
+ * A transaction-mode pooler (PgBouncer, Supavisor, RDS Proxy …) hands each transaction whichever
+ * server connection is free: session state does not stay with a client. Probed on one checked-out
+ * client A and a second one B: after A's `SET`, A's later statements must keep its backend and the
+ * setting, and B, another client, must run on another backend and not see A's setting (a pooler
+ * that reuses the last server connection gives B A's backend). taskfence's guarantees rest on no
+ * session state (SPEC §8), so a pooler is reported as a warning: what else runs on these
+ * connections must not rely on session state either.
  */
-async function poolerCheck(db: Kysely<Database>): Promise<DoctorCheck> {
-  return db.connection().execute(async (conn) => {
-    await sql`set taskfence.doctor_probe = 'on'`.execute(conn);
-    const seen: { pid: number; setting: string | null }[] = [];
-    for (let i = 0; i < 3; i++) {
-      const { rows } = await sql<{ pid: number; setting: string | null }>`
-        select pg_backend_pid() as pid, current_setting('taskfence.doctor_probe', true) as setting`.execute(conn);
-      if (rows[0]) seen.push(rows[0]);
+async function poolerCheck(db: Kysely<Database>, options: PostgresProbeOptions): Promise<DoctorCheck> {
+  const nonce = probeName();
+  const read = async (conn: Kysely<Database>) =>
+    (
+      await sql<{ pid: number; setting: string | null }>`
+        select pg_backend_pid() as pid, current_setting('taskfence.doctor_probe', true) as setting`.execute(conn)
+    ).rows[0]!;
+  return db.connection().execute(async (a) => {
+    await sql`select set_config('taskfence.doctor_probe', ${nonce}, false)`.execute(a);
+    const first = await read(a);
+    let other: { pid: number; setting: string | null } | undefined;
+    try {
+      other = await onSecondConnection(db, options.connectionWaitMs, read);
+    } catch (error) {
+      if (!(error instanceof NoSecondConnectionError)) throw error;
     }
-    await sql`reset taskfence.doctor_probe`.execute(conn);
+    const later = [await read(a), await read(a)];
+    // Through a pooler this may land on another server connection; the placeholder setting is harmless there.
+    await sql`select set_config('taskfence.doctor_probe', '', false)`.execute(a);
+    const seen = [first, ...later];
     const pids = [...new Set(seen.map((s) => s.pid))];
-    const lost: string[] = [];
-    if (pids.length > 1) lost.push(`the backend changed between statements (pids ${pids.join(', ')})`);
-    if (seen.some((s) => s.setting !== 'on')) lost.push('a session SET was gone by a later statement');
-    if (lost.length > 0) {
-      return check('environment.pooler', 'fail', `a transaction-mode pooler sits in the path: ${lost.join('; ')}. taskfence needs session pooling or a direct connection`);
+    const signs: string[] = [];
+    if (pids.length > 1) signs.push(`one client's statements ran on backends ${pids.join(', ')}`);
+    if (seen.some((s) => s.setting !== nonce)) signs.push("a session setting was gone by the client's next statement");
+    if (other && other.pid === first.pid) signs.push(`a second client ran on the first one's backend (pid ${other.pid})`);
+    if (other && other.setting === nonce) signs.push("a second client saw the first one's session setting");
+    if (signs.length > 0) {
+      return check(
+        'environment.pooler',
+        'warn',
+        `a transaction-mode pooler sits in the path (${signs.join('; ')}): taskfence relies on no session state, and nothing else on these connections may`,
+      );
     }
-    return check('environment.pooler', 'pass', `session state survives between transactions (backend pid ${pids[0]})`);
+    const scope = other ? `a second client ran on backend ${other.pid}` : 'no second client to compare with';
+    return check('environment.pooler', 'pass', `no pooler seen: session state stays with its client (backend ${first.pid}; ${scope})`);
   });
 }
 

@@ -1,4 +1,9 @@
+import { sql } from 'kysely';
 import { openSqliteDialect } from '../dialects/sqlite.js';
+import { describePostgresSchema } from '../dialects/postgres-describe.js';
+import type { StoreDialect } from '../dialects/types.js';
+import { PROBE_TABLE_PREFIX } from './drift.js';
+import { inRolledBackWrite, probeName } from './probe-support.js';
 import { Migrator } from '../migrator/migrator.js';
 import type { MigrationDefinition } from '../migrations/types.js';
 import type { SchemaDescription } from '../schema/describe.js';
@@ -35,4 +40,33 @@ async function replay(migrations: readonly MigrationDefinition[]): Promise<Map<n
   } finally {
     await dialect.close();
   }
+}
+
+/**
+ * The schema the chain produces at `version` on the live PostgreSQL database itself, and every
+ * table any version creates: the migrations' `up` run in a scratch schema (alone on the search
+ * path) inside a transaction that is rolled back, so nothing stays behind. For installs without
+ * better-sqlite3, where `referenceSchemas` cannot open its scratch database. The migration history
+ * table is not part of it (the migrator, not a migration, creates it).
+ */
+export async function scratchSchemaReference(
+  dialect: StoreDialect,
+  migrations: readonly MigrationDefinition[],
+  version: number,
+): Promise<{ schema: SchemaDescription | undefined; chainTables: Set<string> }> {
+  const scratchSchema = `${PROBE_TABLE_PREFIX}${probeName()}`;
+  const chainTables = new Set<string>();
+  let schema: SchemaDescription | undefined = version === 0 ? { tables: {} } : undefined;
+  await inRolledBackWrite(dialect, async (trx) => {
+    await sql`create schema ${sql.id(scratchSchema)}`.execute(trx);
+    await sql`select set_config('search_path', ${scratchSchema}, true)`.execute(trx);
+    for (const m of migrations) {
+      await m.up({ db: trx, types: dialect.columnTypes, now: 0, progress: () => {} });
+      const { rows } = await sql<{ name: string }>`
+        select table_name as name from information_schema.tables where table_schema = current_schema()`.execute(trx);
+      for (const row of rows) chainTables.add(row.name);
+      if (m.version === version) schema = await describePostgresSchema(trx);
+    }
+  });
+  return { schema, chainTables };
 }

@@ -1,4 +1,3 @@
-import Database from 'better-sqlite3';
 import { sql } from 'kysely';
 import type { StoreDialect } from '../dialects/types.js';
 import type { SchemaDescription } from '../schema/describe.js';
@@ -62,6 +61,8 @@ async function beginImmediateCheck(dialect: StoreDialect, filename: string, inMe
   if (inMemory) {
     return check('guarantee.begin-immediate', 'warn', 'not probed: an in-memory database cannot be opened by a second connection (nor by a second process)');
   }
+  // Loaded here, not at the top: a PostgreSQL-only install has no better-sqlite3 (and never gets here).
+  const { default: Database } = await import('better-sqlite3');
   const other = new Database(filename, { timeout: 0, fileMustExist: true });
   const tryBegin = (): 'locked' | 'busy' | string => {
     try {
