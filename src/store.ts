@@ -1,5 +1,7 @@
 import type { Kysely } from 'kysely';
 import { defaultDatabaseUrl, parseDatabaseUrl, type DatabaseLocation } from './config.js';
+import { runDoctor, type DoctorOptions } from './doctor/doctor.js';
+import type { DoctorReport } from './doctor/report.js';
 import { openPostgresDialect } from './dialects/postgres.js';
 import { openSqliteDialect } from './dialects/sqlite.js';
 import type { DialectOptions, StoreDialect } from './dialects/types.js';
@@ -8,8 +10,6 @@ import type { Database } from './schema/database.js';
 import type { SchemaDescription } from './schema/describe.js';
 import { createStoreContext, type Clock, type StoreContext } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
-import { runDoctor, type DoctorOptions } from './doctor/doctor.js';
-import type { DoctorReport } from './doctor/report.js';
 
 export interface StoreOptions extends DialectOptions {
   /** A database URL; default `TASKFENCE_DATABASE_URL`, else `sqlite:./taskfence.db`. */
@@ -24,6 +24,8 @@ export interface Store extends Repositories {
   readonly db: Kysely<Database>;
   readonly dialect: StoreDialect;
   readonly location: DatabaseLocation;
+  /** Schema drift, a live self-test of the engine's guarantees, and the environment; changes nothing. See `runDoctor`. */
+  doctor(options?: DoctorOptions): Promise<DoctorReport>;
   /** Migrates up or down to `options.to` (default: latest). See `Migrator.migrate`. */
   migrate(options?: MigrateOptions): Promise<MigrateResult>;
   /** Applied, pending, modified and unknown migrations. */
@@ -32,8 +34,6 @@ export interface Store extends Repositories {
   plan(options?: { to?: number }): Promise<PlanStep[]>;
   /** A normalized description of the current schema. */
   describeSchema(): Promise<SchemaDescription>;
-  /** Schema drift, a live self-test of the engine's guarantees, and the environment; changes nothing. See `runDoctor`. */
-  doctor(options?: DoctorOptions): Promise<DoctorReport>;
   close(): Promise<void>;
 }
 
@@ -59,13 +59,13 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     db: dialect.db,
     dialect,
     location,
+    doctor: (doctorOptions?: DoctorOptions) => runDoctor({ dialect, location, migrationStatus: () => migrator.status() }, doctorOptions),
     ...createRepositories(context),
     migrate: (migrateOptions?: MigrateOptions) =>
       migrator.migrate({ now: context.clock.now(), ...migrateOptions }),
     migrationStatus: () => migrator.status(),
     plan: (planOptions?: { to?: number }) => migrator.plan(planOptions),
     describeSchema: () => dialect.describeSchema(),
-    doctor: (doctorOptions?: DoctorOptions) => runDoctor({ dialect, location, migrationStatus: () => migrator.status() }, doctorOptions),
     close: () => dialect.close(),
   });
 }

@@ -213,7 +213,10 @@ async function serverVersionCheck(db: Kysely<Database>): Promise<DoctorCheck> {
   return check('environment.server-version', 'pass', short);
 }
 
-/** Leases and heartbeats are judged on the server's clock; a host clock far off it makes client-side timestamps misleading. */
+/**
+ * Leases and heartbeats are judged on the server's clock (SPEC §8), so skew does not break them;
+ * it does make host-side timestamps (logs, a store given its own `clock`) disagree with the database's.
+ */
 async function clockSkewCheck(db: Kysely<Database>, warnMs: number): Promise<DoctorCheck> {
   const sent = Date.now();
   const server = await scalar(db, sql<{ v: number }>`select (extract(epoch from clock_timestamp()) * 1000)::float8 as v`);
