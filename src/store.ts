@@ -59,11 +59,11 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     db: dialect.db,
     dialect,
     location,
-    doctor: (doctorOptions?: DoctorOptions) => runDoctor({ dialect, location, migrationStatus: () => migrator.status() }, doctorOptions),
     ...createRepositories(context),
     migrate: (migrateOptions?: MigrateOptions) =>
       migrator.migrate({ now: context.clock.now(), ...migrateOptions }),
     migrationStatus: () => migrator.status(),
+    doctor: (doctorOptions?: DoctorOptions) => runDoctor({ dialect, location, migrationStatus: () => migrator.status() }, doctorOptions),
     plan: (planOptions?: { to?: number }) => migrator.plan(planOptions),
     describeSchema: () => dialect.describeSchema(),
     close: () => dialect.close(),
