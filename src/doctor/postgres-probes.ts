@@ -4,7 +4,7 @@ import type { Database } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
 import { PROBE_TABLE_PREFIX } from './drift.js';
 import { check, type DoctorCheck } from './report.js';
-import { inRolledBackWrite, NoSecondConnectionError, onSecondConnection, oneRunningRunCheck, probeName, runProbe, scalar } from './probe-support.js';
+import { inRolledBackWrite, NoSecondConnectionError, onSecondConnection, oneRunningRunCheck, probeName, runProbe, scalar, taskfenceSchema } from './probe-support.js';
 
 export interface PostgresProbeOptions {
   /** How long to wait for the pool's second connection (default 5 000 ms). */
@@ -79,25 +79,25 @@ async function advisoryLockCheck(dialect: StoreDialect, options: PostgresProbeOp
  */
 async function readCommittedCheck(dialect: StoreDialect, options: PostgresProbeOptions): Promise<DoctorCheck> {
   const db = dialect.db;
-  const table = `${PROBE_TABLE_PREFIX}${probeName()}`;
+  const table = sql.table(`${await taskfenceSchema(db)}.${PROBE_TABLE_PREFIX}${probeName()}`);
   const problems: string[] = [];
-  await sql`create table ${sql.id(table)} (x integer)`.execute(db);
+  await sql`create table ${table} (x integer)`.execute(db);
   try {
     let level: string | undefined;
     let before: number | undefined;
     let after: number | undefined;
     await inRolledBackWrite(dialect, async (trx) => {
       level = await scalar(trx, sql<{ v: string }>`select current_setting('transaction_isolation') as v`);
-      before = await scalar(trx, sql<{ v: number }>`select count(*)::int as v from ${sql.id(table)}`);
-      await onSecondConnection(db, options.connectionWaitMs, (b) => sql`insert into ${sql.id(table)} values (1)`.execute(b));
-      after = await scalar(trx, sql<{ v: number }>`select count(*)::int as v from ${sql.id(table)}`);
+      before = await scalar(trx, sql<{ v: number }>`select count(*)::int as v from ${table}`);
+      await onSecondConnection(db, options.connectionWaitMs, (b) => sql`insert into ${table} values (1)`.execute(b));
+      after = await scalar(trx, sql<{ v: number }>`select count(*)::int as v from ${table}`);
     });
     if (level !== 'read committed') problems.push(`write transactions run at ${String(level).toUpperCase()}, not READ COMMITTED`);
     if (before !== 0 || after !== 1) {
       problems.push('a statement did not see a row committed after its transaction began: snapshot isolation is posing as READ COMMITTED');
     }
   } finally {
-    await sql`drop table if exists ${sql.id(table)}`.execute(db);
+    await sql`drop table if exists ${table}`.execute(db);
   }
   const defaultLevel = await scalar(db, sql<{ v: string }>`select current_setting('default_transaction_isolation') as v`);
   if (defaultLevel !== 'read committed') {
@@ -109,19 +109,22 @@ async function readCommittedCheck(dialect: StoreDialect, options: PostgresProbeO
 
 /** DDL must roll back with its transaction (migrations rely on it): a table created in a rolled-back transaction must not exist afterwards. */
 async function transactionalDdlCheck(dialect: StoreDialect): Promise<DoctorCheck> {
-  const table = `${PROBE_TABLE_PREFIX}${probeName()}`;
+  const schema = await taskfenceSchema(dialect.db);
+  const name = `${PROBE_TABLE_PREFIX}${probeName()}`;
+  const table = sql.table(`${schema}.${name}`);
+  const lookup = sql<{ v: string | null }>`select to_regclass(quote_ident(${schema}) || '.' || quote_ident(${name}))::text as v`;
   let visibleInside: string | null | undefined;
   try {
     await inRolledBackWrite(dialect, async (trx) => {
-      await sql`create table ${sql.id(table)} (x integer)`.execute(trx);
-      visibleInside = await scalar(trx, sql<{ v: string | null }>`select to_regclass(${table})::text as v`);
+      await sql`create table ${table} (x integer)`.execute(trx);
+      visibleInside = await scalar(trx, lookup);
     });
-    const after = await scalar(dialect.db, sql<{ v: string | null }>`select to_regclass(${table})::text as v`);
+    const after = await scalar(dialect.db, lookup);
     if (!visibleInside) return check('guarantee.transactional-ddl', 'fail', 'a table created in a transaction was not visible inside it');
     if (after) return check('guarantee.transactional-ddl', 'fail', 'a table created in a rolled-back transaction still exists: DDL is not transactional');
     return check('guarantee.transactional-ddl', 'pass', 'a table created in a rolled-back transaction was gone afterwards');
   } finally {
-    await sql`drop table if exists ${sql.id(table)}`.execute(dialect.db);
+    await sql`drop table if exists ${table}`.execute(dialect.db);
   }
 }
 
@@ -146,7 +149,7 @@ async function bytewiseCollationCheck(db: Kysely<Database>, live: SchemaDescript
   const collation = await scalar(
     db,
     sql<{ v: string | null }>`select collation_name as v from information_schema.columns
-      where table_schema = current_schema() and table_name = 'path_leases' and column_name = 'lease_key'`,
+      where table_schema = ${await taskfenceSchema(db)} and table_name = 'path_leases' and column_name = 'lease_key'`,
   );
   if (collation !== 'C' && collation !== 'POSIX') {
     return check('guarantee.bytewise-collation', 'fail', `path_leases.lease_key has collation ${collation ?? 'default'}, not "C": lease conflict ranges would miss descendants`);

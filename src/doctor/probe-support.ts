@@ -125,3 +125,19 @@ export async function oneRunningRunCheck(dialect: StoreDialect, live: SchemaDesc
 export async function scalar<T>(db: Kysely<Database>, query: ReturnType<typeof sql<{ v: T }>>): Promise<T | undefined> {
   return (await query.execute(db)).rows[0]?.v;
 }
+
+/**
+ * The PostgreSQL schema taskfence's tables live in, asked through the store's own query builder
+ * (which names a configured schema on every table it touches): the schema of the migration
+ * history table, or `current_schema()` before anything was migrated. Raw probe SQL qualifies its
+ * scratch objects and catalog lookups with it.
+ */
+export async function taskfenceSchema(db: Kysely<Database>): Promise<string> {
+  const row = await db
+    .selectFrom('taskfence_migrations')
+    .select(sql<string>`(select n.nspname from pg_class c join pg_namespace n on n.oid = c.relnamespace where c.oid = tableoid)`.as('schema'))
+    .limit(1)
+    .executeTakeFirst()
+    .catch(() => undefined);
+  return row?.schema ?? (await scalar(db, sql<{ v: string }>`select current_schema() as v`)) ?? 'public';
+}

@@ -57,7 +57,9 @@ export async function scratchSchemaReference(
   const scratchSchema = `${PROBE_TABLE_PREFIX}${probeName()}`;
   const chainTables = new Set<string>();
   let schema: SchemaDescription | undefined = version === 0 ? { tables: {} } : undefined;
-  await inRolledBackWrite(dialect, async (trx) => {
+  await inRolledBackWrite(dialect, async (store) => {
+    // Without the store's plugins: its statements would name the store's schema, not the scratch one.
+    const trx = store.withoutPlugins();
     await sql`create schema ${sql.id(scratchSchema)}`.execute(trx);
     await sql`select set_config('search_path', ${scratchSchema}, true)`.execute(trx);
     for (const m of migrations) {
