@@ -41,30 +41,78 @@ export async function postgresEnvironmentChecks(dialect: StoreDialect, options: 
   ];
 }
 
+/** An advisory lock as `pg_locks` names it: one bigint key (objsubid 1) or two int4 keys (objsubid 2). */
+interface AdvisoryLock {
+  readonly classid: number;
+  readonly objid: number;
+  readonly objsubid: number;
+}
+
+const lockId = (l: AdvisoryLock) => `${l.classid}:${l.objid}:${l.objsubid}`;
+
+async function advisoryLocksHeld(conn: Kysely<Database>): Promise<AdvisoryLock[]> {
+  const { rows } = await sql<AdvisoryLock>`
+    select classid::text::bigint as classid, objid::text::bigint as objid, objsubid::int as objsubid
+    from pg_locks where locktype = 'advisory' and pid = pg_backend_pid() and granted`.execute(conn);
+  return rows.map((r) => ({ classid: Number(r.classid), objid: Number(r.objid), objsubid: Number(r.objsubid) }));
+}
+
+/** `pg_try_advisory_xact_lock` on exactly the lock `pg_locks` listed. */
+function tryLockSql(lock: AdvisoryLock) {
+  return lock.objsubid === 2
+    ? sql<{ v: boolean }>`select pg_try_advisory_xact_lock(${lock.classid}::bigint::int, ${lock.objid}::bigint::int) as v`
+    : sql<{ v: boolean }>`select pg_try_advisory_xact_lock((${lock.classid}::bigint << 32) | ${lock.objid}::bigint) as v`;
+}
+
 /**
  * Connection A takes the transaction-scoped lock the repositories take (`dialect.lockKey`, inside
- * `writeTransaction`); connection B's `pg_try_advisory_xact_lock` on the same key must then fail.
- * An engine (or a dialect) whose advisory locks are no-ops that report success is caught here.
- * After A ends, B must get the lock: it was scoped to A's transaction.
+ * `writeTransaction`); `pg_locks` must then list a new advisory lock for A, and connection B's
+ * `pg_try_advisory_xact_lock` on exactly that lock must fail. An engine (or a dialect) whose
+ * advisory locks are no-ops that report success is caught here. After A ends, B must get the
+ * lock: it was scoped to A's transaction.
  */
 async function advisoryLockCheck(dialect: StoreDialect, options: PostgresProbeOptions): Promise<DoctorCheck> {
   const key = `taskfence:doctor:${probeName()}`;
-  const tryLock = (conn: Kysely<Database>) =>
-    scalar(conn, sql<{ v: boolean }>`select pg_try_advisory_xact_lock(hashtextextended(${key}, 0)) as v`);
-  let whileHeld: boolean | undefined;
+  let taken: AdvisoryLock[] = [];
+  let takenByOther: AdvisoryLock[] = [];
+  let holderPid: number | undefined;
   await inRolledBackWrite(dialect, async (trx) => {
+    holderPid = await scalar(trx, sql<{ v: number }>`select pg_backend_pid() as v`);
+    const before = new Set((await advisoryLocksHeld(trx)).map(lockId));
     await dialect.lockKey(trx, key);
-    whileHeld = await onSecondConnection(dialect.db, options.connectionWaitMs, tryLock);
+    taken = (await advisoryLocksHeld(trx)).filter((l) => !before.has(lockId(l)));
+    if (taken.length === 0) return;
+    takenByOther = await onSecondConnection(dialect.db, options.connectionWaitMs, async (b) => {
+      const got: AdvisoryLock[] = [];
+      for (const lock of taken) if ((await scalar(b, tryLockSql(lock))) !== false) got.push(lock);
+      return got;
+    });
   });
-  if (whileHeld !== false) {
+  if (taken.length === 0) {
     return check(
       'guarantee.advisory-lock',
       'fail',
-      'a second connection took the advisory lock a write transaction held: locks are no-ops here, and every serialization built on them is void',
+      "a write transaction's lock took no advisory lock (none appeared in pg_locks): locks are no-ops here, and every serialization built on them is void",
     );
   }
-  const afterwards = await tryLock(dialect.db);
-  if (afterwards !== true) {
+  if (takenByOther.length > 0) {
+    return check(
+      'guarantee.advisory-lock',
+      'fail',
+      'a second connection took the advisory lock a write transaction held: locks do not exclude here, and every serialization built on them is void',
+    );
+  }
+  // From another session than A's (the pool may hand A's connection out again, and a session lock
+  // would let its own session in).
+  const released = await dialect.db.connection().execute(async (c) => {
+    const tryAll = async (conn: Kysely<Database>) => {
+      for (const lock of taken) if ((await scalar(conn, tryLockSql(lock))) !== true) return false;
+      return true;
+    };
+    const pid = await scalar(c, sql<{ v: number }>`select pg_backend_pid() as v`);
+    return pid !== holderPid ? tryAll(c) : onSecondConnection(dialect.db, options.connectionWaitMs, tryAll);
+  });
+  if (!released) {
     return check('guarantee.advisory-lock', 'fail', 'the advisory lock was still held after its transaction ended: it is not transaction-scoped');
   }
   return check('guarantee.advisory-lock', 'pass', 'a transaction-scoped advisory lock excluded a second connection and was released at rollback');

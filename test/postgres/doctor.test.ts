@@ -66,6 +66,18 @@ describe('doctor on PostgreSQL sessions', () => {
     expect(lines.join('\n')).toMatch(/^FAIL +guarantee\.read-committed /m);
   });
 
+  it('catches a write-transaction lock that outlives its transaction (a session advisory lock)', async () => {
+    const store = await fx.freshStore();
+    const sessionLock = dialectWith(store.dialect, {
+      lockKey: async (trx, key) => {
+        await sql`select pg_advisory_lock(hashtextextended(${key}, 0))`.execute(trx);
+      },
+    });
+    const report = await runDoctor(doctorTarget(store, sessionLock));
+    expect(failing(report)).toEqual(['guarantee.advisory-lock']);
+    expect(find(report, 'guarantee.advisory-lock')?.detail).toMatch(/still held after its transaction ended/);
+  });
+
   it('reports a transaction-mode pooler (session state lost between statements) as a warning', async () => {
     const store = await fx.freshStore();
     const clients = [new pg.Client(store.location.url), new pg.Client(store.location.url)];
