@@ -23,6 +23,8 @@ export {
 } from './migrator/migrator.js';
 export { MIGRATIONS, LATEST_VERSION, type MigrationDefinition, type MigrationContext } from './migrations/index.js';
 export { describeSchema } from './schema/describe-schema.js';
+export { runDoctor, formatDoctorReport, formatDoctorReportJson, type DoctorOptions, type DoctorTarget } from './doctor/index.js';
+export type { DoctorArea, DoctorCheck, DoctorReport, DoctorStatus } from './doctor/index.js';
 export type { SchemaDescription, TableDescription, ColumnDescription, IndexDescription, ForeignKeyDescription } from './schema/describe.js';
 export * from './schema/database.js';
 export type { Clock } from './repositories/context.js';

@@ -1,5 +1,7 @@
 import type { Kysely } from 'kysely';
 import { defaultDatabaseUrl, parseDatabaseUrl, type DatabaseLocation } from './config.js';
+import { runDoctor, type DoctorOptions } from './doctor/doctor.js';
+import type { DoctorReport } from './doctor/report.js';
 import { openPostgresDialect } from './dialects/postgres.js';
 import { openSqliteDialect } from './dialects/sqlite.js';
 import type { DialectOptions, StoreDialect } from './dialects/types.js';
@@ -27,6 +29,8 @@ export interface Store extends Repositories {
   readonly db: Kysely<Database>;
   readonly dialect: StoreDialect;
   readonly location: DatabaseLocation;
+  /** Schema drift, a live self-test of the engine's guarantees, and the environment; changes nothing. See `runDoctor`. */
+  doctor(options?: DoctorOptions): Promise<DoctorReport>;
   /** Migrates up or down to `options.to` (default: latest). See `Migrator.migrate`. */
   migrate(options?: MigrateOptions): Promise<MigrateResult>;
   /** Applied, pending, modified and unknown migrations. */
@@ -64,6 +68,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     migrate: (migrateOptions?: MigrateOptions) =>
       migrator.migrate({ now: context.clock.now(), ...migrateOptions }),
     migrationStatus: () => migrator.status(),
+    doctor: (doctorOptions?: DoctorOptions) => runDoctor({ dialect, location, migrationStatus: () => migrator.status() }, doctorOptions),
     plan: (planOptions?: { to?: number }) => migrator.plan(planOptions),
     describeSchema: () => dialect.describeSchema(),
     close: () => dialect.close(),
