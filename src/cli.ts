@@ -3,6 +3,8 @@ import { closeSync, existsSync, openSync, readFileSync, readSync, statSync } fro
 import { realpathSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { runDoctorCommand } from './doctor/cli.js';
+import { openStore } from './store.js';
 import { parseDatabaseUrl, redactDatabaseUrl } from './config.js';
 import { DatabaseUnavailableError, TaskfenceError, formatVersion } from './errors.js';
 import { Migrator, type MigrationEvent, type MigrationStatus, type PlanStep } from './migrator/migrator.js';
@@ -18,11 +20,14 @@ Usage:
   taskfence status  [--db URL] [--json] [--check]
   taskfence plan    [--db URL] [--to V] [--json]
   taskfence doctor  [--db URL] [--json]        (schema drift and guarantee self-test)
+  taskfence prune   [--db URL] --older-than D [--dry-run] [--batch-size N] [--json]
   taskfence --version | --help
 
   --db URL              sqlite:<path>, sqlite::memory:, postgres://… or postgresql://…
                         (default: $TASKFENCE_DATABASE_URL, else sqlite:./taskfence.db —
                         but migrate refuses the default when CI is set or stdin is not a terminal)
+  --older-than D        prune: delete what finished longer ago than D (30d, 12h, 90m, 45s, or ms)
+  --dry-run             prune: count what would be deleted, delete nothing
   --to V                migrate (or plan) up or down to version V; 0 reverts everything
   --baseline V          adopt a database that has taskfence tables but no history as version V
                         (its tables are verified first), then migrate on
@@ -46,7 +51,7 @@ export const CHECK_EXIT = { upToDate: 0, pending: 3, baselineRequired: 4, modifi
 
 class UsageError extends Error {}
 
-type Command = 'migrate' | 'status' | 'plan' | 'help' | 'version';
+type Command = 'migrate' | 'status' | 'plan' | 'doctor' | 'prune' | 'help' | 'version';
 
 interface ParsedArgs {
   command: Command;
@@ -57,6 +62,10 @@ interface ParsedArgs {
   lockWaitMs?: number;
   ddlLockTimeoutMs?: number;
   connectTimeoutMs?: number;
+  /** prune: how old finished rows must be, in ms. */
+  olderThanMs?: number;
+  batchSize?: number;
+  dryRun: boolean;
   allowDataLoss: boolean;
   json: boolean;
   check: boolean;
@@ -64,14 +73,22 @@ interface ParsedArgs {
 }
 
 const COMMON = ['--db', '--connect-timeout', '--verbose'];
-const ALLOWED: Record<'migrate' | 'status' | 'plan', readonly string[]> = {
+const ALLOWED: Record<'migrate' | 'status' | 'plan' | 'doctor' | 'prune', readonly string[]> = {
   migrate: [...COMMON, '--to', '--baseline', '--lock-wait', '--lock-timeout', '--ddl-lock-timeout', '--allow-data-loss', '--json'],
   status: [...COMMON, '--json', '--check'],
   plan: [...COMMON, '--to', '--json'],
+  doctor: [...COMMON, '--json'],
+  prune: [...COMMON, '--older-than', '--batch-size', '--dry-run', '--json'],
 };
-const FLAGS = new Set(['--json', '--check', '--verbose', '--allow-data-loss']);
+const FLAGS = new Set(['--json', '--check', '--verbose', '--allow-data-loss', '--dry-run']);
 
-// DOCTOR: the `doctor` command (src/doctor/*, another helper) is wired into parseArgs/run here at merge time.
+/** `30d`, `12h`, `90m`, `45s` or a number of milliseconds. */
+function parseDuration(flag: string, value: string): number {
+  const match = /^(\d+)(ms|s|m|h|d)?$/.exec(value);
+  if (!match) throw new UsageError(`${flag} takes a duration like 30d, 12h, 90m, 45s or a number of milliseconds`);
+  const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(match[2] ?? 'ms') as 'ms' | 's' | 'm' | 'h' | 'd'];
+  return Number(match[1]) * unit;
+}
 
 function parseVersion(flag: string, value: string | undefined): number {
   if (value === undefined || !/^\d+$/.test(value)) throw new UsageError(`${flag} takes a version number, like 52 or 0052`);
@@ -85,11 +102,11 @@ function parseMs(flag: string, value: string): number {
 
 export function parseArgs(argv: readonly string[]): ParsedArgs {
   const args = [...argv];
-  const base = { allowDataLoss: false, json: false, check: false, verbose: false };
+  const base = { allowDataLoss: false, json: false, check: false, verbose: false, dryRun: false };
   if (args.includes('--version') || args.includes('-V')) return { command: 'version', ...base };
   if (args.length === 0 || args.includes('--help') || args.includes('-h') || args[0] === 'help') return { command: 'help', ...base };
   const command = args.shift()!;
-  if (command !== 'migrate' && command !== 'status' && command !== 'plan') {
+  if (command !== 'migrate' && command !== 'status' && command !== 'plan' && command !== 'doctor' && command !== 'prune') {
     throw new UsageError(`unknown command "${command}"`);
   }
   const parsed: ParsedArgs = { command, ...base };
@@ -102,6 +119,7 @@ export function parseArgs(argv: readonly string[]): ParsedArgs {
       if (flag === '--check') parsed.check = true;
       if (flag === '--verbose') parsed.verbose = true;
       if (flag === '--allow-data-loss') parsed.allowDataLoss = true;
+      if (flag === '--dry-run') parsed.dryRun = true;
       continue;
     }
     const value = inline ?? args.shift();
@@ -112,7 +130,10 @@ export function parseArgs(argv: readonly string[]): ParsedArgs {
     if (flag === '--lock-wait' || flag === '--lock-timeout') parsed.lockWaitMs = parseMs(flag, value);
     if (flag === '--ddl-lock-timeout') parsed.ddlLockTimeoutMs = parseMs(flag, value);
     if (flag === '--connect-timeout') parsed.connectTimeoutMs = parseMs(flag, value);
+    if (flag === '--older-than') parsed.olderThanMs = parseDuration(flag, value);
+    if (flag === '--batch-size') parsed.batchSize = parseMs(flag, value);
   }
+  if (command === 'prune' && parsed.olderThanMs === undefined) throw new UsageError('prune needs --older-than, like --older-than 30d');
   return parsed;
 }
 
@@ -122,7 +143,7 @@ function resolveTarget(parsed: ParsedArgs, env: NodeJS.ProcessEnv, interactive: 
   const fromEnv = env.TASKFENCE_DATABASE_URL?.trim();
   if (fromEnv) return { url: fromEnv };
   const ci = env.CI !== undefined && env.CI !== '' && env.CI !== '0' && env.CI.toLowerCase() !== 'false';
-  if (parsed.command === 'migrate' && (ci || !interactive)) {
+  if ((parsed.command === 'migrate' || parsed.command === 'prune') && (ci || !interactive)) {
     throw new UsageError(
       `no database given: pass --db URL or set TASKFENCE_DATABASE_URL (migrate does not use the default sqlite:./taskfence.db when ${ci ? 'CI is set' : 'standard input is not a terminal'})`,
     );
@@ -324,6 +345,8 @@ async function run(parsed: ParsedArgs, io: Io): Promise<number> {
   const target = resolveTarget(parsed, io.env, io.interactive);
   if (target.note && !parsed.json) out(`taskfence: ${target.note}`);
   const shown = redactDatabaseUrl(target.url);
+  if (parsed.command === 'doctor') return runDoctorCommand({ db: target.url, json: parsed.json }, out);
+  if (parsed.command === 'prune') return prune(target.url, shown, parsed, out);
   const dialect = await openDialect(target.url, parsed, (line) => {
     if (!parsed.json) out(`-- ${line}`);
   });
@@ -418,6 +441,28 @@ export function errorLine(error: unknown, verbose = false): string {
   if (code === 'SQLITE_NOTADB') return 'taskfence: the file is not an SQLite database';
   const message = error instanceof Error ? error.message : String(error);
   return `taskfence: unexpected error: ${oneLine(message)} (run with --verbose for details)`;
+}
+
+/** `taskfence prune --older-than D [--dry-run] [--batch-size N]`: deletes what is finished and old, printing counts per table. */
+async function prune(url: string, shown: string, parsed: ParsedArgs, out: (line: string) => void): Promise<number> {
+  const store = await openStore({ url, ...(parsed.connectTimeoutMs !== undefined ? { connectTimeoutMs: parsed.connectTimeoutMs } : {}) });
+  try {
+    const result = await store.maintenance.prune({
+      olderThanMs: parsed.olderThanMs!,
+      dryRun: parsed.dryRun,
+      ...(parsed.batchSize !== undefined ? { batchSize: parsed.batchSize } : {}),
+    });
+    if (parsed.json) {
+      out(JSON.stringify({ database: shown, ...result }));
+      return 0;
+    }
+    const verb = result.dryRun ? 'would delete' : 'deleted';
+    for (const [table, n] of Object.entries(result.deleted)) out(`${table.padEnd(18)} ${verb} ${n}`);
+    out(`${shown}: ${verb} rows finished before ${new Date(result.cutoff).toISOString()}`);
+    return 0;
+  } finally {
+    await store.close();
+  }
 }
 
 /** Runs the CLI; resolves to the exit code. */

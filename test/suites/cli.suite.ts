@@ -90,6 +90,42 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  describe('doctor and prune', () => {
+    it('doctor exits 0 on a healthy database, 1 when an index was dropped, and prints JSON with --json', async () => {
+      const url = await fx.freshUrl();
+      const store = await fx.open(url);
+      await store.migrate();
+      const ok = await runCli(['doctor', '--db', url]);
+      expect(ok.code, ok.out + ok.err).toBe(0);
+      const json = await runCli(['doctor', '--db', url, '--json']);
+      expect(JSON.parse(json.out)).toMatchObject({ ok: true });
+      await sql`drop index coordinator_runs_one_running_per_target`.execute(store.db);
+      const broken = await runCli(['doctor', '--db', url, '--json']);
+      expect(broken.code).toBe(1);
+      expect(JSON.parse(broken.out)).toMatchObject({ ok: false });
+    });
+
+    it('prune --dry-run counts and deletes nothing; prune deletes what is finished; it needs --older-than and, in automation, --db', async () => {
+      const url = await fx.freshUrl();
+      const store = await fx.open(url);
+      await store.migrate();
+      await store.messages.sendMessage({ from: 'a', to: 'inbox', kind: 'k' });
+      await store.messages.deliverPendingMessages('inbox');
+      const dry = await runCli(['prune', '--db', url, '--older-than', '0', '--dry-run', '--json']);
+      expect(dry.code, dry.err).toBe(0);
+      expect(JSON.parse(dry.out)).toMatchObject({ dryRun: true, deleted: { messages: 1 } });
+      expect(await store.db.selectFrom('messages').select('id').execute()).toHaveLength(1);
+      const real = await runCli(['prune', '--db', url, '--older-than', '0s']);
+      expect(real.code, real.err).toBe(0);
+      expect(real.out).toMatch(/messages\s+deleted 1/);
+      expect(await store.db.selectFrom('messages').select('id').execute()).toHaveLength(0);
+      expect((await runCli(['prune', '--db', url, '--older-than', '30d'])).out).toMatch(/messages\s+deleted 0/);
+      expect((await runCli(['prune', '--db', url])).code).toBe(2);
+      expect((await runCli(['prune', '--db', url, '--older-than', 'soon'])).code).toBe(2);
+      expect((await runCli(['prune', '--older-than', '30d'], { env: { CI: 'true' } })).code).toBe(2);
+    });
+  });
+
   describe('gateable commands', () => {
     it('--version prints the package version', async () => {
       const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
