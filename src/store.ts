@@ -5,12 +5,13 @@ import type { DoctorReport } from './doctor/report.js';
 import { openPostgresDialect } from './dialects/postgres.js';
 import { openSqliteDialect } from './dialects/sqlite.js';
 import type { DialectOptions, StoreDialect } from './dialects/types.js';
-import { Migrator, type MigrateOptions, type MigrateResult, type MigrationStatus, type PlanStep } from './migrator/migrator.js';
+import { Migrator, type MigrationEvent, type MigrateOptions, type MigrateResult, type MigrationStatus, type PlanStep } from './migrator/migrator.js';
 import type { Database } from './schema/database.js';
 import type { SchemaDescription } from './schema/describe.js';
 import { createStoreContext, type Clock, type StoreContext } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
 import { guardSchemaVersion } from './repositories/schema-guard.js';
+import { EventHub, type StoreStats, type TaskfenceEvent } from './events.js';
 
 export interface StoreOptions extends DialectOptions {
   /** A database URL; default `TASKFENCE_DATABASE_URL`, else `sqlite:./taskfence.db`. */
@@ -21,6 +22,8 @@ export interface StoreOptions extends DialectOptions {
    * agree on every lease), the host's on SQLite.
    */
   readonly clock?: Clock;
+  /** Called with every event the store reports (see `TASKFENCE_CHANNELS`); the same events go to `node:diagnostics_channel`. */
+  readonly onEvent?: (event: TaskfenceEvent) => void;
 }
 
 /** An open database: the typed Kysely instance, the migrator, and the repository groups. */
@@ -39,6 +42,8 @@ export interface Store extends Repositories {
   plan(options?: { to?: number }): Promise<PlanStep[]>;
   /** A normalized description of the current schema. */
   describeSchema(): Promise<SchemaDescription>;
+  /** Counters since the store opened: transactions, retries by kind, conflicts, refusals, leases lost, runs reconciled, pool usage. */
+  stats(): StoreStats;
   close(): Promise<void>;
 }
 
@@ -60,17 +65,32 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       : await openPostgresDialect(location.connectionString, options);
   const migrator = new Migrator(dialect);
   const context: StoreContext = createStoreContext(dialect, options.clock ?? dialect.clock);
+  const events = new EventHub(options.onEvent);
+  dialect.stats.onRetry = (kind, attempt, delayMs) => events.emit({ type: 'transaction.retry', kind, attempt, delayMs: Math.round(delayMs) });
   return Object.freeze({
     db: dialect.db,
     dialect,
     location,
-    ...guardSchemaVersion(createRepositories(context), dialect.db),
+    ...guardSchemaVersion(events.observe(createRepositories(context)), dialect.db),
     migrate: (migrateOptions?: MigrateOptions) =>
-      migrator.migrate({ now: context.clock.now(), ...migrateOptions }),
+      migrator.migrate({
+        now: context.clock.now(),
+        ...migrateOptions,
+        onEvent: (event: MigrationEvent) => {
+          events.emit({ type: 'migration', event });
+          migrateOptions?.onEvent?.(event);
+        },
+      }),
     migrationStatus: () => migrator.status(),
     doctor: (doctorOptions?: DoctorOptions) => runDoctor({ dialect, location, migrationStatus: () => migrator.status() }, doctorOptions),
     plan: (planOptions?: { to?: number }) => migrator.plan(planOptions),
     describeSchema: () => dialect.describeSchema(),
+    stats: (): StoreStats => ({
+      ...events.counters,
+      retries: { ...events.counters.retries },
+      transactions: dialect.stats.transactions ?? 0,
+      pool: dialect.connectionStats?.() ?? null,
+    }),
     close: () => dialect.close(),
   });
 }

@@ -94,7 +94,9 @@ export async function openPostgresDialect(connectionString: string, options: Dia
     },
     log: queryLogger(options.onQuery),
   });
-  return new PostgresStoreDialect(db, config, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, offset);
+  const dialect = new PostgresStoreDialect(db, config, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, offset);
+  dialect.connectionStats = () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount });
+  return dialect;
 }
 
 class PostgresStoreDialect implements StoreDialect {
@@ -102,6 +104,7 @@ class PostgresStoreDialect implements StoreDialect {
   readonly columnTypes = POSTGRES_COLUMN_TYPES;
   readonly stats: DialectStats = { retries: 0 };
   readonly supportsSkipLocked = true;
+  connectionStats?: () => { total: number; idle: number; waiting: number };
 
   constructor(
     readonly db: Kysely<Schema>,
