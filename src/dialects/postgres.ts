@@ -8,6 +8,7 @@ import { redactDatabaseUrl } from '../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
 import { POSTGRES_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
+import { DEFAULT_WAKE_FALLBACK_MS, PostgresWakeups } from './wakeups.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
   queryLogger,
@@ -94,7 +95,13 @@ export async function openPostgresDialect(connectionString: string, options: Dia
     },
     log: queryLogger(options.onQuery),
   });
-  const dialect = new PostgresStoreDialect(db, config, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, offset);
+  const dialect = new PostgresStoreDialect(
+    db,
+    config,
+    options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
+    offset,
+    new PostgresWakeups(config, options.wakeFallbackMs ?? DEFAULT_WAKE_FALLBACK_MS, options.wakeNotifications ?? true),
+  );
   dialect.connectionStats = () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount });
   return dialect;
 }
@@ -113,6 +120,7 @@ class PostgresStoreDialect implements StoreDialect {
     private readonly writeDeadlineMs: number,
     /** The database's clock (host clock + measured offset): what leases and heartbeats are judged on. */
     readonly clock: ServerClockOffset,
+    readonly wakeups: PostgresWakeups,
   ) {}
 
   /**
@@ -211,6 +219,7 @@ class PostgresStoreDialect implements StoreDialect {
   }
 
   async close(): Promise<void> {
+    await this.wakeups.close();
     await this.db.destroy();
   }
 }

@@ -6,6 +6,7 @@ import { describeSqliteSchema } from './sqlite-describe.js';
 import { ImmediateSqliteDriver, PinnedSqliteDriver } from './sqlite-driver.js';
 import { SQLITE_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
+import { DEFAULT_WAKE_FALLBACK_MS, SqliteWakeups } from './wakeups.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
   type DialectOptions,
@@ -63,7 +64,10 @@ export async function openSqliteDialect(filename: string, options: DialectOption
     });
   const pinned = kysely(new PinnedSqliteDriver(driver));
   runsOnConnection(pinned, driver.connection);
-  return new SqliteDialect(raw, kysely(driver), driver, pinned, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, options.hostClock);
+  return new SqliteDialect(raw, kysely(driver), driver, pinned, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, options.hostClock, {
+    ...(options.wakeFallbackMs !== undefined ? { fallbackMs: options.wakeFallbackMs } : {}),
+    ...(options.wakeNotifications !== undefined ? { enabled: options.wakeNotifications } : {}),
+  });
 }
 
 class SqliteDialect implements StoreDialect {
@@ -73,6 +77,7 @@ class SqliteDialect implements StoreDialect {
   readonly supportsSkipLocked = false;
   /** One host by nature: the host's clock. */
   readonly clock: { now(): number };
+  readonly wakeups: SqliteWakeups;
 
   constructor(
     private readonly raw: Database.Database,
@@ -82,8 +87,10 @@ class SqliteDialect implements StoreDialect {
     private readonly pinned: Kysely<Schema>,
     private readonly writeDeadlineMs: number,
     hostClock: { now(): number } = { now: () => Date.now() },
+    wake: { fallbackMs?: number; enabled?: boolean } = {},
   ) {
     this.clock = hostClock;
+    this.wakeups = new SqliteWakeups(() => raw.pragma('data_version', { simple: true }) as number, wake.fallbackMs ?? DEFAULT_WAKE_FALLBACK_MS, wake.enabled ?? true);
   }
 
   /** One attempt: hold the connection, BEGIN (IMMEDIATE for writes), run `fn` on the pinned Kysely, COMMIT (or ROLLBACK). */
@@ -94,10 +101,12 @@ class SqliteDialect implements StoreDialect {
       try {
         const result = await fn(this.pinned as unknown as Transaction<Schema>);
         connection.executeSync(COMMIT);
+        this.wakeups.afterTransaction(true);
         return result;
       } catch (error) {
         // SQLite may already have rolled back by itself (SQLITE_BUSY, SQLITE_FULL, …).
         if (this.driver.inTransaction) connection.executeSync(ROLLBACK);
+        this.wakeups.afterTransaction(false);
         throw error;
       }
     } finally {
@@ -167,6 +176,7 @@ class SqliteDialect implements StoreDialect {
   }
 
   async close(): Promise<void> {
+    await this.wakeups.close();
     await this.pinned.destroy();
     await this.db.destroy();
     if (this.raw.open) this.raw.close();
