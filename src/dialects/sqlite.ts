@@ -1,4 +1,4 @@
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import { CompiledQuery, Kysely, SqliteAdapter, SqliteIntrospector, SqliteQueryCompiler, sql, type Driver, type Transaction } from 'kysely';
 import type { Database as Schema } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
@@ -19,6 +19,7 @@ import {
 } from './types.js';
 import { DatabaseUnavailableError, MigrationLockTimeoutError, WriteTimeoutError } from '../errors.js';
 import { runsOnConnection } from './direct.js';
+import { loadBetterSqlite3 } from './load-driver.js';
 
 const BEGIN_IMMEDIATE = CompiledQuery.raw('begin immediate');
 const BEGIN_DEFERRED = CompiledQuery.raw('begin');
@@ -29,9 +30,10 @@ const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['busy']);
 
 /** Opens one better-sqlite3 connection in WAL mode and wraps it as a `StoreDialect`. */
 export async function openSqliteDialect(filename: string, options: DialectOptions = {}): Promise<StoreDialect> {
+  const BetterSqlite3 = await loadBetterSqlite3(`sqlite:${filename}`);
   let raw: Database.Database;
   try {
-    raw = new Database(filename, { timeout: options.busyTimeoutMs ?? 250, readonly: options.readOnly ?? false, fileMustExist: options.readOnly ?? false });
+    raw = new BetterSqlite3(filename, { timeout: options.busyTimeoutMs ?? 250, readonly: options.readOnly ?? false, fileMustExist: options.readOnly ?? false });
   } catch (error) {
     throw new DatabaseUnavailableError(`sqlite:${filename}`, error);
   }
