@@ -12,6 +12,7 @@ import { benchOverhead, overheadTable } from './overhead.bench.js';
 import { benchContention, contentionTable } from './contention.bench.js';
 import { benchPathScaling, scalingTable } from './scaling.bench.js';
 import { benchPeer } from './peer.bench.js';
+import { benchCommitFloor, benchInboxDrain, benchWakeups, drainTable, wakeupTable } from './wakeups.bench.js';
 
 const quick = process.argv.includes('--quick');
 const only = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.length).split(',');
@@ -57,6 +58,22 @@ async function main() {
         ].join('\n'),
       });
     }
+    if (want('wakeups')) {
+      const rows = await benchWakeups(dbs, { iterations: quick ? 10 : 100 });
+      sections.push({ title: 'Wake-ups: from the commit of a release or a send to the waiter returning', data: rows, table: wakeupTable(rows) });
+    }
+    if (want('inbox')) {
+      const rows = await benchInboxDrain(dbs, { messages: quick ? 500 : 5000, consumers: quick ? [1, 2] : [1, 2, 4, 8], runs: quick ? 1 : 3 });
+      sections.push({ title: 'Inbox: one inbox drained by N consumers (each its own connection, batches of 10)', data: rows, table: drainTable(rows) });
+    }
+    if (want('floor')) {
+      const floor = await benchCommitFloor(dbs, quick ? 200 : 2000);
+      sections.push({
+        title: 'Floor: the same PostgreSQL, one connection, one-row autocommit inserts (raw pg)',
+        data: floor,
+        table: ['| commits/s | p50 ms | p99 ms |', '|---|---|---|', `| ${floor.commitsPerSec} | ${floor.p50Ms} | ${floor.p99Ms} |`].join('\n'),
+      });
+    }
     if (want('migrations')) {
       const empty = await benchEmptyToLatest(dbs, quick ? 1 : 5);
       const backfill = await benchBackfill(dbs, quick ? 20_000 : 1_000_000, quick ? 1 : 3);
@@ -98,7 +115,7 @@ async function main() {
     const latestPath = `${RESULTS}latest.json`;
     const previous: Section[] = existsSync(latestPath) ? JSON.parse(readFileSync(latestPath, 'utf8')).sections : [];
     const merged = [...previous.filter((p) => !sections.some((s) => s.title === p.title)), ...sections.map((s) => ({ ...s, measuredAt: stamp }))];
-    const order = ['Overhead', 'Contention', 'Path-lease', 'Peer', 'Migrations'];
+    const order = ['Floor', 'Overhead', 'Contention', 'Path-lease', 'Wake-ups', 'Inbox', 'Peer', 'Migrations'];
     merged.sort((a, b) => order.findIndex((o) => a.title.startsWith(o)) - order.findIndex((o) => b.title.startsWith(o)));
     writeFileSync(latestPath, JSON.stringify({ machine, sections: merged }, null, 2) + '\n');
     writeFileSync(`${RESULTS}latest.md`, render(merged, stamp) + '\n');
