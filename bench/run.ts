@@ -12,6 +12,7 @@ import { benchOverhead, overheadTable } from './overhead.bench.js';
 import { benchContention, contentionTable } from './contention.bench.js';
 import { benchPathScaling, scalingTable } from './scaling.bench.js';
 import { benchPeer } from './peer.bench.js';
+import { benchGraphilePeer, graphileTable } from './graphile.bench.js';
 import { benchCommitFloor, benchInboxDrain, benchWakeups, drainTable, wakeupTable } from './wakeups.bench.js';
 
 const quick = process.argv.includes('--quick');
@@ -73,6 +74,10 @@ async function main() {
         data: floor,
         table: ['| commits/s | p50 ms | p99 ms |', '|---|---|---|', `| ${floor.commitsPerSec} | ${floor.p50Ms} | ${floor.p99Ms} |`].join('\n'),
       });
+    }
+    if (want('graphile')) {
+      const rows = await benchGraphilePeer(dbs, { cycles: quick ? 100 : 1000, workers: quick ? [1, 4] : [1, 4, 16], runs: quick ? 1 : 3 });
+      sections.push({ title: 'Peer: graphile-worker on the same PostgreSQL database', data: rows, table: graphileTable(rows) });
     }
     if (want('migrations')) {
       const empty = await benchEmptyToLatest(dbs, quick ? 1 : 5);
