@@ -2,9 +2,11 @@ import pg from 'pg';
 import { Kysely, PostgresDialect, sql, type Transaction } from 'kysely';
 import type { Database as Schema } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
-import { DatabaseUnavailableError, MigrationLockTimeoutError } from '../errors.js';
+import { DatabaseUnavailableError, ForeignTransactionError, MigrationLockTimeoutError } from '../errors.js';
 import { redactDatabaseUrl } from '../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
+import { hostPool } from './host-pool.js';
+import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from './schema.js';
 import { POSTGRES_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
 import {
@@ -39,10 +41,11 @@ function connectionConfig(connectionString: string, options: DialectOptions): pg
 
 /** Opens a pg pool and wraps it as a `StoreDialect`; fails with `DatabaseUnavailableError` if the server does not answer. */
 export async function openPostgresDialect(connectionString: string, options: DialectOptions = {}): Promise<StoreDialect> {
-  const config = connectionConfig(connectionString, options);
-  const pool = new pg.Pool({ ...config, max: options.poolSize ?? 10 });
+  // With the host's pool, sessions of taskfence's own (the migration lock) use the pool's settings.
+  const config = options.pool ? { ...options.pool.options, types } : connectionConfig(connectionString, options);
+  const pool = options.pool ? hostPool(options.pool, types) : new pg.Pool({ ...config, max: options.poolSize ?? 10 });
   // An idle client that loses its server must not crash the process.
-  pool.on('error', () => {});
+  if (pool instanceof pg.Pool) pool.on('error', () => {});
   try {
     const client = await pool.connect();
     client.release();
@@ -50,8 +53,13 @@ export async function openPostgresDialect(connectionString: string, options: Dia
     await pool.end().catch(() => {});
     throw new DatabaseUnavailableError(redactDatabaseUrl(connectionString), error);
   }
-  const db = new Kysely<Schema>({ dialect: new PostgresDialect({ pool }), log: queryLogger(options.onQuery) });
-  return new PostgresStoreDialect(db, config, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS);
+  const schema = options.schema === undefined ? undefined : validateSchemaName(options.schema);
+  const db = new Kysely<Schema>({
+    dialect: confineIntrospection(new PostgresDialect({ pool }), schema),
+    plugins: schema === undefined ? [] : [new TaskfenceSchemaPlugin(schema)],
+    log: queryLogger(options.onQuery),
+  });
+  return new PostgresStoreDialect(db, config, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, schema);
 }
 
 class PostgresStoreDialect implements StoreDialect {
@@ -63,6 +71,8 @@ class PostgresStoreDialect implements StoreDialect {
     readonly db: Kysely<Schema>,
     private readonly config: pg.ClientConfig,
     private readonly writeDeadlineMs: number,
+    /** The configured schema; lock keys and introspection are confined to it. */
+    private readonly schema?: string,
   ) {}
 
   writeTransaction<T>(fn: WriteTransactionFn<T>, options?: WriteTransactionOptions): Promise<T> {
@@ -92,7 +102,18 @@ class PostgresStoreDialect implements StoreDialect {
   }
 
   async lockKey(trx: Transaction<Schema>, key: string): Promise<void> {
-    await sql`select pg_advisory_xact_lock(hashtextextended(${key}, 0))`.execute(trx);
+    // With a configured schema, two installs in one database never share a key.
+    const scoped = this.schema === undefined ? key : `${this.schema}:${key}`;
+    await sql`select pg_advisory_xact_lock(hashtextextended(${scoped}, 0))`.execute(trx);
+  }
+
+  joinTransaction(trx: Transaction<Schema>): { readonly db: Transaction<Schema>; isActive(): boolean } {
+    if (!(trx as Partial<Transaction<Schema>> | null)?.isTransaction || typeof trx.withoutPlugins !== 'function') {
+      throw new ForeignTransactionError('it is not a Kysely transaction (pass the trx of db.transaction().execute(async (trx) => …))');
+    }
+    // The host's plugins (CamelCasePlugin, …) must not rewrite taskfence's statements.
+    const db = trx.withoutPlugins();
+    return { db: this.schema === undefined ? db : db.withPlugin(new TaskfenceSchemaPlugin(this.schema)), isActive: () => true };
   }
 
   classifyError(error: unknown): ErrorKind {
@@ -118,7 +139,7 @@ class PostgresStoreDialect implements StoreDialect {
     const client = new pg.Client(this.config);
     client.on('error', () => {});
     await client.connect();
-    const key = sql`hashtextextended('taskfence:migrate:' || current_schema(), 0)`;
+    const key = sql`hashtextextended('taskfence:migrate:' || ${this.schema === undefined ? sql`current_schema()` : this.schema}, 0)`;
     try {
       const started = Date.now();
       let backoff = 20;
@@ -142,7 +163,7 @@ class PostgresStoreDialect implements StoreDialect {
   }
 
   describeSchema(): Promise<SchemaDescription> {
-    return describePostgresSchema(this.db);
+    return describePostgresSchema(this.db, this.schema);
   }
 
   async readUserVersion(): Promise<number | null> {
