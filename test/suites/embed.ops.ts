@@ -52,6 +52,7 @@ function shuffled<T>(items: readonly T[]): T[] {
  */
 export async function writeBoxes(store: Store, args: { boxes: string[]; rounds: number }, tools: ContenderTools) {
   let committed = 0;
+  const retriesBefore = store.dialect.stats.retries;
   for (let round = 0; round < args.rounds; round++) {
     const chosen = shuffled(args.boxes).slice(0, 1 + Math.floor(Math.random() * 3));
     const owner = `c${tools.index}:${round}`;
@@ -65,7 +66,8 @@ export async function writeBoxes(store: Store, args: { boxes: string[]; rounds: 
     });
     committed++;
   }
-  return committed;
+  // PostgreSQL retries a transaction only on a deadlock or serialization failure: none may happen.
+  return { committed, retries: store.dialect.stats.retries - retriesBefore };
 }
 
 /**
