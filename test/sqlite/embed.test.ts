@@ -10,7 +10,7 @@ defineEmbedSuite(sqliteFixture);
 
 /** Settles `promise`, or reports that it was still pending after the event loop went idle for a while. */
 async function settleOrHang<T>(promise: Promise<T>): Promise<{ settled: true; value?: T; error?: unknown } | { settled: false }> {
-  const hang = new Promise<{ settled: false }>((resolve) => setTimeout(() => resolve({ settled: false }), 2000).unref());
+  const hang = new Promise<{ settled: false }>((resolve) => setTimeout(() => resolve({ settled: false }), 2000));
   return Promise.race([promise.then((value) => ({ settled: true as const, value }), (error: unknown) => ({ settled: true as const, error })), hang]);
 }
 
