@@ -1,4 +1,4 @@
-import type { Kysely, Transaction } from 'kysely';
+import { sql, type Kysely, type Transaction } from 'kysely';
 import { defaultDatabaseUrl, parseDatabaseUrl, type DatabaseLocation } from './config.js';
 import { openPostgresDialect } from './dialects/postgres.js';
 import { openSqliteDialect } from './dialects/sqlite.js';
@@ -83,8 +83,10 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     dialect,
     location,
     ...createRepositories(context),
-    migrate: (migrateOptions?: MigrateOptions) =>
-      migrator.migrate({ now: context.clock.now(), ...migrateOptions }),
+    migrate: async (migrateOptions?: MigrateOptions) => {
+      if (location.dialect === 'postgres' && location.schema !== undefined) await ensureSchema(dialect, location.schema);
+      return migrator.migrate({ now: context.clock.now(), ...migrateOptions });
+    },
     migrationStatus: () => migrator.status(),
     plan: (planOptions?: { to?: number }) => migrator.plan(planOptions),
     describeSchema: () => dialect.describeSchema(),
@@ -130,4 +132,17 @@ function mergeSchema(option: string | undefined, fromUrl: string | undefined): s
     throw new InvalidArgumentError('schema', `the option says ${JSON.stringify(option)} but the URL says ${JSON.stringify(fromUrl)}`);
   }
   return option ?? fromUrl;
+}
+
+/** Creates the configured PostgreSQL schema if it is missing (several deploys may race to do it). */
+async function ensureSchema(dialect: StoreDialect, schema: string): Promise<void> {
+  const { rows } = await sql<{ found: boolean }>`select exists (select 1 from pg_namespace where nspname = ${schema}) as found`.execute(dialect.db);
+  if (rows[0]?.found) return;
+  try {
+    await sql`create schema if not exists ${sql.id(schema)}`.execute(dialect.db);
+  } catch (error) {
+    // 23505/42P06: a concurrent deploy created it between the check and the create.
+    const code = (error as { code?: unknown }).code;
+    if (code !== '23505' && code !== '42P06') throw error;
+  }
 }

@@ -38,7 +38,8 @@ export class TaskfenceSchemaPlugin extends WithSchemaPlugin {
 }
 
 /** The schema `db`'s statements are confined to, if one was configured. */
-export function schemaOf(db: Kysely<any>): string | undefined {
+export function schemaOf(db: Kysely<any> | undefined): string | undefined {
+  if (db === undefined) return undefined;
   for (const plugin of db.getExecutor().plugins) if (plugin instanceof TaskfenceSchemaPlugin) return plugin.schema;
   return undefined;
 }
@@ -47,7 +48,7 @@ export function schemaOf(db: Kysely<any>): string | undefined {
  * A table name for raw SQL run on `db`: schema-qualified when `db` has one, else the bare name,
  * spelled exactly as before (so migration checksums, recorded without a schema, do not change).
  */
-export function tableIn(db: Kysely<any>, name: string): RawBuilder<unknown> {
+export function tableIn(db: Kysely<any> | undefined, name: string): RawBuilder<unknown> {
   const schema = schemaOf(db);
   return schema === undefined ? sql.raw(name) : sql.table(`${schema}.${name}`);
 }
