@@ -4,11 +4,13 @@ import pg from 'pg';
 import { CamelCasePlugin, Kysely, PostgresDialect } from 'kysely';
 import { openStore, type Database as Schema, type Store } from '../../src/index.js';
 import { createHostTables, defineEmbedSuite } from '../suites/embed.suite.js';
+import { defineHostMigrationSuite } from '../suites/host-migrations.suite.js';
 import type { HostTables } from '../suites/embed.ops.js';
 import { postgresFixture } from '../support/dialects.js';
 import { Contenders } from '../support/race.js';
 
 defineEmbedSuite(postgresFixture);
+defineHostMigrationSuite(postgresFixture);
 
 const OPS = fileURLToPath(new URL('../suites/embed.ops.ts', import.meta.url));
 

@@ -3,10 +3,12 @@ import Database from 'better-sqlite3';
 import { Kysely, SqliteDialect } from 'kysely';
 import { ForeignTransactionError, TransactionReentryError, type Database as Schema, type Store } from '../../src/index.js';
 import { createHostTables, defineEmbedSuite } from '../suites/embed.suite.js';
+import { defineHostMigrationSuite } from '../suites/host-migrations.suite.js';
 import type { HostTables } from '../suites/embed.ops.js';
 import { sqliteFixture } from '../support/dialects.js';
 
 defineEmbedSuite(sqliteFixture);
+defineHostMigrationSuite(sqliteFixture);
 
 /** Settles `promise`, or reports that it was still pending after the event loop went idle for a while. */
 async function settleOrHang<T>(promise: Promise<T>): Promise<{ settled: true; value?: T; error?: unknown } | { settled: false }> {
