@@ -83,7 +83,12 @@ export function defineHostMigrationSuite(makeFixture: () => DialectFixture) {
           expect(kysely.error).toBeUndefined();
           await hostUmzug(store).up();
         };
-        if (order === 'host first') await host();
+        if (order === 'host first') {
+          // In a PostgreSQL schema of its own (TEST_PG_SCHEMA), the schema must exist before the host's tools write into it.
+          const schema = store.location.dialect === 'postgres' ? store.location.schema : undefined;
+          if (schema !== undefined) await store.db.schema.createSchema(schema).ifNotExists().execute();
+          await host();
+        }
         await store.migrate();
         if (order === 'taskfence first') await host();
 
