@@ -170,12 +170,20 @@ export const OPS: OpPair[] = [
       if (got.length !== 1) throw new Error('inbox empty');
     },
     raw: (raw, fx) => {
-      const deliver = placeholders(
-        raw.kind,
-        `update "messages" set "status" = ?, "delivered_at" = ? where "id" in (select "m"."id" from "messages" as "m" where "m"."to_handle" = ? and "m"."status" = ? order by "m"."created_at", "m"."id" limit ?) and "status" = ? returning *`,
-      );
+      // The same statement taskfence runs: PostgreSQL claims with SKIP LOCKED, SQLite's writers are serialized.
+      const deliver =
+        raw.kind === 'postgres'
+          ? `with "next" as materialized (select "id" from "messages" where "to_handle" = $1 and "status" = $2 order by "created_at", "id" limit $3 for update skip locked) update "messages" set "status" = $4, "delivered_at" = $5 where "id" in (select "next"."id" from "next") and "status" = $6 returning *`
+          : placeholders(
+              raw.kind,
+              `update "messages" set "status" = ?, "delivered_at" = ? where "id" in (select "m"."id" from "messages" as "m" where "m"."to_handle" = ? and "m"."status" = ? order by "m"."created_at", "m"."id" limit ?) and "status" = ? returning *`,
+            );
       return async () => {
-        const results = await raw.tx([...lock(raw, `taskfence:inbox:${fx.inbox}`), [deliver, ['delivered', Date.now(), fx.inbox, 'pending', 1, 'pending']]]);
+        const params =
+          raw.kind === 'postgres'
+            ? [fx.inbox, 'pending', 1, 'delivered', Date.now(), 'pending']
+            : ['delivered', Date.now(), fx.inbox, 'pending', 1, 'pending'];
+        const results = await raw.tx([[deliver, params]]);
         const rows = results.at(-1)! as { payload: string }[];
         if (rows.length !== 1) throw new Error('inbox empty');
         return rows.map((r) => JSON.parse(r.payload));

@@ -14,7 +14,11 @@ import { bindTransaction, type StoreTransaction, type TransactionOptions } from 
 export interface StoreOptions extends DialectOptions {
   /** A database URL; default `TASKFENCE_DATABASE_URL`, else `sqlite:./taskfence.db`. */
   readonly url?: string;
-  /** The clock repositories use for leases and heartbeats (epoch ms); tests pass a fake one. */
+  /**
+   * Overrides the clock repositories judge leases, TTLs and heartbeats on (epoch ms); tests pass a
+   * fake one. Default: the database's clock on PostgreSQL (so hosts whose clocks disagree still
+   * agree on every lease), the host's on SQLite.
+   */
   readonly clock?: Clock;
 }
 
@@ -77,7 +81,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       ? await openSqliteDialect(location.filename, options)
       : await openPostgresDialect(location.connectionString, { ...options, schema: location.schema });
   const migrator = new Migrator(dialect);
-  const context: StoreContext = createStoreContext(dialect, options.clock);
+  const context: StoreContext = createStoreContext(dialect, options.clock ?? dialect.clock);
   return Object.freeze({
     db: dialect.db,
     dialect,
@@ -94,14 +98,14 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       dialect.writeTransaction(async (trx) => {
         let open = true;
         try {
-          return await fn(bindTransaction(dialect, trx, () => open, options.clock));
+          return await fn(bindTransaction(dialect, trx, () => open, context.clock));
         } finally {
           open = false;
         }
       }, transactionOptions),
     withTransaction: <DB>(trx: Transaction<DB>) => {
       const joined = dialect.joinTransaction(trx as unknown as Transaction<Database>);
-      return bindTransaction(dialect, joined.db, () => joined.isActive(), options.clock);
+      return bindTransaction(dialect, joined.db, () => joined.isActive(), context.clock);
     },
     close: () => dialect.close(),
   });

@@ -93,6 +93,8 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
     db: binding.trx,
     columnTypes: dialect.columnTypes,
     stats: dialect.stats,
+    supportsSkipLocked: dialect.supportsSkipLocked,
+    clock: dialect.clock,
     writeTransaction: <T>(fn: WriteTransactionFn<T>) => binding.run(fn),
     readTransaction: <T>(fn: WriteTransactionFn<T>) => binding.run(fn),
     lockKey: (trx: Transaction<Database>, key: string) => dialect.lockKey(trx, key),

@@ -1,8 +1,9 @@
 import pg from 'pg';
-import { Kysely, PostgresDialect, sql, type Transaction } from 'kysely';
+import { CompiledQuery, Kysely, PostgresAdapter, PostgresIntrospector, PostgresQueryCompiler, sql, type Transaction } from 'kysely';
 import type { Database as Schema } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
-import { DatabaseUnavailableError, ForeignTransactionError, MigrationLockTimeoutError } from '../errors.js';
+import { DatabaseUnavailableError, ForeignTransactionError, LockTimeoutError, MigrationLockTimeoutError, StatementTimeoutError, TaskfenceError } from '../errors.js';
+import { FaultTolerantPostgresDriver, SERVER_NOW_SQL, ServerClockOffset, classifyPostgresError, clientQueryTimeoutMs } from './postgres-driver.js';
 import { redactDatabaseUrl } from '../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
 import { hostPool } from './host-pool.js';
@@ -20,7 +21,8 @@ import {
   type WriteTransactionOptions,
 } from './types.js';
 
-const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['serialization', 'deadlock']);
+/** Retried as a whole within the write deadline: each of these guarantees the transaction changed nothing. */
+const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['serialization', 'deadlock', 'connection_lost']);
 const INT8_OID = 20;
 
 /** Reads bigint (int8) columns back as numbers: epoch milliseconds and counts stay far below 2^53. */
@@ -31,50 +33,96 @@ const types = {
       : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
 };
 
-function connectionConfig(connectionString: string, options: DialectOptions): pg.ClientConfig {
-  const settings = [
-    `-c lock_timeout=${options.lockTimeoutMs ?? 10_000}`,
-    `-c statement_timeout=${options.statementTimeoutMs ?? 60_000}`,
-  ];
-  return { connectionString, types, options: settings.join(' '), application_name: 'taskfence' };
+/**
+ * The pg client configuration: no startup parameters (transaction-mode poolers reject them;
+ * timeouts are set with SET LOCAL per transaction), a connect timeout, TCP keepalive, and a
+ * client-side query timeout a little above statement_timeout, so a silent network cannot hang a call.
+ */
+export function postgresClientConfig(connectionString: string, options: DialectOptions): pg.ClientConfig {
+  return {
+    connectionString,
+    types,
+    application_name: 'taskfence',
+    connectionTimeoutMillis: options.connectTimeoutMs ?? 10_000,
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
+    ...(clientQueryTimeoutMs(statementTimeoutOf(options)) > 0 ? { query_timeout: clientQueryTimeoutMs(statementTimeoutOf(options)) } : {}),
+  };
+}
+
+function statementTimeoutOf(options: DialectOptions): number {
+  return options.statementTimeoutMs ?? 60_000;
 }
 
 /** Opens a pg pool and wraps it as a `StoreDialect`; fails with `DatabaseUnavailableError` if the server does not answer. */
 export async function openPostgresDialect(connectionString: string, options: DialectOptions = {}): Promise<StoreDialect> {
   // With the host's pool, sessions of taskfence's own (the migration lock) use the pool's settings.
-  const config = options.pool ? { ...options.pool.options, types } : connectionConfig(connectionString, options);
+  const config = options.pool ? { ...options.pool.options, types } : postgresClientConfig(connectionString, options);
+  const target = options.pool ? 'postgres (host pool)' : redactDatabaseUrl(connectionString);
   const pool = options.pool ? hostPool(options.pool, types) : new pg.Pool({ ...config, max: options.poolSize ?? 10 });
-  // An idle client that loses its server must not crash the process.
-  if (pool instanceof pg.Pool) pool.on('error', () => {});
+  // An idle client that loses its server must not crash the process (checked-out clients get their own listener).
+  if (!options.pool) pool.on('error', () => {});
+  const offset = new ServerClockOffset(options.hostClock ?? { now: () => Date.now() });
+  const driver = new FaultTolerantPostgresDriver({
+    pool,
+    target,
+    ownsPool: !options.pool,
+    offset,
+    limits: { lockTimeoutMs: options.lockTimeoutMs ?? 10_000, statementTimeoutMs: statementTimeoutOf(options) },
+  });
   try {
-    const client = await pool.connect();
-    client.release();
+    // Reach the server once at open, and learn its clock.
+    const connection = await driver.acquireConnection();
+    try {
+      const sentAt = offset.host.now();
+      const { rows } = await connection.executeQuery<{ server_now: number }>(CompiledQuery.raw(SERVER_NOW_SQL));
+      offset.observe(sentAt, rows[0]?.server_now);
+    } finally {
+      await driver.releaseConnection(connection);
+    }
   } catch (error) {
     await pool.end().catch(() => {});
-    throw new DatabaseUnavailableError(redactDatabaseUrl(connectionString), error);
+    throw error instanceof DatabaseUnavailableError ? error : new DatabaseUnavailableError(target, error);
   }
   const schema = options.schema === undefined ? undefined : validateSchemaName(options.schema);
   const db = new Kysely<Schema>({
-    dialect: confineIntrospection(new PostgresDialect({ pool }), schema),
+    dialect: confineIntrospection(
+      {
+        createAdapter: () => new PostgresAdapter(),
+        createDriver: () => driver,
+        createIntrospector: (k) => new PostgresIntrospector(k),
+        createQueryCompiler: () => new PostgresQueryCompiler(),
+      },
+      schema,
+    ),
     plugins: schema === undefined ? [] : [new TaskfenceSchemaPlugin(schema)],
     log: queryLogger(options.onQuery),
   });
-  return new PostgresStoreDialect(db, config, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, schema);
+  return new PostgresStoreDialect(db, config, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, offset, schema);
 }
 
 class PostgresStoreDialect implements StoreDialect {
   readonly kind = 'postgres' as const;
   readonly columnTypes = POSTGRES_COLUMN_TYPES;
   readonly stats: DialectStats = { retries: 0 };
+  readonly supportsSkipLocked = true;
 
   constructor(
     readonly db: Kysely<Schema>,
-    private readonly config: pg.ClientConfig,
+    /** The pool's client configuration, for dedicated connections (the migration lock). */
+    readonly config: pg.ClientConfig,
     private readonly writeDeadlineMs: number,
+    /** The database's clock (host clock + measured offset): what leases and heartbeats are judged on. */
+    readonly clock: ServerClockOffset,
     /** The configured schema; lock keys and introspection are confined to it. */
     private readonly schema?: string,
   ) {}
 
+  /**
+   * Retried whole within the deadline on serialization failures, deadlocks and connection loss
+   * before COMMIT was sent (each left nothing behind), each attempt on a fresh connection. Loss
+   * while COMMIT was in flight is `CommitOutcomeUnknownError` and is never retried.
+   */
   writeTransaction<T>(fn: WriteTransactionFn<T>, options?: WriteTransactionOptions): Promise<T> {
     const run: WriteTransactionFn<T> = options?.bulk
       ? async (trx) => {
@@ -117,20 +165,11 @@ class PostgresStoreDialect implements StoreDialect {
   }
 
   classifyError(error: unknown): ErrorKind {
-    const code = (error as { code?: unknown } | null)?.code;
-    if (typeof code === 'string') {
-      if (code === '40001') return 'serialization';
-      if (code === '40P01') return 'deadlock';
-      if (code === '23505') return 'unique_violation';
-      if (code === '23503') return 'foreign_key_violation';
-      if (code === '23514' || code === '23502') return 'check_violation';
-      if (code === '55P03') return 'lock_timeout';
-      if (code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03') return 'connection_lost';
-      if (code === 'ECONNREFUSED' || code === 'ECONNRESET' || code === 'ENOTFOUND' || code === 'EPIPE') return 'connection_lost';
-    }
-    const message = error instanceof Error ? error.message : '';
-    if (/Connection terminated|Client has encountered a connection error/i.test(message)) return 'connection_lost';
-    return 'unknown';
+    if (error instanceof DatabaseUnavailableError) return error.retrySafe ? 'connection_lost' : 'unknown';
+    if (error instanceof LockTimeoutError) return 'lock_timeout';
+    if (error instanceof StatementTimeoutError) return 'statement_timeout';
+    if (error instanceof TaskfenceError) return 'unknown';
+    return classifyPostgresError(error);
   }
 
   async withMigrationLock<T>(fn: () => Promise<T>, timeoutMs: number): Promise<T> {

@@ -20,9 +20,11 @@ export async function retryTransient<T>(
     try {
       return await attempt();
     } catch (error) {
-      if (!retryable.has(classify(error))) throw error;
+      const kind = classify(error);
+      if (!retryable.has(kind)) throw error;
       const elapsed = Date.now() - started;
-      if (elapsed >= deadlineMs) throw new WriteTimeoutError(deadlineMs, attempts, error);
+      // An unreachable database stays DATABASE_UNAVAILABLE; contention past the deadline is a write timeout.
+      if (elapsed >= deadlineMs) throw kind === 'connection_lost' ? error : new WriteTimeoutError(deadlineMs, attempts, error);
       stats.retries++;
       const wait = Math.min(backoff, deadlineMs - elapsed) * (0.5 + Math.random());
       backoff = Math.min(backoff * 2, 100);

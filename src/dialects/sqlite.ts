@@ -62,13 +62,16 @@ export async function openSqliteDialect(filename: string, options: DialectOption
     });
   const pinned = kysely(new PinnedSqliteDriver(driver));
   runsOnConnection(pinned, driver.connection);
-  return new SqliteDialect(raw, kysely(driver), driver, pinned, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS);
+  return new SqliteDialect(raw, kysely(driver), driver, pinned, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, options.hostClock);
 }
 
 class SqliteDialect implements StoreDialect {
   readonly kind = 'sqlite' as const;
   readonly columnTypes = SQLITE_COLUMN_TYPES;
   readonly stats: DialectStats = { retries: 0 };
+  readonly supportsSkipLocked = false;
+  /** One host by nature: the host's clock. */
+  readonly clock: { now(): number };
 
   constructor(
     private readonly raw: Database.Database,
@@ -77,7 +80,10 @@ class SqliteDialect implements StoreDialect {
     /** Runs on the connection a write transaction holds; handed to `fn` as its transaction. */
     private readonly pinned: Kysely<Schema>,
     private readonly writeDeadlineMs: number,
-  ) {}
+    hostClock: { now(): number } = { now: () => Date.now() },
+  ) {
+    this.clock = hostClock;
+  }
 
   /** One attempt: hold the connection, BEGIN (IMMEDIATE for writes), run `fn` on the pinned Kysely, COMMIT (or ROLLBACK). */
   async #immediate<T>(fn: WriteTransactionFn<T>, begin: CompiledQuery = BEGIN_IMMEDIATE): Promise<T> {

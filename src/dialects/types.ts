@@ -12,6 +12,7 @@ export type ErrorKind =
   | 'foreign_key_violation'
   | 'check_violation'
   | 'lock_timeout'
+  | 'statement_timeout'
   | 'connection_lost'
   | 'unknown';
 
@@ -52,6 +53,17 @@ export interface StoreDialect {
   readonly db: Kysely<Database>;
   readonly columnTypes: ColumnTypes;
   readonly stats: DialectStats;
+  /**
+   * Whether `SELECT … FOR UPDATE SKIP LOCKED` exists (PostgreSQL), so that consumers of one queue
+   * can claim different rows in parallel; SQLite serializes writers instead.
+   */
+  readonly supportsSkipLocked: boolean;
+  /**
+   * The clock leases, TTLs and heartbeats are judged on, unless the store was given a `clock`:
+   * on PostgreSQL the server's (the host clock corrected by the offset measured at every
+   * transaction start), on SQLite the host's (one host by nature).
+   */
+  readonly clock: { now(): number };
 
   /**
    * Runs `fn` in a transaction that holds write intent from its first statement
@@ -112,6 +124,11 @@ export interface DialectOptions {
   readonly lockTimeoutMs?: number;
   /** PostgreSQL `statement_timeout` in ms (default 60 000; 0 disables). */
   readonly statementTimeoutMs?: number;
+  /**
+   * The host clock the database clock is derived from (default `Date.now`). Only tests set it, to
+   * simulate hosts whose clocks disagree; `StoreOptions.clock` replaces the clock altogether.
+   */
+  readonly hostClock?: { now(): number };
   /** PostgreSQL: how long opening a connection may take before `DATABASE_UNAVAILABLE` (default 10 000). */
   readonly connectTimeoutMs?: number;
   /**

@@ -39,7 +39,8 @@ export interface MessageRepository {
   /**
    * Takes up to `limit` pending messages of the inbox, oldest first, and marks them delivered in
    * the same transaction: however many consumers drain one inbox at once, each message is
-   * returned by exactly one call.
+   * returned by exactly one call. On PostgreSQL consumers of one inbox run in parallel (each
+   * skips the rows another in-flight claim holds); on SQLite writers are serialized.
    */
   deliverPendingMessages(handle: string, options?: { limit?: number }): Promise<Message[]>;
   /** How many messages wait in the inbox. */
@@ -60,10 +61,12 @@ export function toMessage(row: MessageRow): Message {
   };
 }
 
-const inboxLockKey = (handle: string) => `taskfence:inbox:${handle}`;
-
-/** Claims up to `limit` of an inbox's oldest pending messages; `status = 'pending'` is re-checked on each row. */
-const DELIVER = prepared((db, p: { handle: string; now: number; limit: number }) =>
+/**
+ * Claims up to `limit` of an inbox's oldest pending messages where rows cannot be locked one by
+ * one (SQLite: every writer is serialized by BEGIN IMMEDIATE anyway). `status = 'pending'` is
+ * re-checked on each row, so a message is delivered at most once.
+ */
+const DELIVER_SERIALIZED = prepared((db, p: { handle: string; now: number; limit: number }) =>
   db
     .updateTable('messages')
     .set({ status: 'delivered', delivered_at: p.now })
@@ -77,6 +80,34 @@ const DELIVER = prepared((db, p: { handle: string; now: number; limit: number })
         .orderBy('m.id')
         .limit(p.limit),
     )
+    .where('status', '=', 'pending')
+    .returningAll(),
+);
+
+/**
+ * The same claim for PostgreSQL, where consumers of one inbox work in parallel: the oldest
+ * pending rows are locked with `FOR UPDATE SKIP LOCKED` in a materialized CTE, so each consumer
+ * takes rows no other in-flight claim holds, and the update re-checks `status = 'pending'`.
+ */
+const DELIVER_SKIP_LOCKED = prepared((db, p: { handle: string; now: number; limit: number }) =>
+  db
+    .with(
+      (cte) => cte('next').materialized(),
+      (qb) =>
+        qb
+          .selectFrom('messages')
+          .select('id')
+          .where('to_handle', '=', p.handle)
+          .where('status', '=', 'pending')
+          .orderBy('created_at')
+          .orderBy('id')
+          .limit(p.limit)
+          .forUpdate()
+          .skipLocked(),
+    )
+    .updateTable('messages')
+    .set({ status: 'delivered', delivered_at: p.now })
+    .where('id', 'in', (eb) => eb.selectFrom('next').select('next.id'))
     .where('status', '=', 'pending')
     .returningAll(),
 );
@@ -113,15 +144,8 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
       if (!Number.isInteger(limit) || limit < 1 || limit > MAX_DELIVERY_LIMIT) {
         throw new InvalidArgumentError('limit', `must be an integer from 1 to ${MAX_DELIVERY_LIMIT}`);
       }
-      const rows = await dialect.writeTransaction(async (trx) => {
-        // Consumers of one inbox take turns (SQLite: BEGIN IMMEDIATE already; PostgreSQL: an
-        // advisory lock), so each claim's snapshot starts after the previous claim committed and
-        // none of them comes back short while messages wait. The claim itself is one UPDATE
-        // whose `status = 'pending'` re-check makes a message delivered at most once even
-        // for a writer that skips the lock.
-        await dialect.lockKey(trx, inboxLockKey(handle));
-        return DELIVER.execute(trx, { handle, now: ctx.clock.now(), limit });
-      });
+      const deliver = dialect.supportsSkipLocked ? DELIVER_SKIP_LOCKED : DELIVER_SERIALIZED;
+      const rows = await dialect.writeTransaction((trx) => deliver.execute(trx, { handle, now: ctx.clock.now(), limit }));
       return rows
         .sort((a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
         .map(toMessage);

@@ -1,6 +1,7 @@
 import type { AgentRow, ProjectRow, WorkspaceRow } from '../schema/database.js';
 import { NotFoundError } from '../errors.js';
 import type { StoreContext } from './context.js';
+import { createOnce, requireSameCreate } from './idempotent.js';
 import { requireText } from './validate.js';
 
 export interface Company {
@@ -32,7 +33,13 @@ export interface Project {
   readonly createdAt: number;
 }
 
-/** Companies, workspaces, agents and projects: the records tasks point at. */
+/**
+ * Companies, workspaces, agents and projects: the records tasks point at.
+ *
+ * Every create is idempotent by caller-chosen id: the same id with the same input returns the
+ * existing row (so a retry after `COMMIT_OUTCOME_UNKNOWN` converges to one row); the same id with
+ * other input is `AlreadyExistsError`; a missing company or workspace is `NotFoundError`.
+ */
 export interface OrgRepository {
   createCompany(input: { id?: string; name: string }): Promise<Company>;
   createWorkspace(input: { id?: string; companyId: string; name: string; rootPath?: string | null }): Promise<WorkspaceRecord>;
@@ -75,8 +82,19 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
   const repo: OrgRepository = {
     async createCompany(input) {
       const row = { id: input.id ?? ctx.newId(), name: requireText('name', input.name), created_at: ctx.clock.now() };
-      await ctx.dialect.writeTransaction((trx) => trx.insertInto('companies').values(row).execute());
-      return { id: row.id, name: row.name, createdAt: row.created_at };
+      return createOnce(ctx.dialect, [], () =>
+        ctx.dialect.writeTransaction(async (trx) => {
+          if (input.id !== undefined) {
+            const existing = await trx.selectFrom('companies').selectAll().where('id', '=', row.id).executeTakeFirst();
+            if (existing) {
+              requireSameCreate('company', row.id, { name: [row.name, existing.name] });
+              return { id: existing.id, name: existing.name, createdAt: existing.created_at };
+            }
+          }
+          await trx.insertInto('companies').values(row).execute();
+          return { id: row.id, name: row.name, createdAt: row.created_at };
+        }),
+      );
     },
     async createWorkspace(input) {
       const row = {
@@ -86,8 +104,23 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
         root_path: input.rootPath ?? null,
         created_at: ctx.clock.now(),
       };
-      await ctx.dialect.writeTransaction((trx) => trx.insertInto('workspaces').values(row).execute());
-      return toWorkspace(row);
+      return createOnce(ctx.dialect, [['company', 'companies', row.company_id]], () =>
+        ctx.dialect.writeTransaction(async (trx) => {
+          if (input.id !== undefined) {
+            const existing = await trx.selectFrom('workspaces').selectAll().where('id', '=', row.id).executeTakeFirst();
+            if (existing) {
+              requireSameCreate('workspace', row.id, {
+                companyId: [row.company_id, existing.company_id],
+                name: [row.name, existing.name],
+                rootPath: [row.root_path, existing.root_path],
+              });
+              return toWorkspace(existing);
+            }
+          }
+          await trx.insertInto('workspaces').values(row).execute();
+          return toWorkspace(row);
+        }),
+      );
     },
     async createAgent(input) {
       const row = {
@@ -99,8 +132,29 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
         workspace_id: input.workspaceId ?? null,
         created_at: ctx.clock.now(),
       };
-      await ctx.dialect.writeTransaction((trx) => trx.insertInto('agents').values(row).execute());
-      return toAgent(row);
+      const references = [
+        ['company', 'companies', row.company_id],
+        ['workspace', 'workspaces', row.workspace_id],
+      ] as const;
+      return createOnce(ctx.dialect, references, () =>
+        ctx.dialect.writeTransaction(async (trx) => {
+          if (input.id !== undefined) {
+            const existing = await trx.selectFrom('agents').selectAll().where('id', '=', row.id).executeTakeFirst();
+            if (existing) {
+              requireSameCreate('agent', row.id, {
+                companyId: [row.company_id, existing.company_id],
+                name: [row.name, existing.name],
+                role: [row.role, existing.role],
+                department: [row.department, existing.department],
+                workspaceId: [row.workspace_id, existing.workspace_id],
+              });
+              return toAgent(existing);
+            }
+          }
+          await trx.insertInto('agents').values(row).execute();
+          return toAgent(row);
+        }),
+      );
     },
     async createProject(input) {
       const row = {
@@ -110,8 +164,27 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
         primary_workspace_id: input.primaryWorkspaceId ?? null,
         created_at: ctx.clock.now(),
       };
-      await ctx.dialect.writeTransaction((trx) => trx.insertInto('projects').values(row).execute());
-      return toProject(row);
+      const references = [
+        ['company', 'companies', row.company_id],
+        ['workspace', 'workspaces', row.primary_workspace_id],
+      ] as const;
+      return createOnce(ctx.dialect, references, () =>
+        ctx.dialect.writeTransaction(async (trx) => {
+          if (input.id !== undefined) {
+            const existing = await trx.selectFrom('projects').selectAll().where('id', '=', row.id).executeTakeFirst();
+            if (existing) {
+              requireSameCreate('project', row.id, {
+                companyId: [row.company_id, existing.company_id],
+                name: [row.name, existing.name],
+                primaryWorkspaceId: [row.primary_workspace_id, existing.primary_workspace_id],
+              });
+              return toProject(existing);
+            }
+          }
+          await trx.insertInto('projects').values(row).execute();
+          return toProject(row);
+        }),
+      );
     },
     async getWorkspace(id) {
       const row = await db.selectFrom('workspaces').selectAll().where('id', '=', id).executeTakeFirst();

@@ -9,6 +9,7 @@ import type {
   GroupMemberRole,
 } from '../schema/database.js';
 import type { StoreContext } from './context.js';
+import { createOnce, requireSameCreate } from './idempotent.js';
 import { elements, prepared } from './prepared.js';
 import { requirePositiveMs, requireText } from './validate.js';
 import { tableIn } from '../dialects/schema.js';
@@ -850,8 +851,20 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       const ownerTaskId = requireText('ownerTaskId', input.ownerTaskId);
       const rootPath = requireText('rootPath', input.rootPath);
       const id = input.id ?? ctx.newId();
-      return dialect.writeTransaction(async (trx) => {
+      return createOnce(dialect, [], () => dialect.writeTransaction(async (trx) => {
         const now = ctx.clock.now();
+        if (input.id !== undefined) {
+          // A retry of this create (e.g. after COMMIT_OUTCOME_UNKNOWN) gets the stored environment.
+          const existing = await loadEnvironment(trx, id);
+          if (existing) {
+            requireSameCreate('task environment', id, {
+              ownerTaskId: [ownerTaskId, existing.ownerTaskId],
+              rootPath: [rootPath, existing.rootPath],
+              groupId: [input.groupId ?? null, existing.groupId],
+            });
+            return existing;
+          }
+        }
         await lockBarriers(ctx, trx, [ownerTaskId]);
         await requireTaskExists(trx, ownerTaskId);
         const admitted = await findAdmission(trx, [ownerTaskId]);
@@ -865,14 +878,21 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
           .values({ id, task_id: ownerTaskId, group_id: input.groupId ?? null, root_path: rootPath, created_at: now, updated_at: now })
           .execute();
         return (await loadEnvironment(trx, id))!;
-      });
+      }));
     },
 
     async createWorkspaceGroup(input) {
       const stewardTaskId = requireText('stewardTaskId', input.stewardTaskId);
       const id = input.id ?? ctx.newId();
-      return dialect.writeTransaction(async (trx) => {
+      return createOnce(dialect, [], () => dialect.writeTransaction(async (trx) => {
         const now = ctx.clock.now();
+        if (input.id !== undefined) {
+          const existing = await loadGroup(trx, id);
+          if (existing) {
+            requireSameCreate('workspace group', id, { stewardTaskId: [stewardTaskId, existing.stewardTaskId] });
+            return existing;
+          }
+        }
         await lockBarriers(ctx, trx, [stewardTaskId]);
         await requireTaskExists(trx, stewardTaskId);
         const admitted = await findAdmission(trx, [stewardTaskId]);
@@ -882,7 +902,7 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
         await trx.insertInto('workspace_groups').values({ id, steward_task_id: stewardTaskId, created_at: now, updated_at: now }).execute();
         await trx.insertInto('workspace_group_members').values({ group_id: id, task_id: stewardTaskId, role: 'steward', joined_at: now }).execute();
         return (await loadGroup(trx, id))!;
-      });
+      }));
     },
 
     getEnvironment: (id) => loadEnvironment(db, id),

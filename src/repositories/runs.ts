@@ -4,6 +4,7 @@ import { runTargetLockKey } from '../domain/run-targets.js';
 import type { CoordinatorRunRow, CoordinatorRunStatus, Database } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { prepared } from './prepared.js';
+import { requireSameCreate } from './idempotent.js';
 import { requirePositiveMs, requireText } from './validate.js';
 import { tableIn } from '../dialects/schema.js';
 
@@ -21,6 +22,12 @@ export interface CoordinatorRun {
 }
 
 export interface StartCoordinatorRunInput {
+  /**
+   * Default: a fresh id. Name the run yourself to make the start retryable: a start with the id of
+   * an existing run with the same target, spec and handle returns that run (with
+   * `adoptedTaskCount: 0`) instead of a conflict, so a retry after `COMMIT_OUTCOME_UNKNOWN` converges.
+   */
+  readonly id?: string;
   /** From `resolveOrchestrationTargetKey`; `null` is the shared null target. Required: the caller decides. */
   readonly targetKey: string | null;
   readonly spec?: string | null;
@@ -243,25 +250,54 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
       const targetKey = checkTargetKey(input.targetKey);
       const chosenHandle = input.coordinatorHandle === undefined ? null : requireText('coordinatorHandle', input.coordinatorHandle);
       const spec = input.spec ?? null;
+      const chosenId = input.id === undefined ? null : requireText('id', input.id);
+      /** The caller's own run, when a run with the chosen id exists: the same start → that run; another → AlreadyExistsError. */
+      const ownRun = (row: CoordinatorRunRow | undefined): StartedCoordinatorRun | undefined => {
+        if (!row) return undefined;
+        requireSameCreate('coordinator run', row.id, {
+          targetKey: [targetKey, row.target_key],
+          spec: [spec, row.spec],
+          ...(chosenHandle !== null ? { coordinatorHandle: [chosenHandle, row.coordinator_handle] } : {}),
+        });
+        return { ...toCoordinatorRun(row), adoptedTaskCount: 0 };
+      };
       for (let attempt = 1; ; attempt++) {
-        const id = ctx.newId();
+        const id = chosenId ?? ctx.newId();
         const handle = chosenHandle ?? ctx.newHandle('coordinator');
         const now = ctx.clock.now();
         try {
-          const adoptedTaskCount = await dialect.writeTransaction(async (trx) => {
+          return await dialect.writeTransaction(async (trx): Promise<StartedCoordinatorRun> => {
+            if (chosenId !== null) {
+              const existing = ownRun(await SELECT_RUN.first(trx, { id: chosenId }));
+              if (existing) return existing;
+            }
             // The insert comes first and alone decides: a second running row for the target
             // violates coordinator_runs_one_running_per_target (PostgreSQL waits for the
             // in-flight winner, then fails; SQLite's writers are already serialized).
             await INSERT_RUN.run(trx, { id, handle, spec, now, targetKey });
             // Task creation takes the same key, so a task created meanwhile is stamped or adopted.
             await dialect.lockKey(trx, runTargetLockKey(targetKey));
-            return adoptUnownedTasksIn(trx, id, targetKey, now);
+            const adoptedTaskCount = await adoptUnownedTasksIn(trx, id, targetKey, now);
+            // What the transaction wrote, not a read after it: a connection lost after COMMIT must not report a started run as failed.
+            return {
+              id,
+              coordinatorHandle: handle,
+              status: 'running',
+              targetKey,
+              spec,
+              startedAt: now,
+              endedAt: null,
+              heartbeatAt: now,
+              adoptedTaskCount,
+            };
           });
-          const run = (await getRun(id))!;
-          return { ...run, adoptedTaskCount };
         } catch (error) {
           if (dialect.classifyError(error) !== 'unique_violation') throw error;
           // The transaction is over (rolled back): read what won, outside it.
+          if (chosenId !== null) {
+            const existing = ownRun(await SELECT_RUN.first(db, { id: chosenId }));
+            if (existing) return existing;
+          }
           const running = await findRunningRun(db, targetKey);
           if (running) throw new CoordinatorRunConflictError(targetKey, running.id, running.coordinator_handle);
           if (chosenHandle !== null) {

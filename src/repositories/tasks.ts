@@ -5,6 +5,7 @@ import { normalizeWritePath } from '../domain/write-paths.js';
 import { CleanupBarrierError, findAdmission, lockBarriers } from './ownership.js';
 import { findRunningRun } from './runs.js';
 import type { StoreContext } from './context.js';
+import { createOnce, requireSameCreate } from './idempotent.js';
 import { requireBoolean, requireText } from './validate.js';
 
 export interface Task {
@@ -113,7 +114,35 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
       const writes = validateWrites(input.writes);
       const id = input.id ?? ctx.newId();
       const now = ctx.clock.now();
-      await dialect.writeTransaction(async (trx) => {
+      const companyId = requireText('companyId', input.companyId);
+      const title = requireText('title', input.title);
+      const references = [
+        ['company', 'companies', companyId],
+        ['project', 'projects', input.projectId],
+        ['assignee agent', 'agents', input.assigneeAgentId],
+        ['workspace', 'workspaces', input.workspaceId],
+      ] as const;
+      return createOnce(dialect, references, () => dialect.writeTransaction(async (trx): Promise<Task> => {
+        if (input.id !== undefined) {
+          const existing = await trx.selectFrom('tasks').selectAll().where('id', '=', id).executeTakeFirst();
+          if (existing) {
+            // A retry of this create (e.g. after COMMIT_OUTCOME_UNKNOWN): the same input gets the stored task.
+            requireSameCreate('task', id, {
+              companyId: [companyId, existing.company_id],
+              title: [title, existing.title],
+              description: [input.description ?? null, existing.description],
+              projectId: [input.projectId ?? null, existing.project_id],
+              assigneeAgentId: [input.assigneeAgentId ?? null, existing.assignee_agent_id],
+              workspaceId: [input.workspaceId ?? null, existing.workspace_id],
+              requiresFilesystem: [requiresFilesystem ? 1 : 0, existing.requires_filesystem],
+              targetKey: [input.targetKey ?? null, existing.target_key],
+              parentId: [input.parentId ?? null, existing.parent_id],
+              workspaceMode: [input.workspaceMode ?? null, existing.workspace_mode],
+              writes: [writes === null ? null : JSON.stringify(writes), existing.writes],
+            });
+            return toTask(existing);
+          }
+        }
         // Run start takes the same key after inserting its run: whichever commits first, the
         // task ends up in the run (stamped here, or adopted there).
         await dialect.lockKey(trx, runTargetLockKey(input.targetKey ?? null));
@@ -143,32 +172,31 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
         } else if (input.workspaceMode === 'shared') {
           throw new InvalidArgumentError('workspaceMode', 'a shared task needs a parentId whose workspace group it joins');
         }
-        await trx
-          .insertInto('tasks')
-          .values({
-            id,
-            company_id: requireText('companyId', input.companyId),
-            project_id: input.projectId ?? null,
-            assignee_agent_id: input.assigneeAgentId ?? null,
-            workspace_id: input.workspaceId ?? null,
-            title: requireText('title', input.title),
-            description: input.description ?? null,
-            status,
-            created_at: now,
-            updated_at: now,
-            coordinator_run_id: runId,
-            target_key: input.targetKey ?? null,
-            requires_filesystem: requiresFilesystem ? 1 : 0,
-            parent_id: input.parentId ?? null,
-            workspace_mode: input.workspaceMode ?? null,
-            writes: writes === null ? null : JSON.stringify(writes),
-          })
-          .execute();
+        const row: TaskRow = {
+          id,
+          company_id: companyId,
+          project_id: input.projectId ?? null,
+          assignee_agent_id: input.assigneeAgentId ?? null,
+          workspace_id: input.workspaceId ?? null,
+          title,
+          description: input.description ?? null,
+          status,
+          created_at: now,
+          updated_at: now,
+          coordinator_run_id: runId,
+          target_key: input.targetKey ?? null,
+          requires_filesystem: requiresFilesystem ? 1 : 0,
+          parent_id: input.parentId ?? null,
+          workspace_mode: input.workspaceMode ?? null,
+          writes: writes === null ? null : JSON.stringify(writes),
+        };
+        await trx.insertInto('tasks').values(row).execute();
         if (groupId) {
           await trx.insertInto('workspace_group_members').values({ group_id: groupId, task_id: id, role: 'member', joined_at: now }).execute();
         }
-      });
-      return (await repo.getTask(id))!;
+        // What the transaction wrote, not a read after it: a connection lost after COMMIT must not turn a created task into a failure.
+        return toTask(row);
+      }));
     },
 
     async getTask(id) {

@@ -551,6 +551,20 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       await expectNoOpenTransactions(store);
     });
 
+    it('lets 8 consumers drain 2,000 messages from one inbox, each delivered exactly once', async () => {
+      const inbox = 'coordinator-eight';
+      const sends = await contenders.race<number>('sendMessages', () => ({ from: 'worker', to: inbox, count: 250 }), [0, 1, 2, 3, 4, 5, 6, 7]);
+      expect(sends.every((o) => o.ok)).toBe(true);
+      const drains = await contenders.race<string[]>('drainInbox', () => ({ handle: inbox, limit: 5 }), [8, 9, 10, 11, 12, 13, 14, 15]);
+      expect(drains.every((o) => o.ok), JSON.stringify(drains.filter((o) => !o.ok))).toBe(true);
+      const delivered = drains.flatMap((o) => (o.ok ? o.value : []));
+      expect(delivered.length).toBe(2000);
+      expect(new Set(delivered).size).toBe(2000);
+      const inDb = await store.db.selectFrom('messages').select(['id', 'status']).where('to_handle', '=', inbox).execute();
+      expect(inDb.every((m) => m.status === 'delivered')).toBe(true);
+      await expectNoOpenTransactions(store);
+    });
+
     it('loses no message and delivers none twice while senders and consumers run at once', async () => {
       const inbox = 'coordinator-busy';
       const senders = [0, 1].map((i) => contenders.start<number>(i, 'sendMessages', { from: `worker-${i}`, to: inbox, count: 150 }));

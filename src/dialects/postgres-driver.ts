@@ -1,0 +1,328 @@
+import type pg from 'pg';
+import {
+  CompiledQuery,
+  type DatabaseConnection,
+  type Driver,
+  type QueryResult,
+  type TransactionSettings,
+} from 'kysely';
+import {
+  CommitOutcomeUnknownError,
+  DatabaseUnavailableError,
+  LockTimeoutError,
+  StatementTimeoutError,
+  TaskfenceError,
+} from '../errors.js';
+import type { ErrorKind } from './types.js';
+
+/** Server-side limits set with `SET LOCAL` at the start of every transaction (never as startup parameters). */
+export interface TransactionLimits {
+  /** `lock_timeout` in ms; 0 disables. */
+  readonly lockTimeoutMs: number;
+  /** `statement_timeout` in ms; 0 disables. */
+  readonly statementTimeoutMs: number;
+}
+
+/**
+ * The client-side bound on one query: a little above `statement_timeout`, so the server's timeout
+ * fires first and this one only catches a silent network. 0 (statement_timeout disabled) disables it.
+ */
+export function clientQueryTimeoutMs(statementTimeoutMs: number): number {
+  if (statementTimeoutMs <= 0) return 0;
+  return statementTimeoutMs + Math.min(5_000, Math.max(1_000, Math.round(statementTimeoutMs / 10)));
+}
+
+/**
+ * Classifies a pg error. Connection loss covers the server terminating the backend (57P01–57P03),
+ * every class-08 error, socket errors, pg's own "terminated"/"not queryable" errors, and the
+ * client-side query and connect timeouts (after which the connection is discarded).
+ */
+export function classifyPostgresError(error: unknown): ErrorKind {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code === 'string') {
+    if (code === '40001') return 'serialization';
+    if (code === '40P01') return 'deadlock';
+    if (code === '23505') return 'unique_violation';
+    if (code === '23503') return 'foreign_key_violation';
+    if (code === '23514' || code === '23502') return 'check_violation';
+    if (code === '55P03') return 'lock_timeout';
+    if (code === '57014') return 'statement_timeout';
+    if (code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03' || code === '55000' && isNotAcceptingConnections(error)) {
+      return 'connection_lost';
+    }
+    if (SOCKET_CODES.has(code)) return 'connection_lost';
+  }
+  const message = error instanceof Error ? error.message : '';
+  if (CONNECTION_MESSAGES.test(message)) return 'connection_lost';
+  return 'unknown';
+}
+
+const SOCKET_CODES: ReadonlySet<string> = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ECONNABORTED',
+]);
+const CONNECTION_MESSAGES =
+  /Connection terminated|Client has encountered a connection error|Client was closed and is not queryable|Query read timeout|timeout exceeded when trying to connect|Connection ended unexpectedly|connection timeout/i;
+
+function isNotAcceptingConnections(error: unknown): boolean {
+  return /not accepting connections|not currently accepting connections/i.test(error instanceof Error ? error.message : '');
+}
+
+/** Thrown by the driver's COMMIT when the connection died while COMMIT was in flight (the outcome is unknown). */
+const COMMIT_SQL = 'commit';
+
+/**
+ * A Kysely driver over a pg pool that makes every database fault a typed, survivable error:
+ * - every client it checks out keeps an `error` listener for its whole life (a terminated backend
+ *   emits `error` on a checked-out client, which would otherwise crash the host process);
+ * - a client that lost its connection or timed out is destroyed on release, never reused;
+ * - connection loss becomes `DatabaseUnavailableError` (retry-safe before COMMIT), loss while
+ *   COMMIT was in flight `CommitOutcomeUnknownError`, 55P03 `LockTimeoutError`, 57014 and the
+ *   client-side query timeout `StatementTimeoutError` / `DatabaseUnavailableError`;
+ * - `lock_timeout` and `statement_timeout` are set with `SET LOCAL` in the same round trip as
+ *   BEGIN, so nothing depends on startup parameters or session state (transaction-mode poolers).
+ */
+export class FaultTolerantPostgresDriver implements Driver {
+  readonly #pool: pg.Pool;
+  readonly #target: string;
+  readonly #limits: TransactionLimits;
+  readonly #ownsPool: boolean;
+  readonly #listened = new WeakSet<pg.PoolClient>();
+  /** The server's clock minus the host's (ms), measured in the BEGIN round trip of every transaction. */
+  readonly #offset: ServerClockOffset;
+
+  constructor(options: { pool: pg.Pool; target: string; limits: TransactionLimits; ownsPool: boolean; offset: ServerClockOffset }) {
+    this.#pool = options.pool;
+    this.#target = options.target;
+    this.#limits = options.limits;
+    this.#ownsPool = options.ownsPool;
+    this.#offset = options.offset;
+  }
+
+  async init(): Promise<void> {}
+
+  async acquireConnection(): Promise<DatabaseConnection> {
+    let client: pg.PoolClient;
+    try {
+      client = await this.#pool.connect();
+    } catch (error) {
+      throw new DatabaseUnavailableError(this.#target, error, 'connect', true);
+    }
+    if (!this.#listened.has(client)) {
+      this.#listened.add(client);
+      // For the client's whole life, idle or checked out: a fault is reported by the failing query.
+      client.on('error', () => {});
+    }
+    return new FaultTolerantPostgresConnection(client, this.#target, clientQueryTimeoutMs(this.#limits.statementTimeoutMs), this.#offset);
+  }
+
+  async beginTransaction(connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
+    const c = connection as FaultTolerantPostgresConnection;
+    let begin = 'begin';
+    if (settings.isolationLevel) begin += ` isolation level ${settings.isolationLevel}`;
+    if (settings.accessMode) begin += ` ${settings.accessMode}`;
+    await c.begin(begin, this.#limits);
+  }
+
+  async commitTransaction(connection: DatabaseConnection): Promise<void> {
+    await (connection as FaultTolerantPostgresConnection).commit();
+  }
+
+  async rollbackTransaction(connection: DatabaseConnection): Promise<void> {
+    await (connection as FaultTolerantPostgresConnection).rollback();
+  }
+
+  async savepoint(connection: DatabaseConnection, name: string): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw(`savepoint ${quoteIdentifier(name)}`));
+  }
+
+  async rollbackToSavepoint(connection: DatabaseConnection, name: string): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw(`rollback to savepoint ${quoteIdentifier(name)}`));
+  }
+
+  async releaseSavepoint(connection: DatabaseConnection, name: string): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw(`release savepoint ${quoteIdentifier(name)}`));
+  }
+
+  async releaseConnection(connection: DatabaseConnection): Promise<void> {
+    (connection as FaultTolerantPostgresConnection).release();
+  }
+
+  async destroy(): Promise<void> {
+    if (this.#ownsPool) await this.#pool.end();
+  }
+}
+
+class FaultTolerantPostgresConnection implements DatabaseConnection {
+  readonly #client: pg.PoolClient;
+  readonly #target: string;
+  readonly #defaultQueryTimeoutMs: number;
+  /** Raised for the rest of a transaction that sets its own `statement_timeout` (a migration). */
+  #queryTimeoutMs: number;
+  #inTransaction = false;
+  /** Lost its connection, timed out or failed to roll back: destroyed on release. */
+  #broken = false;
+
+  readonly #offset: ServerClockOffset;
+
+  constructor(client: pg.PoolClient, target: string, queryTimeoutMs: number, offset: ServerClockOffset) {
+    this.#offset = offset;
+    this.#client = client;
+    this.#target = target;
+    this.#defaultQueryTimeoutMs = queryTimeoutMs;
+    this.#queryTimeoutMs = queryTimeoutMs;
+  }
+
+  // Transaction control goes through `executeQuery` (which Kysely wraps for `onQuery`), so every statement is reported.
+
+  async begin(begin: string, limits: TransactionLimits): Promise<void> {
+    // One simple-protocol round trip: BEGIN, the transaction's own limits, and the server's clock.
+    const text =
+      `${begin}; set local lock_timeout = ${Math.trunc(limits.lockTimeoutMs)}; ` +
+      `set local statement_timeout = ${Math.trunc(limits.statementTimeoutMs)}; ${SERVER_NOW_SQL}`;
+    const sent = this.#offset.host.now();
+    const { rows } = await this.executeQuery<{ server_now: number }>(CompiledQuery.raw(text));
+    this.#inTransaction = true;
+    this.#offset.observe(sent, rows[0]?.server_now);
+  }
+
+  async commit(): Promise<void> {
+    const { rows } = await this.executeQuery<{ command?: string }>(CompiledQuery.raw(COMMIT_SQL));
+    // PostgreSQL answers COMMIT of an aborted transaction with ROLLBACK: nothing was written.
+    if (rows[0]?.command === 'ROLLBACK') throw new TransactionAbortedError();
+  }
+
+  async rollback(): Promise<void> {
+    if (this.#broken) {
+      this.#inTransaction = false;
+      this.#queryTimeoutMs = this.#defaultQueryTimeoutMs;
+      return; // the server rolls back a transaction whose connection died
+    }
+    try {
+      await this.executeQuery(CompiledQuery.raw('rollback'));
+    } catch {
+      // The original error is what the caller needs; this client is not reused.
+      this.#broken = true;
+    }
+    this.#inTransaction = false;
+    this.#queryTimeoutMs = this.#defaultQueryTimeoutMs;
+  }
+
+  release(): void {
+    this.#client.release(this.#broken ? new Error('taskfence: connection discarded after a fault') : undefined);
+  }
+
+  async executeQuery<R>(compiledQuery: CompiledQuery): Promise<QueryResult<R>> {
+    const text = compiledQuery.sql;
+    const config: pg.QueryConfig & { query_timeout?: number } = { text };
+    if (this.#queryTimeoutMs > 0) config.query_timeout = this.#queryTimeoutMs;
+    if (compiledQuery.parameters.length > 0) config.values = [...compiledQuery.parameters];
+    let result: pg.QueryResult;
+    try {
+      result = await this.#client.query(config);
+    } catch (error) {
+      throw this.#translate(error, text);
+    } finally {
+      if (text === COMMIT_SQL) {
+        this.#inTransaction = false;
+        this.#queryTimeoutMs = this.#defaultQueryTimeoutMs;
+      }
+    }
+    const raised = SET_LOCAL_STATEMENT_TIMEOUT.exec(text);
+    if (raised) this.#queryTimeoutMs = clientQueryTimeoutMs(Number(raised[1]));
+    // A multi-statement simple query (BEGIN's) answers with one result per statement: the last one counts.
+    const last: pg.QueryResult = Array.isArray(result) ? (result as pg.QueryResult[]).at(-1)! : result;
+    const { command, rowCount, rows } = last;
+    if (command === 'COMMIT' || command === 'ROLLBACK') return { rows: [{ command } as R] };
+    return {
+      numAffectedRows:
+        command === 'INSERT' || command === 'UPDATE' || command === 'DELETE' || command === 'MERGE' ? BigInt(rowCount ?? 0) : undefined,
+      rows: (Array.isArray(rows) ? rows : []) as R[],
+    };
+  }
+
+  // eslint-disable-next-line require-yield
+  async *streamQuery<R>(): AsyncIterableIterator<QueryResult<R>> {
+    throw new TypeError('taskfence does not stream PostgreSQL queries.');
+  }
+
+  /**
+   * Connection faults and timeouts become typed errors here; everything else (constraint errors,
+   * serialization failures) stays raw for the dialect's retry loop and the repositories.
+   */
+  #translate(error: unknown, text: string): unknown {
+    if (error instanceof TaskfenceError) return error;
+    const kind = classifyPostgresError(error);
+    const operation = describeStatement(text);
+    if (kind === 'connection_lost') {
+      this.#broken = true;
+      // pg refuses to send anything on a connection it already knows is dead: such a statement never ran.
+      const neverSent = NEVER_SENT.test(error instanceof Error ? error.message : '');
+      // COMMIT in flight, or a write in its own implicit transaction: it may have committed.
+      const mayHaveCommitted = text === COMMIT_SQL || (!this.#inTransaction && !READ_ONLY_STATEMENT.test(text) && !/^begin\b/i.test(text));
+      if (mayHaveCommitted && !neverSent) {
+        return new CommitOutcomeUnknownError(text === COMMIT_SQL ? 'a write transaction' : operation, error);
+      }
+      return new DatabaseUnavailableError(this.#target, error, operation, true);
+    }
+    if (kind === 'lock_timeout') return new LockTimeoutError(operation, error);
+    if (kind === 'statement_timeout') return new StatementTimeoutError(operation, error);
+    return error;
+  }
+}
+
+const SET_LOCAL_STATEMENT_TIMEOUT = /^\s*set\s+local\s+statement_timeout\s*(?:=|to)\s*'?(\d+)'?\s*;?\s*$/i;
+const NEVER_SENT = /is not queryable/;
+const READ_ONLY_STATEMENT = /^\s*(select|show|rollback)\b/i;
+
+/** Reads the server's clock in epoch milliseconds. */
+export const SERVER_NOW_SQL = 'select (extract(epoch from clock_timestamp()) * 1000)::float8 as server_now';
+
+/**
+ * The server's clock as seen from this host: the host clock plus the offset measured at the start
+ * of every transaction (half the round trip is attributed to each direction). Lease, lock and
+ * heartbeat times are then the server's time on every host, whatever their own clocks say.
+ */
+export class ServerClockOffset {
+  #offsetMs = 0;
+  constructor(readonly host: { now(): number }) {}
+
+  /** Records a server reading taken between `sentAt` (host time) and now. */
+  observe(sentAt: number, serverNow: unknown): void {
+    if (typeof serverNow !== 'number' || !Number.isFinite(serverNow)) return;
+    const receivedAt = this.host.now();
+    this.#offsetMs = serverNow - (sentAt + receivedAt) / 2;
+  }
+
+  /** The server's time now, in epoch ms. */
+  now(): number {
+    return Math.round(this.host.now() + this.#offsetMs);
+  }
+
+  get offsetMs(): number {
+    return this.#offsetMs;
+  }
+}
+
+/** COMMIT completed as ROLLBACK: an earlier statement failed and the error was swallowed. */
+export class TransactionAbortedError extends Error {
+  constructor() {
+    super('The transaction was aborted by an earlier error, so COMMIT rolled it back; nothing was written.');
+  }
+}
+
+function describeStatement(sql: string): string {
+  const flat = sql.replace(/\s+/g, ' ').trim();
+  return `statement "${flat.length > 60 ? `${flat.slice(0, 57)}…` : flat}"`;
+}
+
+function quoteIdentifier(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}

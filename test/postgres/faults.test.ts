@@ -1,0 +1,286 @@
+import { fork } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openStore, TaskfenceError, type Store } from '../../src/index.js';
+import { postgresFixture } from '../support/dialects.js';
+import { FaultProxy } from '../support/tcp-proxy.js';
+
+/*
+ * The PostgreSQL fault tier (SPEC §8, failure model): faults are injected for real — backends
+ * terminated, connections cut before and right after COMMIT by a TCP proxy, a network gone
+ * silent, a database refusing connections, lock and statement timeouts — and every outcome must
+ * be a success, a typed error whose transaction left nothing behind, or COMMIT_OUTCOME_UNKNOWN,
+ * with retries under the same ids converging to exactly one row.
+ */
+
+const TSX = createRequire(import.meta.url).resolve('tsx');
+const FAULT_LOOP = fileURLToPath(new URL('../support/fault-loop.ts', import.meta.url));
+/** How long backends are terminated in the service-loop test; `npm run soak:faults` raises it to a minute. */
+const TERMINATION_PHASE_MS = Number(process.env.FAULT_SOAK_MS ?? 12_000);
+
+const fx = postgresFixture();
+afterAll(() => fx.cleanup());
+
+async function admin<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return await fn(client);
+  } finally {
+    await client.end();
+  }
+}
+
+function databaseOf(url: string): string {
+  return new URL(url).pathname.slice(1);
+}
+
+async function codeOf(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+    return 'ok';
+  } catch (error) {
+    if (error instanceof TaskfenceError) return error.code;
+    throw error;
+  }
+}
+
+async function seed(store: Store) {
+  const company = await store.org.createCompany({ id: 'c1', name: 'Acme' });
+  const workspace = await store.org.createWorkspace({ id: 'w1', companyId: company.id, name: 'main' });
+  return { companyId: company.id, workspaceId: workspace.id };
+}
+
+describe('a service looping every area while its backends are terminated every 150 ms', () => {
+  it(`survives, sees only typed errors, leaves no transaction open, converges, and its next calls succeed (${TERMINATION_PHASE_MS} ms)`, async () => {
+    const url = await fx.freshUrl();
+    const migrator = await fx.open(url);
+    await migrator.migrate();
+    const child = fork(FAULT_LOOP, [], { execArgv: ['--import', TSX], env: { ...process.env, FAULT_URL: url }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const messages: { type: string; report?: any; message?: string }[] = [];
+    const next = (type: string) =>
+      new Promise<any>((resolve, reject) => {
+        const check = () => {
+          const found = messages.find((m) => m.type === type || m.type === 'fatal');
+          if (found) return found.type === 'fatal' ? reject(new Error(`fault loop failed: ${found.message}`)) : resolve(found);
+          setTimeout(check, 20);
+        };
+        check();
+        void exited.then((code) => reject(new Error(`the fault loop process exited (code ${code}) before "${type}": it crashed`)));
+      });
+    child.on('message', (m: any) => messages.push(m));
+    await next('ready');
+
+    let terminated = 0;
+    let stillOpenInTransaction = 0;
+    await admin(url, async (c) => {
+      const until = Date.now() + TERMINATION_PHASE_MS;
+      while (Date.now() < until) {
+        const { rows } = await c.query(
+          "select pg_terminate_backend(pid) as done from pg_stat_activity where datname = $1 and application_name = 'taskfence' and pid <> pg_backend_pid()",
+          [databaseOf(url)],
+        );
+        terminated += rows.filter((r) => r.done).length;
+        await new Promise((resolve) => setTimeout(resolve, 150));
+      }
+      child.send({ type: 'stop' });
+      const { report } = await next('report');
+      // The child is still connected: nothing of it may sit idle inside a transaction.
+      const { rows } = await c.query(
+        "select count(*)::int as n from pg_stat_activity where datname = $1 and application_name = 'taskfence' and state like 'idle in transaction%'",
+        [databaseOf(url)],
+      );
+      stillOpenInTransaction = rows[0].n;
+      child.send({ type: 'exit' });
+      expect(await exited).toBe(0);
+
+      expect(report.untyped).toEqual([]);
+      expect(report.finalRound).toEqual([]);
+      expect(report.iterations).toBeGreaterThan(0);
+      for (const code of Object.keys(report.failures)) {
+        expect(['DATABASE_UNAVAILABLE', 'COMMIT_OUTCOME_UNKNOWN', 'STALE_WORKSPACE_LOCK', 'GATE_ALREADY_RESOLVED', 'STALE_OWNERSHIP', 'OWNERSHIP_CHANGED', 'COORDINATOR_RUN_NOT_RUNNING']).toContain(code);
+      }
+      // Every create that was retried under its id exists exactly once.
+      const tasks = await c.query('select id from tasks where id = any($1)', [report.ids.tasks]);
+      expect(tasks.rows.length).toBe(new Set(report.ids.tasks).size);
+      const runs = await c.query("select id, status from coordinator_runs where id = any($1)", [report.ids.runs]);
+      expect(runs.rows.length).toBe(new Set(report.ids.runs).size);
+      expect(runs.rows.every((r) => r.status === 'completed')).toBe(true);
+      const envs = await c.query('select id from task_environments where id = any($1)', [report.ids.environments]);
+      expect(envs.rows.length).toBe(new Set(report.ids.environments).size);
+      console.log(`[faults] ${report.iterations} rounds, ${terminated} backends terminated, failures seen by the caller: ${JSON.stringify(report.failures)}`);
+    });
+    expect(terminated).toBeGreaterThan(0);
+    expect(stillOpenInTransaction).toBe(0);
+  });
+});
+
+describe('connections cut by a proxy', () => {
+  let proxy: FaultProxy;
+  let url: string;
+  beforeAll(async () => {
+    const direct = await fx.freshUrl();
+    const u = new URL(direct);
+    proxy = await FaultProxy.start({ host: u.hostname, port: Number(u.port || 5432) });
+    url = proxy.urlThrough(direct);
+    const store = await fx.open(direct);
+    await store.migrate();
+  });
+  afterAll(() => proxy.close());
+
+  it('reports COMMIT_OUTCOME_UNKNOWN when the connection dies after COMMIT reached the server, and a retry with the same id returns the committed row', async () => {
+    const store = await fx.open(url, { writeDeadlineMs: 10_000 });
+    const { companyId, workspaceId } = await seed(store);
+
+    proxy.cutAfterNextCommit();
+    expect(await codeOf(store.tasks.createTask({ id: 't-commit', companyId, title: 'A', requiresFilesystem: false }))).toBe('COMMIT_OUTCOME_UNKNOWN');
+    const task = await store.tasks.createTask({ id: 't-commit', companyId, title: 'A', requiresFilesystem: false });
+    expect(task.id).toBe('t-commit');
+    expect((await store.tasks.listTasks()).filter((t) => t.id === 't-commit')).toHaveLength(1);
+
+    proxy.cutAfterNextCommit();
+    expect(await codeOf(store.runs.startCoordinatorRun({ id: 'r-commit', targetKey: 'worktree:commit' }))).toBe('COMMIT_OUTCOME_UNKNOWN');
+    const run = await store.runs.startCoordinatorRun({ id: 'r-commit', targetKey: 'worktree:commit' });
+    expect(run).toMatchObject({ id: 'r-commit', status: 'running', targetKey: 'worktree:commit' });
+
+    proxy.cutAfterNextCommit();
+    expect(await codeOf(store.org.createCompany({ id: 'c-commit', name: 'Once' }))).toBe('COMMIT_OUTCOME_UNKNOWN');
+    expect(await store.org.createCompany({ id: 'c-commit', name: 'Once' })).toMatchObject({ id: 'c-commit', name: 'Once' });
+    expect(await codeOf(store.org.createCompany({ id: 'c-commit', name: 'Other' }))).toBe('ALREADY_EXISTS');
+
+    // A claim: read the holder and token back, as the README says.
+    proxy.cutAfterNextCommit();
+    expect(await codeOf(store.locks.claimWorkspaceLock(workspaceId, { holder: 'me', runId: run.id, ttlMs: 60_000 }))).toBe('COMMIT_OUTCOME_UNKNOWN');
+    const held = await store.locks.getWorkspaceLock(workspaceId);
+    expect(held).toMatchObject({ holder: 'me', runId: run.id });
+    expect(proxy.commitCuts).toBe(4);
+  });
+
+  it('retries a transaction whose connection died before COMMIT on a fresh connection: the call succeeds once', async () => {
+    const store = await fx.open(url, { writeDeadlineMs: 10_000 });
+    const companyId = (await store.org.createCompany({ name: 'Retry' })).id;
+    proxy.cutBeforeNext('insert into "tasks"', 2);
+    const task = await store.tasks.createTask({ companyId, title: 'survives two cuts', requiresFilesystem: false });
+    const rows = await store.tasks.listTasks();
+    expect(rows.filter((t) => t.id === task.id)).toHaveLength(1);
+    proxy.cutBeforeNext('insert into "coordinator_runs"');
+    const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:cut-before' });
+    expect((await store.runs.listCoordinatorRuns()).filter((r) => r.targetKey === 'worktree:cut-before')).toEqual([expect.objectContaining({ id: run.id })]);
+  });
+
+  it('under random cuts of every connection, each call succeeds, fails typed with nothing written, or is COMMIT_OUTCOME_UNKNOWN; retries converge to one row per id', async () => {
+    const store = await fx.open(url, { writeDeadlineMs: 300 });
+    const companyId = (await store.org.createCompany({ name: 'Cuts' })).id;
+    const outcomes: Record<string, number> = {};
+    const cutter = setInterval(() => proxy.cutAll(), 25);
+    const ids = Array.from({ length: 60 }, (_, i) => `cut-${i}`);
+    try {
+      for (const id of ids) {
+        for (;;) {
+          const code = await codeOf(store.tasks.createTask({ id, companyId, title: id, requiresFilesystem: false }));
+          outcomes[code] = (outcomes[code] ?? 0) + 1;
+          if (code === 'ok') break;
+          expect(['DATABASE_UNAVAILABLE', 'COMMIT_OUTCOME_UNKNOWN']).toContain(code);
+        }
+      }
+    } finally {
+      clearInterval(cutter);
+    }
+    const stored = (await store.tasks.listTasks()).filter((t) => t.id.startsWith('cut-'));
+    expect(stored.map((t) => t.id).sort()).toEqual([...ids].sort());
+    expect(outcomes.ok).toBe(ids.length);
+  });
+});
+
+describe('a network gone silent', () => {
+  it('bounds every call: open, write and read fail DATABASE_UNAVAILABLE instead of hanging, and the next call after the network returns succeeds', async () => {
+    const direct = await fx.freshUrl();
+    await (await fx.open(direct)).migrate();
+    const u = new URL(direct);
+    const proxy = await FaultProxy.start({ host: u.hostname, port: Number(u.port || 5432) });
+    try {
+      const url = proxy.urlThrough(direct);
+      const options = { connectTimeoutMs: 1_000, statementTimeoutMs: 500, writeDeadlineMs: 1_500 };
+      const store = await fx.open(url, options);
+      const companyId = (await store.org.createCompany({ name: 'Quiet' })).id;
+
+      proxy.silence();
+      expect(await codeOf(store.tasks.createTask({ companyId, title: 'x', requiresFilesystem: false }))).toBe('DATABASE_UNAVAILABLE');
+      expect(await codeOf(store.tasks.listTasks())).toBe('DATABASE_UNAVAILABLE');
+      expect(await codeOf(openStore({ url, ...options }))).toBe('DATABASE_UNAVAILABLE');
+
+      proxy.restore();
+      const task = await store.tasks.createTask({ companyId, title: 'after', requiresFilesystem: false });
+      expect((await store.tasks.listTasks()).map((t) => t.id)).toEqual([task.id]);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('a database that stops accepting connections', () => {
+  it('fails typed while connections are refused, and works again as soon as they are allowed', async () => {
+    const url = await fx.freshUrl();
+    const store = await fx.open(url, { writeDeadlineMs: 800 });
+    await store.migrate();
+    const companyId = (await store.org.createCompany({ name: 'Closed' })).id;
+    const name = databaseOf(url);
+    const adminUrl = new URL(url);
+    adminUrl.pathname = '/postgres';
+    await admin(adminUrl.toString(), async (c) => {
+      await c.query(`alter database ${name} allow_connections false`);
+      try {
+        await c.query("select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()", [name]);
+        expect(await codeOf(store.tasks.createTask({ id: 'closed-1', companyId, title: 'x', requiresFilesystem: false }))).toBe('DATABASE_UNAVAILABLE');
+        expect(await codeOf(store.tasks.getTask('closed-1'))).toBe('DATABASE_UNAVAILABLE');
+      } finally {
+        await c.query(`alter database ${name} allow_connections true`);
+      }
+    });
+    expect(await store.tasks.getTask('closed-1')).toBeNull();
+    expect((await store.tasks.createTask({ id: 'closed-1', companyId, title: 'x', requiresFilesystem: false })).id).toBe('closed-1');
+  });
+});
+
+describe('lock and statement timeouts', () => {
+  it('a lock held past lock_timeout is LOCK_TIMEOUT and changes nothing; a statement past statement_timeout is STATEMENT_TIMEOUT', async () => {
+    const url = await fx.freshUrl();
+    const setup = await fx.open(url);
+    await setup.migrate();
+    const { companyId, workspaceId } = await seed(setup);
+    const run = await setup.runs.startCoordinatorRun({ targetKey: null });
+    const claimed = await setup.locks.claimWorkspaceLock(workspaceId, { holder: 'a', runId: run.id, ttlMs: 60_000 });
+    expect(claimed.status).toBe('claimed');
+
+    const impatient = await fx.open(url, { lockTimeoutMs: 200, writeDeadlineMs: 2_000 });
+    await admin(url, async (c) => {
+      await c.query('begin');
+      await c.query('select * from workspace_locks where workspace_id = $1 for update', [workspaceId]);
+      try {
+        const error = await impatient.locks.claimWorkspaceLock(workspaceId, { holder: 'b', runId: run.id, ttlMs: 1 }).catch((e: unknown) => e);
+        expect(error).toMatchObject({ code: 'LOCK_TIMEOUT', driverCode: '55P03', retrySafe: true });
+      } finally {
+        await c.query('rollback');
+      }
+    });
+    expect(await setup.locks.getWorkspaceLock(workspaceId)).toMatchObject({ holder: 'a' });
+
+    // lock_timeout off, statement_timeout short: waiting on the run-target lock runs into statement_timeout.
+    const slow = await fx.open(url, { lockTimeoutMs: 0, statementTimeoutMs: 300, writeDeadlineMs: 2_000 });
+    await admin(url, async (c) => {
+      await c.query('begin');
+      await c.query('select * from tasks for update');
+      await c.query("lock table tasks in exclusive mode");
+      try {
+        const error = await slow.tasks.createTask({ id: 'slow-1', companyId, title: 'x', requiresFilesystem: false }).catch((e: unknown) => e);
+        expect(error).toMatchObject({ code: 'STATEMENT_TIMEOUT', driverCode: '57014' });
+      } finally {
+        await c.query('rollback');
+      }
+    });
+    expect(await setup.tasks.getTask('slow-1')).toBeNull();
+  });
+});

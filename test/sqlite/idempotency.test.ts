@@ -1,0 +1,4 @@
+import { defineIdempotencySuite } from '../suites/idempotency.suite.js';
+import { sqliteFixture } from '../support/dialects.js';
+
+defineIdempotencySuite(sqliteFixture);
