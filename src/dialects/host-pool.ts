@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import type { KyselyPlugin } from 'kysely';
 
 /**
  * A host's `pg.Pool` as taskfence's driver sees it: every query carries taskfence's type parsers
@@ -33,3 +34,25 @@ export function hostPool(pool: pg.Pool, types: pg.CustomTypesConfig): pg.Pool {
     on: () => undefined,
   } as unknown as pg.Pool;
 }
+
+const INT8_KEY = /(_at|^token|_token|generation)$/;
+const INTEGER_TEXT = /^-?\d{1,16}$/;
+
+/**
+ * For a host's transaction joined with `store.withTransaction`: the host's pg connection parses
+ * int8 as strings, and taskfence's int8 columns (epoch-ms `*_at` columns, fencing tokens and
+ * generations) must read back as numbers, as on taskfence's own pool. No text column of
+ * taskfence's schema has such a name.
+ */
+export const int8AsNumbers: KyselyPlugin = {
+  transformQuery: (args) => args.node,
+  transformResult: async ({ result }) => {
+    for (const row of result.rows as Record<string, unknown>[]) {
+      for (const key in row) {
+        const value = row[key];
+        if (typeof value === 'string' && INT8_KEY.test(key) && INTEGER_TEXT.test(value)) row[key] = Number(value);
+      }
+    }
+    return result;
+  },
+};

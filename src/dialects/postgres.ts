@@ -6,7 +6,7 @@ import { DatabaseUnavailableError, ForeignTransactionError, LockTimeoutError, Mi
 import { FaultTolerantPostgresDriver, SERVER_NOW_SQL, ServerClockOffset, classifyPostgresError, clientQueryTimeoutMs } from './postgres-driver.js';
 import { redactDatabaseUrl } from '../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
-import { hostPool } from './host-pool.js';
+import { hostPool, int8AsNumbers } from './host-pool.js';
 import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from './schema.js';
 import { POSTGRES_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
@@ -160,7 +160,7 @@ class PostgresStoreDialect implements StoreDialect {
       throw new ForeignTransactionError('it is not a Kysely transaction (pass the trx of db.transaction().execute(async (trx) => …))');
     }
     // The host's plugins (CamelCasePlugin, …) must not rewrite taskfence's statements.
-    const db = trx.withoutPlugins();
+    const db = trx.withoutPlugins().withPlugin(int8AsNumbers);
     return { db: this.schema === undefined ? db : db.withPlugin(new TaskfenceSchemaPlugin(this.schema)), isActive: () => true };
   }
 

@@ -64,6 +64,9 @@ describe('PostgreSQL: the host pool and the host transaction', () => {
     await hostDb.transaction().execute(async (trx) => {
       await trx.insertInto('host_orders').values({ id: 'host-tx', contender: 0 }).execute();
       await store.withTransaction(trx).locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'rh', ttlMs: 60_000 });
+      // The host's connection parses int8 as strings; taskfence's results still carry numbers.
+      const read = await store.withTransaction(trx).org.getWorkspace(ws);
+      expect(typeof read?.createdAt).toBe('number');
     });
     expect(await store.locks.getWorkspaceLock(ws)).toMatchObject({ holder: 'h', token: 2 });
     expect(await store.db.withTables<HostTables>().selectFrom('host_orders').select('id').where('id', '=', 'host-tx').execute()).toHaveLength(1);
