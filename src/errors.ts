@@ -147,7 +147,7 @@ export class MigrationLockTimeoutError extends TaskfenceError {
   constructor(readonly timeoutMs: number) {
     super(
       `Another process held the migration lock for more than ${timeoutMs} ms. ` +
-        'Wait for the other deploy to finish, or raise --lock-timeout.',
+        'Nothing was changed. Wait for the other deploy to finish, or raise --lock-wait (migrationLockWaitMs).',
     );
   }
 }
@@ -186,11 +186,15 @@ export class BaselineRequiredError extends TaskfenceError {
   constructor(
     readonly existingTables: string[],
     readonly userVersion: number | null,
+    /** The taskfence version whose tables and columns the database has, if any. */
+    readonly suggestedVersion: number | null = null,
   ) {
     super(
-      `The database already has tables (${existingTables.slice(0, 5).join(', ')}${existingTables.length > 5 ? ', …' : ''}) ` +
+      `The database already has tables (${existingTables.slice(0, 10).join(', ')}${existingTables.length > 10 ? `, and ${existingTables.length - 10} more` : ''}) ` +
         `but no taskfence migration history${userVersion ? ` (PRAGMA user_version = ${userVersion})` : ''}. ` +
-        `Adopt it explicitly with \`taskfence migrate --baseline ${userVersion ? userVersion : 'V'}\` once you know its schema version.`,
+        (suggestedVersion !== null
+          ? `They match taskfence schema version ${formatVersion(suggestedVersion)}: adopt it with \`taskfence migrate --baseline ${suggestedVersion}\` (verified first).`
+          : 'They match no taskfence schema version, so this may be another application\'s database: check --db. Nothing was changed.'),
     );
   }
 }
@@ -272,6 +276,35 @@ export class NotFoundError extends TaskfenceError {
     readonly id: string,
   ) {
     super(`No ${entity} with id ${JSON.stringify(id)}.`);
+  }
+}
+
+/** The migration history table exists but is not in the shape taskfence writes (hand-edited or damaged). */
+export class MigrationHistoryDamagedError extends TaskfenceError {
+  readonly code = 'MIGRATION_HISTORY_DAMAGED';
+  constructor(readonly problem: string) {
+    super(`The migration history table taskfence_migrations is damaged: ${problem}. Nothing was changed; restore it from a backup or repair it by hand.`);
+  }
+}
+
+/** One table or column a down step would drop, with the rows it holds. */
+export interface DataLoss {
+  readonly version: number;
+  readonly name: string;
+  readonly table: string;
+  readonly column?: string;
+  readonly rows: number;
+}
+
+/** Down steps would drop tables or columns that hold rows, and `allowDataLoss` was not given. */
+export class DataLossError extends TaskfenceError {
+  readonly code = 'DATA_LOSS';
+  constructor(readonly losses: readonly DataLoss[]) {
+    super(
+      `Refusing to drop data: ${losses
+        .map((l) => `${formatVersion(l.version)} ${l.name} drops ${l.column ? `column ${l.table}.${l.column}` : `table ${l.table}`} (${l.rows} row${l.rows === 1 ? '' : 's'})`)
+        .join('; ')}. Nothing was changed; back up first and pass --allow-data-loss (allowDataLoss: true) to go ahead.`,
+    );
   }
 }
 

@@ -1,5 +1,7 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import { defaultDatabaseUrl, parseDatabaseUrl, type DatabaseLocation } from './config.js';
+import { runDoctor, type DoctorOptions } from './doctor/doctor.js';
+import type { DoctorReport } from './doctor/report.js';
 import { openPostgresDialect } from './dialects/postgres.js';
 import { openSqliteDialect } from './dialects/sqlite.js';
 import type { DialectOptions, StoreDialect } from './dialects/types.js';
@@ -10,6 +12,7 @@ import type { SchemaDescription } from './schema/describe.js';
 import { createStoreContext, type Clock, type StoreContext } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
 import { bindTransaction, type StoreTransaction, type TransactionOptions } from './transaction.js';
+import { guardSchemaVersion } from './repositories/schema-guard.js';
 
 export interface StoreOptions extends DialectOptions {
   /** A database URL; default `TASKFENCE_DATABASE_URL`, else `sqlite:./taskfence.db`. */
@@ -28,6 +31,8 @@ export interface Store extends Repositories {
   readonly db: Kysely<Database>;
   readonly dialect: StoreDialect;
   readonly location: DatabaseLocation;
+  /** Schema drift, a live self-test of the engine's guarantees, and the environment; changes nothing. See `runDoctor`. */
+  doctor(options?: DoctorOptions): Promise<DoctorReport>;
   /** Migrates up or down to `options.to` (default: latest). See `Migrator.migrate`. */
   migrate(options?: MigrateOptions): Promise<MigrateResult>;
   /** Applied, pending, modified and unknown migrations. */
@@ -86,12 +91,13 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     db: dialect.db,
     dialect,
     location,
-    ...createRepositories(context),
+    ...guardSchemaVersion(createRepositories(context), dialect.db),
     migrate: async (migrateOptions?: MigrateOptions) => {
       if (location.dialect === 'postgres' && location.schema !== undefined) await ensureSchema(dialect, location.schema);
       return migrator.migrate({ now: context.clock.now(), ...migrateOptions });
     },
     migrationStatus: () => migrator.status(),
+    doctor: (doctorOptions?: DoctorOptions) => runDoctor({ dialect, location, migrationStatus: () => migrator.status() }, doctorOptions),
     plan: (planOptions?: { to?: number }) => migrator.plan(planOptions),
     describeSchema: () => dialect.describeSchema(),
     transaction: <T>(fn: (tx: StoreTransaction) => Promise<T>, transactionOptions?: TransactionOptions) =>

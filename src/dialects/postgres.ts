@@ -16,11 +16,17 @@ import {
   type DialectOptions,
   type DialectStats,
   type ErrorKind,
+  type MigrationLockHolder,
+  type MigrationLockOptions,
   type StoreDialect,
   type WriteTransactionFn,
   type WriteTransactionOptions,
 } from './types.js';
 
+/** The migration lock's key: one per schema, so two schemas in one database migrate independently. */
+const MIGRATION_KEY = sql`hashtextextended('taskfence:migrate:' || current_schema(), 0)`;
+/** The migration lock key of an install in a configured schema (else `MIGRATION_KEY`: the current schema). */
+const migrationKey = (schema: string | undefined) => (schema === undefined ? MIGRATION_KEY : sql`hashtextextended(${`taskfence:migrate:${schema}`}, 0)`);
 /** Retried as a whole within the write deadline: each of these guarantees the transaction changed nothing. */
 const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['serialization', 'deadlock', 'connection_lost']);
 const INT8_OID = 20;
@@ -172,33 +178,48 @@ class PostgresStoreDialect implements StoreDialect {
     return classifyPostgresError(error);
   }
 
-  async withMigrationLock<T>(fn: () => Promise<T>, timeoutMs: number): Promise<T> {
-    // A dedicated session so the lock outlives each migration's own transaction, taken by
-    // polling a try-lock: a blocked pg_advisory_lock waiter can deadlock against DDL.
-    const client = new pg.Client(this.config);
-    client.on('error', () => {});
-    await client.connect();
-    const key = sql`hashtextextended('taskfence:migrate:' || ${this.schema === undefined ? sql`current_schema()` : this.schema}, 0)`;
-    try {
-      const started = Date.now();
-      let backoff = 20;
-      for (;;) {
-        const compiled = sql<{ locked: boolean }>`select pg_try_advisory_lock(${key}) as locked`.compile(this.db);
-        const { rows } = await client.query<{ locked: boolean }>(compiled.sql, [...compiled.parameters]);
-        if (rows[0]?.locked) break;
-        if (Date.now() - started >= timeoutMs) throw new MigrationLockTimeoutError(timeoutMs);
-        await new Promise((resolve) => setTimeout(resolve, backoff * (0.5 + Math.random())));
-        backoff = Math.min(backoff * 2, 500);
-      }
-      try {
-        return await fn();
-      } finally {
-        const unlock = sql`select pg_advisory_unlock(${key})`.compile(this.db);
-        await client.query(unlock.sql, [...unlock.parameters]).catch(() => {});
-      }
-    } finally {
-      await client.end().catch(() => {});
-    }
+  withMigrationLock<T>(fn: WriteTransactionFn<T>, options: MigrationLockOptions): Promise<T> {
+    // A transaction-scoped lock, polled with a try-lock: a lost connection releases it with the
+    // transaction it guards, and a blocked pg_advisory_xact_lock waiter could deadlock against DDL.
+    return this.writeTransaction(
+      async (trx) => {
+        const started = Date.now();
+        const reportEveryMs = options.reportEveryMs ?? 3_000;
+        let nextReport = started + reportEveryMs;
+        let backoff = 20;
+        for (;;) {
+          const { rows } = await sql<{ locked: boolean }>`select pg_try_advisory_xact_lock(${migrationKey(this.schema)}) as locked`.execute(trx);
+          if (rows[0]?.locked) break;
+          const waited = Date.now() - started;
+          if (waited >= options.waitMs) throw new MigrationLockTimeoutError(options.waitMs);
+          if (options.onWaiting && Date.now() >= nextReport) {
+            options.onWaiting(await this.migrationLockHolder().catch(() => null), waited);
+            nextReport = Date.now() + reportEveryMs;
+          }
+          await new Promise((resolve) => setTimeout(resolve, backoff * (0.5 + Math.random())));
+          backoff = Math.min(backoff * 2, 250);
+        }
+        if (options.ddlLockTimeoutMs !== undefined) {
+          await sql`select set_config('lock_timeout', ${String(options.ddlLockTimeoutMs)}, true)`.execute(trx);
+        }
+        return fn(trx);
+      },
+      { deadlineMs: options.waitMs, ...(options.bulk ? { bulk: true } : {}) },
+    );
+  }
+
+  /** Who holds the migration lock now (`pg_locks` + `pg_stat_activity`), or null. */
+  async migrationLockHolder(): Promise<MigrationLockHolder | null> {
+    const { rows } = await sql<{ pid: number; application_name: string | null; xact_start: Date | null; client_addr: string | null }>`
+      select a.pid, a.application_name, a.xact_start, a.client_addr::text as client_addr
+      from pg_locks l join pg_stat_activity a on a.pid = l.pid
+      where l.locktype = 'advisory' and l.granted and l.objsubid = 1
+        and l.database = (select oid from pg_database where datname = current_database())
+        and ((l.classid::bigint << 32) | l.objid::bigint) = ${migrationKey(this.schema)}
+      limit 1`.execute(this.db);
+    const row = rows[0];
+    if (!row) return null;
+    return { pid: row.pid, application: row.application_name ?? '', since: row.xact_start ? new Date(row.xact_start).getTime() : null, clientAddress: row.client_addr };
   }
 
   describeSchema(): Promise<SchemaDescription> {

@@ -9,25 +9,31 @@ import {
   type CompiledQuery,
   type DatabaseConnection,
   type Driver,
+  type QueryResult,
 } from 'kysely';
 import type { ColumnTypes, StoreDialect } from './types.js';
 
-export const SQLITE_COLUMN_TYPES: ColumnTypes = Object.freeze({ epochMs: 'integer', bytewiseText: 'text' });
-export const POSTGRES_COLUMN_TYPES: ColumnTypes = Object.freeze({ epochMs: 'bigint', bytewiseText: 'text collate "C"' });
+export const SQLITE_COLUMN_TYPES: ColumnTypes = Object.freeze({ epochMs: 'integer', bytewiseText: 'text', integerIs64Bit: true });
+export const POSTGRES_COLUMN_TYPES: ColumnTypes = Object.freeze({ epochMs: 'bigint', bytewiseText: 'text collate "C"', integerIs64Bit: false });
 
 /**
  * A Kysely instance that compiles queries exactly as the given dialect would, records them in
  * `log` instead of running them, and answers every query with no rows. The migration engine
  * uses it for checksums and for `plan`.
  */
-export function createRecordingKysely(kind: StoreDialect['kind'], log: CompiledQuery[]): Kysely<any> {
+export function createRecordingKysely(
+  kind: StoreDialect['kind'],
+  log: CompiledQuery[],
+  /** Answers a query instead of "no rows" (plan runs the reads a migration makes against the live database). */
+  answer?: (query: CompiledQuery) => Promise<QueryResult<any> | undefined>,
+): Kysely<any> {
   const driver: Driver = {
     async init() {},
     async acquireConnection(): Promise<DatabaseConnection> {
       return {
         async executeQuery(query) {
           log.push(query);
-          return { rows: [] };
+          return (await answer?.(query)) ?? { rows: [] };
         },
         async *streamQuery() {},
       };

@@ -11,11 +11,12 @@ import {
   type DialectOptions,
   type DialectStats,
   type ErrorKind,
+  type MigrationLockOptions,
   type StoreDialect,
   type WriteTransactionFn,
   type WriteTransactionOptions,
 } from './types.js';
-import { DatabaseUnavailableError, ForeignTransactionError } from '../errors.js';
+import { DatabaseUnavailableError, ForeignTransactionError, MigrationLockTimeoutError, WriteTimeoutError } from '../errors.js';
 import { runsOnConnection } from './direct.js';
 
 const BEGIN_IMMEDIATE = CompiledQuery.raw('begin immediate');
@@ -29,7 +30,7 @@ const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['busy']);
 export async function openSqliteDialect(filename: string, options: DialectOptions = {}): Promise<StoreDialect> {
   let raw: Database.Database;
   try {
-    raw = new Database(filename, { timeout: options.busyTimeoutMs ?? 250 });
+    raw = new Database(filename, { timeout: options.busyTimeoutMs ?? 250, readonly: options.readOnly ?? false, fileMustExist: options.readOnly ?? false });
   } catch (error) {
     throw new DatabaseUnavailableError(`sqlite:${filename}`, error);
   }
@@ -37,7 +38,7 @@ export async function openSqliteDialect(filename: string, options: DialectOption
   // one new file at once retry it instead of failing.
   const stats: DialectStats = { retries: 0 };
   await retryTransient(
-    async () => raw.pragma('journal_mode = WAL'),
+    async () => (options.readOnly ? undefined : raw.pragma('journal_mode = WAL')),
     (e) => ((e as { code?: string }).code?.startsWith('SQLITE_BUSY') ? 'busy' : 'unknown'),
     RETRYABLE,
     options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
@@ -155,9 +156,24 @@ class SqliteDialect implements StoreDialect {
     return 'unknown';
   }
 
-  async withMigrationLock<T>(fn: () => Promise<T>): Promise<T> {
-    // Each migration runs in BEGIN IMMEDIATE and re-reads the history inside it (see migrator).
-    return fn();
+  async withMigrationLock<T>(fn: WriteTransactionFn<T>, options: MigrationLockOptions): Promise<T> {
+    // BEGIN IMMEDIATE is the lock: the migrator re-reads the history inside it. SQLite cannot
+    // tell who holds it, so the waiting report names no holder.
+    const started = Date.now();
+    let entered = false;
+    const onWaiting = options.onWaiting;
+    const timer = onWaiting ? setInterval(() => entered || onWaiting(null, Date.now() - started), options.reportEveryMs ?? 3_000) : undefined;
+    try {
+      return await this.writeTransaction((trx) => {
+        entered = true;
+        return fn(trx);
+      }, { deadlineMs: options.waitMs });
+    } catch (error) {
+      if (error instanceof WriteTimeoutError) throw new MigrationLockTimeoutError(options.waitMs);
+      throw error;
+    } finally {
+      clearInterval(timer);
+    }
   }
 
   describeSchema(): Promise<SchemaDescription> {

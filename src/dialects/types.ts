@@ -22,6 +22,8 @@ export interface ColumnTypes {
   readonly epochMs: 'integer' | 'bigint';
   /** Text compared byte by byte (path-lease keys): SQLite's BINARY default, `COLLATE "C"` on PostgreSQL. */
   readonly bytewiseText: string;
+  /** Do `integer` columns already hold 64 bits (SQLite)? Then widening one to `bigint` (0056) has nothing to do. */
+  readonly integerIs64Bit: boolean;
 }
 
 export interface WriteTransactionOptions {
@@ -98,11 +100,14 @@ export interface StoreDialect {
   classifyError(error: unknown): ErrorKind;
 
   /**
-   * Runs `fn` while holding the database-wide migration lock. PostgreSQL: a session advisory
-   * lock on a dedicated connection, taken by polling a try-lock until `timeoutMs`. SQLite: each
-   * migration's `BEGIN IMMEDIATE` transaction re-reads the history, so `fn` runs directly.
+   * Runs `fn` in a write transaction that holds the database-wide migration lock until it ends.
+   * PostgreSQL: a transaction-scoped advisory lock on the migration key (which names the schema),
+   * polled with a try-lock until `waitMs`, then `lock_timeout` set to `ddlLockTimeoutMs` for the
+   * rest of the transaction; no session lock, so a lost connection costs only that transaction and
+   * waiting works through a transaction-mode pooler. SQLite: `BEGIN IMMEDIATE`, retried until
+   * `waitMs`. Throws `MigrationLockTimeoutError` when the wait runs out.
    */
-  withMigrationLock<T>(fn: () => Promise<T>, timeoutMs: number): Promise<T>;
+  withMigrationLock<T>(fn: WriteTransactionFn<T>, options: MigrationLockOptions): Promise<T>;
 
   /** A normalized description of the schema, comparable across dialects. */
   describeSchema(): Promise<SchemaDescription>;
@@ -111,6 +116,28 @@ export interface StoreDialect {
   readUserVersion(db?: Kysely<Database>): Promise<number | null>;
 
   close(): Promise<void>;
+}
+
+export interface MigrationLockOptions {
+  /** How long to wait for another migrator to release the lock, in ms. */
+  readonly waitMs: number;
+  /** PostgreSQL `lock_timeout` for the DDL run under the lock, in ms (0 disables; default: the store's). */
+  readonly ddlLockTimeoutMs?: number;
+  /** See `WriteTransactionOptions.bulk`. */
+  readonly bulk?: boolean;
+  /** Called every `reportEveryMs` while waiting, with who holds the lock (PostgreSQL; `null` when unknown). */
+  readonly onWaiting?: (holder: MigrationLockHolder | null, waitedMs: number) => void;
+  /** Default 3 000 ms. */
+  readonly reportEveryMs?: number;
+}
+
+/** The session holding the migration lock, from `pg_locks` and `pg_stat_activity`. */
+export interface MigrationLockHolder {
+  readonly pid: number;
+  readonly application: string;
+  /** Epoch ms its transaction began, if known. */
+  readonly since: number | null;
+  readonly clientAddress: string | null;
 }
 
 export interface DialectOptions {
@@ -124,6 +151,8 @@ export interface DialectOptions {
   readonly lockTimeoutMs?: number;
   /** PostgreSQL `statement_timeout` in ms (default 60 000; 0 disables). */
   readonly statementTimeoutMs?: number;
+  /** SQLite: open an existing file read-only, without switching it to WAL (the CLI's `status` and `plan`). */
+  readonly readOnly?: boolean;
   /**
    * The host clock the database clock is derived from (default `Date.now`). Only tests set it, to
    * simulate hosts whose clocks disagree; `StoreOptions.clock` replaces the clock altogether.

@@ -9,7 +9,7 @@ const ROLE_CHUNK = 500;
 export interface BackfillOptions {
   /** Epoch ms a task lease must outlive to count as live. */
   readonly now: number;
-  readonly progress: (message: string) => void;
+  readonly progress: (message: string, counts?: { readonly done: number }) => void;
   /** Tasks per keyset batch (default 50 000). */
   readonly batchSize?: number;
   /** Matching roles per `IN (…)` list (default 500). */
@@ -69,7 +69,7 @@ export async function backfillRequiresFilesystem(db: Kysely<any>, options: Backf
     if (high === null) break;
     done += batchSize;
     low = high;
-    progress(`0052: backfilled ${done} tasks (${flagged} require the filesystem)`);
+    progress(`0052: backfilled ${done} tasks (${flagged} require the filesystem)`, { done });
   }
   progress(`0052: backfill complete, ${flagged} tasks require the filesystem`);
   return flagged;
@@ -91,5 +91,9 @@ export const migration0052: MigrationDefinition = {
   },
   async down({ db }) {
     await db.schema.alterTable('tasks').dropColumn('requires_filesystem').execute();
+  },
+  async workRows(db) {
+    const { rows } = await sql<{ n: number | string }>`select count(*) as n from tasks`.execute(db);
+    return Number(rows[0]?.n ?? 0);
   },
 };

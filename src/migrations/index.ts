@@ -6,6 +6,7 @@ import { migration0052 } from './0052_requires_filesystem.js';
 import { migration0053 } from './0053_task_environments.js';
 import { migration0054 } from './0054_ownership_generations.js';
 import { migration0055 } from './0055_path_leases.js';
+import { migration0056 } from './0056_bigint_counters.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -18,6 +19,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0053,
   migration0054,
   migration0055,
+  migration0056,
 ]);
 
 /** The schema version this code expects. */

@@ -7,8 +7,8 @@ export interface MigrationContext {
   readonly types: ColumnTypes;
   /** Epoch milliseconds at the start of the run, for data backfills that compare with expiry times. */
   readonly now: number;
-  /** Reports progress of long data backfills (printed by the CLI). */
-  readonly progress: (message: string) => void;
+  /** Reports progress of long data backfills (printed by the CLI); `done` rows of `workRows`' total. */
+  readonly progress: (message: string, counts?: { readonly done: number }) => void;
 }
 
 /**
@@ -21,4 +21,9 @@ export interface MigrationDefinition {
   readonly name: string;
   up(ctx: MigrationContext): Promise<void>;
   down(ctx: MigrationContext): Promise<void>;
+  /**
+   * How many rows a long `up` backfill will visit, for progress (percent, ETA). Run in the
+   * migration's transaction before `up`; not part of the checksum.
+   */
+  readonly workRows?: (db: Kysely<any>) => Promise<number>;
 }

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { CompiledQuery } from 'kysely';
+import type { CompiledQuery, QueryResult } from 'kysely';
 import { columnTypesFor, createRecordingKysely } from '../dialects/recording.js';
 import type { StoreDialect } from '../dialects/types.js';
 import type { MigrationDefinition } from '../migrations/types.js';
@@ -12,10 +12,11 @@ export async function recordMigration(
   migration: MigrationDefinition,
   direction: 'up' | 'down',
   kind: StoreDialect['kind'],
+  live?: { readonly now: number; readonly answer: (query: CompiledQuery) => Promise<QueryResult<any> | undefined> },
 ): Promise<CompiledQuery[]> {
   const log: CompiledQuery[] = [];
-  const db = createRecordingKysely(kind, log);
-  await migration[direction]({ db, types: columnTypesFor(kind), now: 0, progress: () => {} });
+  const db = createRecordingKysely(kind, log, live?.answer);
+  await migration[direction]({ db, types: columnTypesFor(kind), now: live?.now ?? 0, progress: () => {} });
   return log;
 }
 

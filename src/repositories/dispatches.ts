@@ -3,7 +3,16 @@ import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.j
 import type { CoordinatorRunRow, CoordinatorRunStatus, Database, DispatchContextRow, DispatchStatus, TaskStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { findRunningRun, requireRunningRunIn } from './runs.js';
-import { requireText } from './validate.js';
+import {
+  optionalId,
+  optionalIdFilter,
+  optionalInput,
+  optionalStatusFilter,
+  optionalString,
+  requireId,
+  requireInput,
+  requireOneOf,
+} from './validate.js';
 
 /** Failed dispatches of one task that trip its circuit breaker: the task fails instead of returning to ready. */
 export const DISPATCH_FAILURE_LIMIT = 3;
@@ -164,6 +173,7 @@ export function toDispatch(row: DispatchContextRow): Dispatch {
 }
 
 const IN_FLIGHT: readonly TaskStatus[] = ['dispatched', 'in_progress'];
+const DISPATCH_STATUSES: readonly DispatchStatus[] = ['active', 'completed', 'failed', 'cancelled'];
 const taskLockKey = (taskId: string) => `taskfence:dispatch-task:${taskId}`;
 const terminalLockKey = (handle: string) => `taskfence:dispatch-terminal:${handle}`;
 
@@ -213,14 +223,18 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
   const { db } = dialect;
 
   async function getDispatch(id: string): Promise<Dispatch | null> {
+    requireId('id', id);
     const row = await db.selectFrom('dispatch_contexts').selectAll().where('id', '=', id).executeTakeFirst();
     return row ? toDispatch(row) : null;
   }
 
   const repo: DispatchRepository = {
     async createDispatch(input) {
-      const taskId = requireText('taskId', input.taskId);
-      const terminalHandle = requireText('terminalHandle', input.terminalHandle);
+      requireInput('input', input);
+      const taskId = requireId('taskId', input.taskId);
+      const terminalHandle = requireId('terminalHandle', input.terminalHandle);
+      const agentId = optionalId('agentId', input.agentId);
+      if (input.runId !== undefined) requireId('runId', input.runId);
       const id = ctx.newId();
       const now = ctx.clock.now();
       const row = await dialect.writeTransaction(async (trx) => {
@@ -240,6 +254,10 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           .where(sql<string>`coalesce(coordinator_run_id, '')`, '=', runId ?? '')
           .executeTakeFirst();
         if (active) throw new DispatchAlreadyActiveError(taskId, runId, active.id, active.terminal_handle);
+        // The agent reference is checked before the first write, so a missing one is a NotFoundError and changes nothing.
+        if (agentId !== null && !(await trx.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst())) {
+          throw new NotFoundError('agent', agentId);
+        }
         // The conditional UPDATE is the claim: it row-locks the task and re-checks `ready`.
         const claimed = await trx
           .updateTable('tasks')
@@ -253,7 +271,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           .values({
             id,
             task_id: taskId,
-            agent_id: input.agentId ?? null,
+            agent_id: agentId,
             terminal_handle: terminalHandle,
             status: 'active',
             error: null,
@@ -271,13 +289,14 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     getDispatch,
 
     async getActiveDispatchForTerminal(terminalHandle) {
+      requireId('terminalHandle', terminalHandle);
       const row = await newestActiveFor(db, terminalHandle);
       return row ? toDispatch(row) : null;
     },
 
-    async failActiveDispatchOnExit(terminalHandle, options = {}) {
-      requireText('terminalHandle', terminalHandle);
-      const error = options.error ?? 'worker terminal exited';
+    async failActiveDispatchOnExit(terminalHandle, options) {
+      requireId('terminalHandle', terminalHandle);
+      const error = optionalString('error', optionalInput('options', options).error) ?? 'worker terminal exited';
       return dialect.writeTransaction(async (trx) => {
         // Exit reports for one terminal queue here, so each sees the previous one's result.
         await dialect.lockKey(trx, terminalLockKey(terminalHandle));
@@ -323,6 +342,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     },
 
     async endDispatch(dispatchId, status) {
+      requireId('dispatchId', dispatchId);
       if (status !== 'completed' && status !== 'cancelled') throw new InvalidArgumentError('status', 'must be completed or cancelled');
       const now = ctx.clock.now();
       const row = await dialect.writeTransaction((trx) =>
@@ -340,20 +360,24 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       throw new DispatchNotActiveError(dispatchId, current.status);
     },
 
-    async listDispatches(filter = {}) {
+    async listDispatches(options) {
+      const filter = optionalInput('filter', options);
+      const runId = optionalIdFilter('runId', filter.runId);
+      const taskId = optionalIdFilter('taskId', filter.taskId);
+      const terminalHandle = optionalIdFilter('terminalHandle', filter.terminalHandle);
+      const statuses = optionalStatusFilter('status', filter.status, DISPATCH_STATUSES);
+      if (statuses !== null && statuses.length === 0) return [];
       let query = db.selectFrom('dispatch_contexts').selectAll();
-      if (filter.runId !== undefined) query = query.where('coordinator_run_id', '=', filter.runId);
-      if (filter.taskId !== undefined) query = query.where('task_id', '=', filter.taskId);
-      if (filter.terminalHandle !== undefined) query = query.where('terminal_handle', '=', filter.terminalHandle);
-      if (filter.status !== undefined) {
-        const statuses = typeof filter.status === 'string' ? [filter.status] : [...filter.status];
-        query = query.where('status', 'in', statuses);
-      }
+      if (runId !== undefined) query = query.where('coordinator_run_id', '=', runId);
+      if (taskId !== undefined) query = query.where('task_id', '=', taskId);
+      if (terminalHandle !== undefined) query = query.where('terminal_handle', '=', terminalHandle);
+      if (statuses !== null) query = query.where('status', 'in', statuses);
       const rows = await query.orderBy('created_at').orderBy('id').execute();
       return rows.map(toDispatch);
     },
 
     async countDispatchesByStatus(runId) {
+      requireId('runId', runId);
       const rows = await db
         .selectFrom('dispatch_contexts')
         .select(['status', (eb) => eb.fn.countAll<number>().as('n')])

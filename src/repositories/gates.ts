@@ -2,7 +2,7 @@ import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.j
 import type { DecisionGateRow, GateStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { requireRunningRunIn } from './runs.js';
-import { requireText } from './validate.js';
+import { optionalId, requireId, requireInput, requireText } from './validate.js';
 
 export interface DecisionGate {
   readonly id: string;
@@ -73,14 +73,17 @@ export function createGateRepository(ctx: StoreContext): GateRepository {
   const { db } = dialect;
 
   async function getGate(gateId: string): Promise<DecisionGate | null> {
+    requireId('gateId', gateId);
     const row = await db.selectFrom('decision_gates').selectAll().where('id', '=', gateId).executeTakeFirst();
     return row ? toDecisionGate(row) : null;
   }
 
   return {
     async openGate(input) {
+      requireInput('input', input);
       const question = requireText('question', input.question);
-      const taskId = input.taskId ?? null;
+      const taskId = optionalId('taskId', input.taskId);
+      if (input.runId !== undefined) requireId('runId', input.runId);
       const id = ctx.newId();
       const now = ctx.clock.now();
       const row = await dialect.writeTransaction(async (trx) => {
@@ -109,6 +112,7 @@ export function createGateRepository(ctx: StoreContext): GateRepository {
     getGate,
 
     async resolveGate(gateId, resolution) {
+      requireId('gateId', gateId);
       const text = requireText('resolution', resolution);
       // `status = 'open'` in the WHERE makes the resolution a compare-and-set.
       const row = await dialect.writeTransaction((trx) =>
@@ -130,7 +134,7 @@ export function createGateRepository(ctx: StoreContext): GateRepository {
       const rows = await db
         .selectFrom('decision_gates')
         .selectAll()
-        .where('coordinator_run_id', '=', requireText('runId', runId))
+        .where('coordinator_run_id', '=', requireId('runId', runId))
         .where('status', '=', 'open')
         .orderBy('created_at')
         .orderBy('id')

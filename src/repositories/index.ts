@@ -2,6 +2,7 @@ import type { StoreContext } from './context.js';
 import { createDispatchRepository, type DispatchRepository } from './dispatches.js';
 import { createGateRepository, type GateRepository } from './gates.js';
 import { createLockRepository, type LockRepository } from './locks.js';
+import { createMaintenanceRepository, type MaintenanceRepository } from './maintenance.js';
 import { createMessageRepository, type MessageRepository } from './messages.js';
 import { createOrgRepository, type OrgRepository } from './org.js';
 import { createOwnershipRepository, type OwnershipRepository } from './ownership.js';
@@ -26,6 +27,8 @@ export interface Repositories {
   readonly paths: PathLeaseRepository;
   /** SPEC §6 */
   readonly ownership: OwnershipRepository;
+  /** Retention: pruning what is finished and old. */
+  readonly maintenance: MaintenanceRepository;
 }
 
 export function createRepositories(context: StoreContext): Repositories {
@@ -40,5 +43,6 @@ export function createRepositories(context: StoreContext): Repositories {
     scheduler: createSchedulerRepository(context),
     paths: createPathLeaseRepository(context),
     ownership: createOwnershipRepository(context),
+    maintenance: createMaintenanceRepository(context),
   };
 }

@@ -10,7 +10,7 @@ import { sql } from 'kysely';
 import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
 import type { StoreContext } from './context.js';
 import { prepared } from './prepared.js';
-import { requirePositiveMs, requireText } from './validate.js';
+import { requireCounter, requireId, requireInput, requirePositiveMs } from './validate.js';
 import { tableIn } from '../dialects/schema.js';
 
 /** A granted lease: the fencing token and when it expires (epoch ms) unless renewed. */
@@ -148,10 +148,7 @@ export interface LockRepository {
 }
 
 function requireToken(value: unknown): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0) {
-    throw new InvalidArgumentError('token', 'must be the positive integer token a claim returned');
-  }
-  return value;
+  return requireCounter('token', value, 'token a claim returned');
 }
 
 interface LeaseRow {
@@ -244,9 +241,10 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
 
   return {
     async claimWorkspaceLock(workspaceId, input) {
-      requireText('workspaceId', workspaceId);
-      const holder = requireText('holder', input.holder);
-      const runId = requireText('runId', input.runId);
+      requireId('workspaceId', workspaceId);
+      requireInput('input', input);
+      const holder = requireId('holder', input.holder);
+      const runId = requireId('runId', input.runId);
       const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
       return mapMissing('workspace', workspaceId, () =>
         dialect.writeTransaction(async (trx): Promise<WorkspaceLockClaim> => {
@@ -268,7 +266,8 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     },
 
     async renewWorkspaceLock(workspaceId, input) {
-      requireText('workspaceId', workspaceId);
+      requireId('workspaceId', workspaceId);
+      requireInput('input', input);
       const token = requireToken(input.token);
       const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
       return dialect.writeTransaction(async (trx) => {
@@ -286,7 +285,8 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     },
 
     async releaseWorkspaceLock(workspaceId, input) {
-      requireText('workspaceId', workspaceId);
+      requireId('workspaceId', workspaceId);
+      requireInput('input', input);
       const token = requireToken(input.token);
       await dialect.writeTransaction(async (trx) => {
         const now = ctx.clock.now();
@@ -303,6 +303,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     },
 
     async getWorkspaceLock(workspaceId) {
+      requireId('workspaceId', workspaceId);
       const row = await db
         .selectFrom('workspace_locks')
         .select(['holder', 'run_id', 'token', 'expires_at'])
@@ -314,8 +315,9 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     },
 
     async claimTaskLease(taskId, input) {
-      requireText('taskId', taskId);
-      const holder = requireText('holder', input.holder);
+      requireId('taskId', taskId);
+      requireInput('input', input);
+      const holder = requireId('holder', input.holder);
       const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
       return mapMissing('task', taskId, () =>
         dialect.writeTransaction(async (trx): Promise<TaskLeaseClaim> => {
@@ -335,7 +337,8 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     },
 
     async renewTaskLease(taskId, input) {
-      requireText('taskId', taskId);
+      requireId('taskId', taskId);
+      requireInput('input', input);
       const token = requireToken(input.token);
       const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
       return dialect.writeTransaction(async (trx) => {
@@ -348,7 +351,8 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     },
 
     async releaseTaskLease(taskId, input) {
-      requireText('taskId', taskId);
+      requireId('taskId', taskId);
+      requireInput('input', input);
       const token = requireToken(input.token);
       await dialect.writeTransaction(async (trx) => {
         const now = ctx.clock.now();
@@ -360,6 +364,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     },
 
     async getTaskLease(taskId) {
+      requireId('taskId', taskId);
       const row = await db
         .selectFrom('task_leases')
         .select(['holder', 'token', 'expires_at'])

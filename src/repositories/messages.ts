@@ -1,8 +1,7 @@
-import { InvalidArgumentError } from '../errors.js';
 import type { MessageRow, MessageStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { prepared } from './prepared.js';
-import { requireText } from './validate.js';
+import { optionalInput, requireId, requireInput, requireJson, requireLimit } from './validate.js';
 
 /**
  * Worker → coordinator mail (SPEC §3, seed 001). Messages are addressed by handle: each run has
@@ -118,16 +117,13 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
   const { db } = dialect;
   return {
     async sendMessage(input) {
-      let payload: string | null = null;
-      if (input.payload !== undefined && input.payload !== null) {
-        payload = JSON.stringify(input.payload) ?? null;
-        if (payload === null) throw new InvalidArgumentError('payload', 'must be a JSON-serializable value');
-      }
+      requireInput('input', input);
+      const payload = requireJson('payload', input.payload);
       const row: MessageRow = {
         id: ctx.newId(),
-        from_handle: requireText('from', input.from),
-        to_handle: requireText('to', input.to),
-        kind: requireText('kind', input.kind),
+        from_handle: requireId('from', input.from),
+        to_handle: requireId('to', input.to),
+        kind: requireId('kind', input.kind),
         payload,
         status: 'pending',
         created_at: ctx.clock.now(),
@@ -138,12 +134,9 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
       return toMessage(row);
     },
 
-    async deliverPendingMessages(handle, options = {}) {
-      requireText('handle', handle);
-      const limit = options.limit ?? DEFAULT_DELIVERY_LIMIT;
-      if (!Number.isInteger(limit) || limit < 1 || limit > MAX_DELIVERY_LIMIT) {
-        throw new InvalidArgumentError('limit', `must be an integer from 1 to ${MAX_DELIVERY_LIMIT}`);
-      }
+    async deliverPendingMessages(handle, options) {
+      requireId('handle', handle);
+      const limit = requireLimit('limit', optionalInput('options', options).limit, MAX_DELIVERY_LIMIT, DEFAULT_DELIVERY_LIMIT);
       const deliver = dialect.supportsSkipLocked ? DELIVER_SKIP_LOCKED : DELIVER_SERIALIZED;
       const rows = await dialect.writeTransaction((trx) => deliver.execute(trx, { handle, now: ctx.clock.now(), limit }));
       return rows
@@ -152,6 +145,7 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
     },
 
     async countPendingMessages(handle) {
+      requireId('handle', handle);
       const row = await db
         .selectFrom('messages')
         .select((eb) => eb.fn.countAll<number>().as('n'))

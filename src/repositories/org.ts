@@ -2,7 +2,7 @@ import type { AgentRow, ProjectRow, WorkspaceRow } from '../schema/database.js';
 import { NotFoundError } from '../errors.js';
 import type { StoreContext } from './context.js';
 import { createOnce, requireSameCreate } from './idempotent.js';
-import { requireText } from './validate.js';
+import { optionalId, optionalString, requireId, requireInput, requireText } from './validate.js';
 
 export interface Company {
   readonly id: string;
@@ -77,10 +77,21 @@ export function toProject(row: ProjectRow): Project {
   return { id: row.id, companyId: row.company_id, name: row.name, primaryWorkspaceId: row.primary_workspace_id, createdAt: row.created_at };
 }
 
+/** The arguments every org create checks: the input object, its optional id, `name`, the given ids and optional texts. */
+function checkCreate(input: unknown, ids: readonly string[], optionalIds: readonly string[] = [], optionalTexts: readonly string[] = []): void {
+  const record = requireInput('input', input) as Record<string, unknown>;
+  optionalId('id', record.id);
+  requireText('name', record.name);
+  for (const field of ids) requireId(field, record[field]);
+  for (const field of optionalIds) optionalId(field, record[field]);
+  for (const field of optionalTexts) optionalString(field, record[field]);
+}
+
 export function createOrgRepository(ctx: StoreContext): OrgRepository {
   const { db } = ctx.dialect;
   const repo: OrgRepository = {
     async createCompany(input) {
+      checkCreate(input, []);
       const row = { id: input.id ?? ctx.newId(), name: requireText('name', input.name), created_at: ctx.clock.now() };
       return createOnce(ctx.dialect, [], () =>
         ctx.dialect.writeTransaction(async (trx) => {
@@ -97,6 +108,7 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
       );
     },
     async createWorkspace(input) {
+      checkCreate(input, ['companyId'], [], ['rootPath']);
       const row = {
         id: input.id ?? ctx.newId(),
         company_id: requireText('companyId', input.companyId),
@@ -123,6 +135,7 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
       );
     },
     async createAgent(input) {
+      checkCreate(input, ['companyId'], ['workspaceId'], ['role', 'department']);
       const row = {
         id: input.id ?? ctx.newId(),
         company_id: requireText('companyId', input.companyId),
@@ -157,6 +170,7 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
       );
     },
     async createProject(input) {
+      checkCreate(input, ['companyId'], ['primaryWorkspaceId']);
       const row = {
         id: input.id ?? ctx.newId(),
         company_id: requireText('companyId', input.companyId),
@@ -187,18 +201,22 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
       );
     },
     async getWorkspace(id) {
+      requireId('id', id);
       const row = await db.selectFrom('workspaces').selectAll().where('id', '=', id).executeTakeFirst();
       return row ? toWorkspace(row) : null;
     },
     async getAgent(id) {
+      requireId('id', id);
       const row = await db.selectFrom('agents').selectAll().where('id', '=', id).executeTakeFirst();
       return row ? toAgent(row) : null;
     },
     async getProject(id) {
+      requireId('id', id);
       const row = await db.selectFrom('projects').selectAll().where('id', '=', id).executeTakeFirst();
       return row ? toProject(row) : null;
     },
     async requireAgent(id) {
+      requireId('id', id);
       const agent = await repo.getAgent(id);
       if (!agent) throw new NotFoundError('agent', id);
       return agent;

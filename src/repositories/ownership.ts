@@ -11,7 +11,17 @@ import type {
 import type { StoreContext } from './context.js';
 import { createOnce, requireSameCreate } from './idempotent.js';
 import { elements, prepared } from './prepared.js';
-import { requirePositiveMs, requireText } from './validate.js';
+import {
+  optionalId,
+  optionalIdFilter,
+  optionalInput,
+  requireCounter,
+  requireId,
+  requireInput,
+  requireLimit,
+  requirePositiveMs,
+  requireText,
+} from './validate.js';
 import { tableIn } from '../dialects/schema.js';
 
 /*
@@ -405,6 +415,8 @@ export interface OwnershipRepository {
 // Implementation
 
 const DEFAULT_CLAIM_TTL_MS = 10 * 60_000;
+/** Upper bound of `listPendingCleanups`' `limit`. */
+export const MAX_PENDING_CLEANUPS_LIMIT = 10_000;
 
 const RESOURCE_TABLE = {
   environment: { table: 'task_environments', owner: 'task_id' },
@@ -716,8 +728,7 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
     onCompleted: (snapshot: CleanupSnapshot) => FencedOutcome<T> | null,
     apply: (trx: Trx, snapshot: CleanupSnapshot, now: number) => Promise<T | null>,
   ): Promise<T> {
-    requireText('claim.snapshotId', claim?.snapshotId);
-    requireText('claim.claimant', claim.claimant);
+    requireClaim(claim);
     const outcome = await dialect.writeTransaction<FencedOutcome<T>>(async (trx) => {
       const now = ctx.clock.now();
       await dialect.lockKey(trx, snapshotKey(claim.snapshotId));
@@ -840,14 +851,26 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
   }
 
   function requireGeneration(field: string, value: unknown): number {
-    if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) {
-      throw new InvalidArgumentError(field, 'must be a positive integer generation');
-    }
-    return value;
+    return requireCounter(field, value, 'generation');
+  }
+
+  /** A claim as `claimCleanup` returned it: the fields the fence reads. */
+  function requireClaim(claim: CleanupClaim): void {
+    requireInput('claim', claim);
+    requireId('claim.snapshotId', claim.snapshotId);
+    requireId('claim.claimant', claim.claimant);
+    requireInput('claim.target', claim.target);
+    requireId('claim.target.id', claim.target.id);
+    requireGeneration('claim.target.generation', claim.target.generation);
   }
 
   const repo: OwnershipRepository = {
     async createEnvironment(input) {
+      requireInput('input', input);
+      optionalId('id', input.id);
+      requireId('ownerTaskId', input.ownerTaskId);
+      requireText('rootPath', input.rootPath);
+      optionalId('groupId', input.groupId);
       const ownerTaskId = requireText('ownerTaskId', input.ownerTaskId);
       const rootPath = requireText('rootPath', input.rootPath);
       const id = input.id ?? ctx.newId();
@@ -882,6 +905,9 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
     },
 
     async createWorkspaceGroup(input) {
+      requireInput('input', input);
+      optionalId('id', input.id);
+      requireId('stewardTaskId', input.stewardTaskId);
       const stewardTaskId = requireText('stewardTaskId', input.stewardTaskId);
       const id = input.id ?? ctx.newId();
       return createOnce(dialect, [], () => dialect.writeTransaction(async (trx) => {
@@ -905,31 +931,33 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       }));
     },
 
-    getEnvironment: (id) => loadEnvironment(db, id),
-    getWorkspaceGroup: (id) => loadGroup(db, id),
+    getEnvironment: async (id) => loadEnvironment(db, requireId('id', id)),
+    getWorkspaceGroup: async (id) => loadGroup(db, requireId('id', id)),
 
     async transferEnvironmentOwnership(input) {
+      requireInput('input', input);
       return transfer(
         'environment',
-        requireText('environmentId', input.environmentId),
-        requireText('expectedOwnerTaskId', input.expectedOwnerTaskId),
+        requireId('environmentId', input.environmentId),
+        requireId('expectedOwnerTaskId', input.expectedOwnerTaskId),
         requireGeneration('expectedGeneration', input.expectedGeneration),
-        requireText('newOwnerTaskId', input.newOwnerTaskId),
+        requireId('newOwnerTaskId', input.newOwnerTaskId),
       );
     },
 
     async transferGroupStewardship(input) {
+      requireInput('input', input);
       return transfer(
         'group',
-        requireText('groupId', input.groupId),
-        requireText('expectedStewardTaskId', input.expectedStewardTaskId),
+        requireId('groupId', input.groupId),
+        requireId('expectedStewardTaskId', input.expectedStewardTaskId),
         requireGeneration('expectedGeneration', input.expectedGeneration),
-        requireText('newStewardTaskId', input.newStewardTaskId),
+        requireId('newStewardTaskId', input.newStewardTaskId),
       );
     },
 
     async admitTaskCleanup(taskId, kind = 'archive') {
-      requireText('taskId', taskId);
+      requireId('taskId', taskId);
       if (kind !== 'archive' && kind !== 'delete') throw new InvalidArgumentError('kind', "must be 'archive' or 'delete'");
       return dialect.writeTransaction(async (trx) => {
         const now = ctx.clock.now();
@@ -982,10 +1010,13 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       });
     },
 
-    listCleanupSnapshots: (taskId) => snapshotsOf(db, taskId),
-    getCleanupSnapshot: (id) => loadSnapshot(db, id),
+    listCleanupSnapshots: async (taskId) => snapshotsOf(db, requireId('taskId', taskId)),
+    getCleanupSnapshot: async (id) => loadSnapshot(db, requireId('id', id)),
 
-    async listPendingCleanups(options = {}) {
+    async listPendingCleanups(input) {
+      const options = optionalInput('options', input);
+      const taskId = optionalIdFilter('taskId', options.taskId);
+      const limit = options.limit === undefined ? undefined : requireLimit('limit', options.limit, MAX_PENDING_CLEANUPS_LIMIT);
       const now = ctx.clock.now();
       let query = db
         .selectFrom('cleanup_snapshots')
@@ -996,16 +1027,16 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
             eb.and([eb('state', '=', 'claimed'), eb('claim_expires_at', '<=', now)]),
           ]),
         );
-      if (options.taskId !== undefined) query = query.where('task_id', '=', options.taskId);
-      if (options.limit !== undefined) query = query.limit(options.limit);
+      if (taskId !== undefined) query = query.where('task_id', '=', taskId);
+      if (limit !== undefined) query = query.limit(limit);
       const rows = await query.orderBy('created_at').orderBy('id').execute();
       return rows.map(toCleanupSnapshot);
     },
 
-    async claimCleanup(snapshotId, claimant, options = {}) {
-      requireText('snapshotId', snapshotId);
-      requireText('claimant', claimant);
-      const ttlMs = requirePositiveMs('ttlMs', options.ttlMs ?? DEFAULT_CLAIM_TTL_MS);
+    async claimCleanup(snapshotId, claimant, options) {
+      requireId('snapshotId', snapshotId);
+      requireId('claimant', claimant);
+      const ttlMs = requirePositiveMs('ttlMs', optionalInput('options', options).ttlMs ?? DEFAULT_CLAIM_TTL_MS);
       const outcome = await dialect.writeTransaction<FencedOutcome<CleanupClaim>>(async (trx) => {
         const now = ctx.clock.now();
         await dialect.lockKey(trx, snapshotKey(snapshotId));
@@ -1056,8 +1087,9 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       return outcome.value;
     },
 
-    async renewCleanupClaim(claim, options = {}) {
-      const ttlMs = requirePositiveMs('ttlMs', options.ttlMs ?? DEFAULT_CLAIM_TTL_MS);
+    async renewCleanupClaim(claim, options) {
+      requireClaim(claim);
+      const ttlMs = requirePositiveMs('ttlMs', optionalInput('options', options).ttlMs ?? DEFAULT_CLAIM_TTL_MS);
       return fenced(
         claim,
         () => null,
@@ -1089,6 +1121,7 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
     },
 
     async failCleanup(claim, error) {
+      requireClaim(claim);
       const message = requireText('error', error);
       return fenced(
         claim,
@@ -1112,8 +1145,9 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
     },
 
     async detachSubtask(input) {
-      const taskId = requireText('taskId', input.taskId);
-      const expectedParentId = requireText('expectedParentId', input.expectedParentId);
+      requireInput('input', input);
+      const taskId = requireId('taskId', input.taskId);
+      const expectedParentId = requireId('expectedParentId', input.expectedParentId);
       return dialect.writeTransaction<DetachResult>(async (trx) => {
         const now = ctx.clock.now();
         await lockBarriers(ctx, trx, [taskId, expectedParentId]);

@@ -11,7 +11,15 @@ import {
 import type { Database, PathLeaseRow, TaskStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { elements, prepared } from './prepared.js';
-import { requirePositiveMs, requireText } from './validate.js';
+import {
+  optionalId,
+  optionalIdFilter,
+  optionalInput,
+  requireId,
+  requireInput,
+  requirePathList,
+  requirePositiveMs,
+} from './validate.js';
 import { tableIn } from '../dialects/schema.js';
 
 /** TTL of the leases `claimTask` takes when the caller gives none. */
@@ -19,6 +27,23 @@ export const DEFAULT_PATH_LEASE_TTL_MS = 60_000;
 
 /** At most this many conflicts are reported by a failed acquisition (the check stops there). */
 export const PATH_CONFLICT_REPORT_LIMIT = 16;
+
+/**
+ * Large write sets (up to `MAX_WRITE_PATHS`) are handled in chunks inside the same transaction,
+ * so no statement grows with the set: at most this many key ranges per statement (SQLite refuses
+ * a compound SELECT of 500 terms and an expression tree of depth 1000; PostgreSQL's parser
+ * recursion has a stack limit), and this many keys or rows in one `in (…)` list or insert.
+ */
+const RANGE_CHUNK = 128;
+const LIST_CHUNK = 256;
+
+/** `list` cut into consecutive pieces of at most `size` (one empty piece for an empty list). */
+function chunked<T>(list: readonly T[], size: number): (readonly T[])[] {
+  if (list.length <= size) return [list];
+  const out: T[][] = [];
+  for (let i = 0; i < list.length; i += size) out.push(list.slice(i, i + size));
+  return out.length > 0 ? out : [[]];
+}
 
 /** One live lease on a key of a workspace. */
 export interface PathLease {
@@ -67,14 +92,26 @@ export interface ReleasePathsInput {
   readonly paths?: readonly string[];
 }
 
-export interface RenewPathsInput extends ReleasePathsInput {
+export interface RenewPathsInput {
+  readonly workspaceId: string;
+  readonly holder: string;
+  /**
+   * Required: the paths the holder believes it holds. Renewal extends its live leases on or below
+   * them and reports in `lost` every one of them it no longer holds, so a heartbeat always learns
+   * that it lost a lease (expired, taken over by another holder, released or pruned).
+   */
+  readonly paths: readonly string[];
   readonly ttlMs: number;
 }
 
 export interface RenewPathsResult {
   /** The leases now extended to `now + ttlMs`. */
   readonly renewed: readonly PathLease[];
-  /** Keys asked for (with `paths`) that the holder no longer holds live: they expired or were released. */
+  /**
+   * The lease keys of `paths` the holder no longer holds live (no live lease of the holder on or
+   * below them): they expired, were taken over by another holder, or were released. The holder
+   * must stop writing there.
+   */
   readonly lost: readonly string[];
 }
 
@@ -169,16 +206,17 @@ export interface PathLeaseRepository {
   releasePaths(input: ReleasePathsInput): Promise<{ readonly released: readonly string[] }>;
 
   /**
-   * Extends the holder's live leases (on or below `paths`, if given) to now + `ttlMs`, atomically
-   * with respect to acquisitions in the workspace. An expired lease is not revived: it is
-   * reported in `lost`, since another holder may have taken the path meanwhile.
+   * Extends the holder's live leases on or below `paths` (required) to now + `ttlMs`, atomically
+   * with respect to acquisitions in the workspace. An expired lease is not revived: every key of
+   * `paths` the holder no longer holds live is reported in `lost`, whether it expired, was taken
+   * over by another holder or was released, since another holder may have the path now.
    *
    * @example
    * const { lost } = await store.paths.renewPaths({ workspaceId, holder, ttlMs: 30_000, paths: ['src'] });
    */
   renewPaths(input: RenewPathsInput): Promise<RenewPathsResult>;
 
-  /** Live leases of a workspace (all holders, or one), ordered by key; for diagnostics and tests. */
+  /** Live leases of a workspace (all holders, or one), ordered by key; for diagnostics and tests. An unknown workspace is a `NotFoundError`. */
   listPathLeases(filter: { readonly workspaceId: string; readonly holder?: string }): Promise<PathLease[]>;
 
   /** Deletes expired leases of a workspace (maintenance; they never block anyone anyway). Returns how many. */
@@ -311,6 +349,19 @@ const RELEASE = prepared((db, p: { workspaceId: string; holder: string; froms: r
   return (n < 0 ? query : query.where(onOrBelow(elements(p.froms, n), elements(p.tos, n)))).returning('lease_key');
 });
 
+/** Extends a holder's live leases on or below n keys. */
+const RENEW = prepared(
+  (db, p: { workspaceId: string; holder: string; now: number; expiresAt: number; froms: readonly string[]; tos: readonly string[] }, n: number) =>
+    db
+      .updateTable('path_leases')
+      .set({ expires_at: p.expiresAt })
+      .where('workspace_id', '=', p.workspaceId)
+      .where('holder', '=', p.holder)
+      .where('expires_at', '>', p.now)
+      .where(onOrBelow(elements(p.froms, n), elements(p.tos, n)))
+      .returningAll(),
+);
+
 /**
  * The conflict check as one statement: live leases (`expires_at > now`) of holders other than
  * `holder` in the workspace that overlap any of `keys` (an antichain from `leaseKeys`). A
@@ -347,15 +398,24 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     keys: readonly string[],
     now: number,
   ): Promise<PathLeaseConflict[]> {
-    const params = conflictParams(workspaceId, holder, keys, now);
-    const rows = await FIND_CONFLICTS.execute(trx, params, `${params.ancestors.length}:${keys.length}`);
+    const all = conflictParams(workspaceId, holder, keys, now);
+    const ancestorChunks = chunked(all.ancestors, LIST_CHUNK);
+    const keyChunks = chunked(keys, RANGE_CHUNK);
     const seen = new Set<string>();
     const conflicts: PathLeaseConflict[] = [];
-    for (const row of rows) {
-      const id = `${row.lease_key}\u0000${row.holder}`;
-      if (seen.has(id)) continue;
-      seen.add(id);
-      conflicts.push({ key: decodePathLeaseKey(row.lease_key), holder: row.holder, expiresAt: Number(row.expires_at) });
+    // One statement for an ordinary set; a large one is checked chunk by chunk, stopping at the report limit.
+    for (let i = 0; i < Math.max(ancestorChunks.length, keyChunks.length) && conflicts.length < PATH_CONFLICT_REPORT_LIMIT; i++) {
+      const ancestors = ancestorChunks[i] ?? [];
+      const chunkKeys = keyChunks[i] ?? [];
+      if (ancestors.length === 0 && chunkKeys.length === 0) continue;
+      const params = { workspaceId, holder, now, ancestors, ...descendantRanges(chunkKeys) };
+      const rows = await FIND_CONFLICTS.execute(trx, params, `${ancestors.length}:${chunkKeys.length}`);
+      for (const row of rows) {
+        const id = `${row.lease_key}\u0000${row.holder}`;
+        if (seen.has(id) || conflicts.length >= PATH_CONFLICT_REPORT_LIMIT) continue;
+        seen.add(id);
+        conflicts.push({ key: decodePathLeaseKey(row.lease_key), holder: row.holder, expiresAt: Number(row.expires_at) });
+      }
     }
     return conflicts;
   }
@@ -375,29 +435,32 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     const now = ctx.clock.now();
     const conflicts = await findConflicts(trx, workspaceId, holder, keys, now);
     if (conflicts.length > 0) return { acquired: false, conflicts };
-    const stored = keys.map(encodePathLeaseKey);
-    // Expired leases of any holder on exactly these keys are garbage from now on.
-    await PRUNE_EXPIRED.run(trx, { workspaceId, stored, holder, now }, stored.length);
-    let rows: PathLeaseRow[];
-    try {
-      rows = await INSERT_LEASES.execute(trx, { workspaceId, stored, holder, taskId, now, expiresAt: now + ttlMs }, stored.length);
-    } catch (error) {
-      if (dialect.classifyError(error) === 'foreign_key_violation') throw new NotFoundError('workspace', workspaceId);
-      throw error;
+    const rows: PathLeaseRow[] = [];
+    for (const chunk of chunked(keys, LIST_CHUNK)) {
+      const stored = chunk.map(encodePathLeaseKey);
+      // Expired leases of any holder on exactly these keys are garbage from now on.
+      await PRUNE_EXPIRED.run(trx, { workspaceId, stored, holder, now }, stored.length);
+      try {
+        rows.push(...(await INSERT_LEASES.execute(trx, { workspaceId, stored, holder, taskId, now, expiresAt: now + ttlMs }, stored.length)));
+      } catch (error) {
+        if (dialect.classifyError(error) === 'foreign_key_violation') throw new NotFoundError('workspace', workspaceId);
+        throw error;
+      }
     }
+    const order = new Map(keys.map((key, i) => [key, i]));
     return {
       acquired: true,
-      leases: rows.map(toPathLease).sort((a, b) => keys.indexOf(a.key) - keys.indexOf(b.key)),
+      leases: rows.map(toPathLease).sort((a, b) => order.get(a.key)! - order.get(b.key)!),
     };
   }
 
   function checkAcquireInput(input: AcquirePathsInput) {
-    const workspaceId = requireText('workspaceId', input.workspaceId);
-    const holder = requireText('holder', input.holder);
+    requireInput('input', input);
+    const workspaceId = requireId('workspaceId', input.workspaceId);
+    const holder = requireId('holder', input.holder);
     const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
-    if (!Array.isArray(input.paths)) throw new InvalidArgumentError('paths', 'must be an array of path strings');
-    const keys = leaseKeys(input.paths);
-    const taskId = input.taskId ?? null;
+    const keys = leaseKeys(requirePathList('paths', input.paths));
+    const taskId = optionalId('taskId', input.taskId);
     return { workspaceId, holder, ttlMs, keys, taskId };
   }
 
@@ -409,11 +472,9 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
 
     async acquirePaths(input, options) {
       const { workspaceId, holder, ttlMs, keys, taskId } = checkAcquireInput(input);
-      const timeoutMs = options?.timeoutMs;
-      if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs < 0) {
-        throw new InvalidArgumentError('timeoutMs', 'must be a non-negative number of milliseconds');
-      }
-      const maxPollMs = options.maxPollMs ?? 100;
+      requireInput('options', options);
+      const timeoutMs = requirePositiveMs('timeoutMs', options.timeoutMs, 0);
+      const maxPollMs = options.maxPollMs === undefined ? 100 : requirePositiveMs('maxPollMs', options.maxPollMs);
       // A real-time deadline: waiting is a duration, and a test's frozen store clock must not make it endless.
       const deadline = performance.now() + timeoutMs;
       let pause = 5;
@@ -428,67 +489,87 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     },
 
     async releasePaths(input) {
-      const workspaceId = requireText('workspaceId', input.workspaceId);
-      const holder = requireText('holder', input.holder);
-      const keys = input.paths === undefined ? null : leaseKeys(input.paths);
+      requireInput('input', input);
+      const workspaceId = requireId('workspaceId', input.workspaceId);
+      const holder = requireId('holder', input.holder);
+      const keys = input.paths === undefined ? null : leaseKeys(requirePathList('paths', input.paths));
       if (keys !== null && keys.length === 0) return { released: [] };
-      const ranges = keys === null ? { froms: [], tos: [] } : descendantRanges(keys);
-      const rows = await dialect.writeTransaction((trx) => RELEASE.execute(trx, { workspaceId, holder, ...ranges }, keys === null ? -1 : keys.length));
+      const rows = await dialect.writeTransaction(async (trx) => {
+        if (keys === null) return RELEASE.execute(trx, { workspaceId, holder, froms: [], tos: [] }, -1);
+        const released: { lease_key: string }[] = [];
+        for (const chunk of chunked(keys, RANGE_CHUNK)) {
+          released.push(...(await RELEASE.execute(trx, { workspaceId, holder, ...descendantRanges(chunk) }, chunk.length)));
+        }
+        return released;
+      });
       return { released: rows.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
     },
 
     async renewPaths(input) {
-      const workspaceId = requireText('workspaceId', input.workspaceId);
-      const holder = requireText('holder', input.holder);
+      requireInput('input', input);
+      const workspaceId = requireId('workspaceId', input.workspaceId);
+      const holder = requireId('holder', input.holder);
       const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
-      const keys = input.paths === undefined ? null : leaseKeys(input.paths);
-      if (keys !== null && keys.length === 0) return { renewed: [], lost: [] };
+      if (input.paths === undefined || input.paths === null) {
+        throw new InvalidArgumentError('paths', 'is required: pass the paths the holder expects to hold, so that renewal can report the ones it lost');
+      }
+      const keys = leaseKeys(requirePathList('paths', input.paths));
+      if (keys.length === 0) return { renewed: [], lost: [] };
       const rows = await dialect.writeTransaction(async (trx) => {
         // Serialized with acquisitions: a lease seen live here cannot be taken over meanwhile.
         await dialect.lockKey(trx, `paths:${workspaceId}`);
         const now = ctx.clock.now();
-        let query = trx
-          .updateTable('path_leases')
-          .set({ expires_at: now + ttlMs })
-          .where('workspace_id', '=', workspaceId)
-          .where('holder', '=', holder)
-          .where('expires_at', '>', now);
-        if (keys !== null) {
-          const { froms, tos } = descendantRanges(keys);
-          query = query.where(onOrBelow(froms, tos));
+        const extended: PathLeaseRow[] = [];
+        // The keys are an antichain, so their ranges are disjoint: no lease is renewed twice.
+        for (const chunk of chunked(keys, RANGE_CHUNK)) {
+          const params = { workspaceId, holder, now, expiresAt: now + ttlMs, ...descendantRanges(chunk) };
+          extended.push(...(await RENEW.execute(trx, params, chunk.length)));
         }
-        return query.returningAll().execute();
+        return extended;
       });
-      const renewed = rows.map(toPathLease).sort((a, b) => (a.key < b.key ? -1 : 1));
-      const isOnOrBelow = (key: string, k: string) => k === WHOLE_WORKSPACE_KEY || key === k || key.startsWith(`${k}/`);
-      const lost = keys === null ? [] : keys.filter((k) => !renewed.some((l) => isOnOrBelow(l.key, k)));
-      return { renewed, lost };
+      const renewed = rows.map(toPathLease).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+      // A key is kept if a renewed lease is on or below it: the key is the lease's key or one of its ancestors.
+      const asked = new Set(keys);
+      const kept = new Set<string>();
+      for (const { key } of renewed) {
+        if (asked.has(WHOLE_WORKSPACE_KEY)) kept.add(WHOLE_WORKSPACE_KEY);
+        for (let end = key.length; end > 0; end = key.lastIndexOf('/', end - 1)) {
+          const prefix = key.slice(0, end);
+          if (asked.has(prefix)) kept.add(prefix);
+        }
+      }
+      return { renewed, lost: keys.filter((k) => !kept.has(k)) };
     },
 
     async listPathLeases(filter) {
-      const workspaceId = requireText('workspaceId', filter.workspaceId);
+      requireInput('filter', filter);
+      const workspaceId = requireId('workspaceId', filter.workspaceId);
+      const holder = optionalIdFilter('holder', filter.holder);
       let query = dialect.db
         .selectFrom('path_leases')
         .selectAll()
         .where('workspace_id', '=', workspaceId)
         .where('expires_at', '>', ctx.clock.now());
-      if (filter.holder !== undefined) query = query.where('holder', '=', filter.holder);
+      if (holder !== undefined) query = query.where('holder', '=', holder);
       const rows = await query.orderBy('lease_key').orderBy('holder').execute();
+      if (rows.length === 0 && !(await dialect.db.selectFrom('workspaces').select('id').where('id', '=', workspaceId).executeTakeFirst())) {
+        throw new NotFoundError('workspace', workspaceId);
+      }
       return rows.map(toPathLease);
     },
 
     async pruneExpiredPaths(workspaceId) {
-      requireText('workspaceId', workspaceId);
+      requireId('workspaceId', workspaceId);
       const result = await dialect.writeTransaction((trx) =>
         trx.deleteFrom('path_leases').where('workspace_id', '=', workspaceId).where('expires_at', '<=', ctx.clock.now()).executeTakeFirst(),
       );
       return Number(result.numDeletedRows);
     },
 
-    async claimTask(taskId, holder, options = {}) {
-      requireText('taskId', taskId);
-      requireText('holder', holder);
-      const ttlMs = requirePositiveMs('ttlMs', options.ttlMs ?? DEFAULT_PATH_LEASE_TTL_MS);
+    async claimTask(taskId, holder, options) {
+      requireId('taskId', taskId);
+      requireId('holder', holder);
+      const ttlMs = requirePositiveMs('ttlMs', optionalInput('options', options).ttlMs ?? DEFAULT_PATH_LEASE_TTL_MS);
       return dialect.writeTransaction(async (trx): Promise<PathClaimResult> => {
         const task = await trx.selectFrom('tasks').select(['workspace_id', 'writes', 'status']).where('id', '=', taskId).executeTakeFirst();
         if (!task) throw new NotFoundError('task', taskId);
@@ -509,9 +590,9 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     },
 
     async submitTaskResult(taskId, holder, result) {
-      requireText('taskId', taskId);
-      requireText('holder', holder);
-      const status = result?.status;
+      requireId('taskId', taskId);
+      requireId('holder', holder);
+      const status = requireInput('result', result).status;
       if (status !== 'done' && status !== 'failed') throw new InvalidArgumentError('result.status', "must be 'done' or 'failed'");
       return dialect.writeTransaction(async (trx) => {
         const task = await trx.selectFrom('tasks').select(['workspace_id', 'status']).where('id', '=', taskId).executeTakeFirst();

@@ -5,7 +5,18 @@ import type { CoordinatorRunRow, CoordinatorRunStatus, Database } from '../schem
 import type { StoreContext } from './context.js';
 import { prepared } from './prepared.js';
 import { requireSameCreate } from './idempotent.js';
-import { requirePositiveMs, requireText } from './validate.js';
+import {
+  optionalId,
+  optionalInput,
+  optionalKeyFilter,
+  optionalStatusFilter,
+  optionalString,
+  requireId,
+  requireInput,
+  requireOneOf,
+  requirePositiveMs,
+  requireText,
+} from './validate.js';
 import { tableIn } from '../dialects/schema.js';
 
 export interface CoordinatorRun {
@@ -42,6 +53,7 @@ export interface StartedCoordinatorRun extends CoordinatorRun {
 
 export type StoppedRunStatus = Exclude<CoordinatorRunStatus, 'running'>;
 const STOPPED_STATUSES: readonly StoppedRunStatus[] = ['completed', 'failed', 'cancelled'];
+const RUN_STATUSES: readonly CoordinatorRunStatus[] = ['running', ...STOPPED_STATUSES];
 
 export interface ListCoordinatorRunsFilter {
   readonly status?: CoordinatorRunStatus | readonly CoordinatorRunStatus[];
@@ -158,7 +170,7 @@ export function checkTargetKey(targetKey: unknown): string | null {
   if (typeof targetKey !== 'string' || targetKey.trim() === '') {
     throw new InvalidArgumentError('targetKey', 'must be null (the shared null target) or a non-empty key such as worktree:<id>');
   }
-  return targetKey;
+  return requireId('targetKey', targetKey);
 }
 
 /** @internal The running run of a target (at most one: the unique index), read in `db` (a transaction or the store). */
@@ -234,6 +246,7 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
   const { db } = dialect;
 
   async function getRun(runId: string): Promise<CoordinatorRun | null> {
+    requireId('runId', runId);
     const row = await SELECT_RUN.first(db, { id: runId });
     return row ? toCoordinatorRun(row) : null;
   }
@@ -247,6 +260,10 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
 
   const repo: RunRepository = {
     async startCoordinatorRun(input) {
+      requireInput('input', input);
+      checkTargetKey(input.targetKey);
+      optionalId('coordinatorHandle', input.coordinatorHandle);
+      optionalString('spec', input.spec);
       const targetKey = checkTargetKey(input.targetKey);
       const chosenHandle = input.coordinatorHandle === undefined ? null : requireText('coordinatorHandle', input.coordinatorHandle);
       const spec = input.spec ?? null;
@@ -311,7 +328,7 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
     },
 
     async adoptUnownedTasks(runId, targetKey) {
-      requireText('runId', runId);
+      requireId('runId', runId);
       const target = checkTargetKey(targetKey);
       return dialect.writeTransaction(async (trx) => {
         await dialect.lockKey(trx, runTargetLockKey(target));
@@ -330,21 +347,23 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
 
     getCoordinatorRun: getRun,
 
-    async listCoordinatorRuns(filter = {}) {
+    async listCoordinatorRuns(options) {
+      const filter = optionalInput('filter', options);
+      const statuses = optionalStatusFilter('status', filter.status, RUN_STATUSES);
+      const targetKey = optionalKeyFilter('targetKey', filter.targetKey);
+      if (statuses !== null && statuses.length === 0) return [];
       let query = db.selectFrom('coordinator_runs').selectAll();
-      if (filter.status !== undefined) {
-        const statuses = typeof filter.status === 'string' ? [filter.status] : [...filter.status];
-        query = query.where('status', 'in', statuses);
-      }
-      if (filter.targetKey !== undefined) {
-        query = filter.targetKey === null ? query.where('target_key', 'is', null) : query.where('target_key', '=', filter.targetKey);
+      if (statuses !== null) query = query.where('status', 'in', statuses);
+      if (targetKey !== undefined) {
+        query = targetKey === null ? query.where('target_key', 'is', null) : query.where('target_key', '=', targetKey);
       }
       const rows = await query.orderBy('started_at').orderBy('id').execute();
       return rows.map(toCoordinatorRun);
     },
 
     async stopCoordinatorRun(runId, status) {
-      if (!STOPPED_STATUSES.includes(status)) throw new InvalidArgumentError('status', `must be one of ${STOPPED_STATUSES.join(', ')}`);
+      requireId('runId', runId);
+      requireOneOf('status', status, STOPPED_STATUSES);
       const row = await dialect.writeTransaction((trx) =>
         trx
           .updateTable('coordinator_runs')
@@ -358,6 +377,7 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
     },
 
     async heartbeatCoordinatorRun(runId) {
+      requireId('runId', runId);
       const now = ctx.clock.now();
       // `status = 'running'` in the WHERE is the fence: PostgreSQL re-checks it on the row
       // version a concurrent reconcile left, so a reconciled run never comes back.
@@ -374,7 +394,7 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
     },
 
     async reconcileStaleRuns(options) {
-      const staleAfterMs = requirePositiveMs('staleAfterMs', options?.staleAfterMs);
+      const staleAfterMs = requirePositiveMs('staleAfterMs', requireInput('options', options).staleAfterMs);
       const now = ctx.clock.now();
       const rows = await dialect.writeTransaction((trx) =>
         trx

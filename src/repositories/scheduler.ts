@@ -18,7 +18,7 @@ import type { StoreContext } from './context.js';
 import { createLockRepository, StaleTaskLeaseError, type LeaseGrant, type TaskLeaseHolder, type WorkspaceLockHolder } from './locks.js';
 import { toProject, toWorkspace, type WorkspaceRecord } from './org.js';
 import { toTask } from './tasks.js';
-import { requirePositiveMs, requireText } from './validate.js';
+import { optionalId, requireBoolean, requireId, requireInput, requirePositiveMs } from './validate.js';
 
 /** Lease and lock lifetime of a dispatched run unless the caller says otherwise (renew at about a third of it). */
 export const DEFAULT_DISPATCH_TTL_MS = 5 * 60_000;
@@ -132,16 +132,30 @@ export function createSchedulerRepository(ctx: StoreContext): SchedulerRepositor
   }
 
   return {
-    resolveWorkspaceWithLockMode: (task, agent) => resolve(task, agent),
+    async resolveWorkspaceWithLockMode(task, agent) {
+      requireInput('task', task);
+      requireId('task.id', task.id);
+      optionalId('task.workspaceId', task.workspaceId);
+      optionalId('task.projectId', task.projectId);
+      requireBoolean('task.requiresFilesystem', task.requiresFilesystem);
+      requireInput('agent', agent);
+      requireId('agent.id', agent.id);
+      optionalId('agent.workspaceId', agent.workspaceId);
+      return resolve(task, agent);
+    },
 
     async dispatchRun(input) {
-      const taskId = requireText('taskId', input.taskId);
-      const agentId = requireText('agentId', input.agentId);
-      const runId = requireText('runId', input.runId);
+      requireInput('input', input);
+      const taskId = requireId('taskId', input.taskId);
+      const agentId = requireId('agentId', input.agentId);
+      const runId = requireId('runId', input.runId);
       if (input.mode !== 'heartbeat' && input.mode !== 'task-runner') {
         throw new InvalidArgumentError('mode', "must be 'heartbeat' or 'task-runner'");
       }
       const ttlMs = input.ttlMs === undefined ? DEFAULT_DISPATCH_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
+      // Refusals come before the first write: a missing agent or task must not bump the task lease's token.
+      if (!(await db.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst())) throw new NotFoundError('agent', agentId);
+      if (!(await db.selectFrom('tasks').select('id').where('id', '=', taskId).executeTakeFirst())) throw new NotFoundError('task', taskId);
 
       const lease = await locks.claimTaskLease(taskId, { holder: runId, ttlMs });
       if (lease.status === 'busy') return { outcome: 'skipped', reason: 'task_leased', heldBy: lease.heldBy };

@@ -6,7 +6,20 @@ import { CleanupBarrierError, findAdmission, lockBarriers } from './ownership.js
 import { findRunningRun } from './runs.js';
 import type { StoreContext } from './context.js';
 import { createOnce, requireSameCreate } from './idempotent.js';
-import { requireBoolean, requireText } from './validate.js';
+import {
+  optionalId,
+  optionalIdFilter,
+  optionalInput,
+  optionalKeyFilter,
+  optionalStatusFilter,
+  optionalString,
+  requireBoolean,
+  requireId,
+  requireInput,
+  requireOneOf,
+  requirePathList,
+  requireText,
+} from './validate.js';
 
 export interface Task {
   readonly id: string;
@@ -103,10 +116,29 @@ function validateWrites(writes: unknown): readonly string[] | null {
   return (writes as string[]).map(normalizeWritePath);
 }
 
+/** Every argument of `createTask`, checked before its transaction (see validate.ts for the limits). */
+function checkCreateTaskInput(input: CreateTaskInput): void {
+  requireInput('input', input);
+  optionalId('id', input.id);
+  requireId('companyId', input.companyId);
+  requireText('title', input.title);
+  optionalString('description', input.description);
+  if (input.status !== undefined) requireOneOf('status', input.status, TASK_STATUSES);
+  optionalId('projectId', input.projectId);
+  optionalId('assigneeAgentId', input.assigneeAgentId);
+  optionalId('workspaceId', input.workspaceId);
+  requireBoolean('requiresFilesystem', input.requiresFilesystem);
+  optionalId('targetKey', input.targetKey);
+  optionalId('parentId', input.parentId);
+  if (input.workspaceMode !== undefined && input.workspaceMode !== null) requireOneOf('workspaceMode', input.workspaceMode, ['isolated', 'shared']);
+  if (input.writes !== undefined && input.writes !== null) requirePathList('writes', input.writes);
+}
+
 export function createTaskRepository(ctx: StoreContext): TaskRepository {
   const { dialect } = ctx;
   const repo: TaskRepository = {
     async createTask(input) {
+      checkCreateTaskInput(input);
       const requiresFilesystem = requireBoolean('requiresFilesystem', input.requiresFilesystem);
       const status = input.status ?? 'backlog';
       if (!TASK_STATUSES.includes(status)) throw new InvalidArgumentError('status', `must be one of ${TASK_STATUSES.join(', ')}`);
@@ -200,27 +232,32 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
     },
 
     async getTask(id) {
+      requireId('id', id);
       const row = await dialect.db.selectFrom('tasks').selectAll().where('id', '=', id).executeTakeFirst();
       return row ? toTask(row) : null;
     },
 
     async requireTask(id) {
+      requireId('id', id);
       const task = await repo.getTask(id);
       if (!task) throw new NotFoundError('task', id);
       return task;
     },
 
-    async listTasks(filter = {}) {
+    async listTasks(options) {
+      const filter = optionalInput('filter', options);
+      const runId = optionalIdFilter('runId', filter.runId);
+      const parentId = optionalIdFilter('parentId', filter.parentId);
+      const targetKey = optionalKeyFilter('targetKey', filter.targetKey);
+      const statuses = optionalStatusFilter('status', filter.status, TASK_STATUSES);
+      if (statuses !== null && statuses.length === 0) return [];
       let query = dialect.db.selectFrom('tasks').selectAll();
-      if (filter.runId !== undefined) query = query.where('coordinator_run_id', '=', filter.runId);
-      if (filter.parentId !== undefined) query = query.where('parent_id', '=', filter.parentId);
-      if (filter.targetKey !== undefined) {
-        query = filter.targetKey === null ? query.where('target_key', 'is', null) : query.where('target_key', '=', filter.targetKey);
+      if (runId !== undefined) query = query.where('coordinator_run_id', '=', runId);
+      if (parentId !== undefined) query = query.where('parent_id', '=', parentId);
+      if (targetKey !== undefined) {
+        query = targetKey === null ? query.where('target_key', 'is', null) : query.where('target_key', '=', targetKey);
       }
-      if (filter.status !== undefined) {
-        const statuses = typeof filter.status === 'string' ? [filter.status] : [...filter.status];
-        query = query.where('status', 'in', statuses);
-      }
+      if (statuses !== null) query = query.where('status', 'in', statuses);
       const rows = await query.orderBy('created_at').orderBy('id').execute();
       return rows.map(toTask);
     },

@@ -32,3 +32,42 @@ export async function migrateAndHangInside0052(store: Store, _args: unknown, too
   );
   await new Migrator(store.dialect, chain).migrate({ now: Date.now() });
 }
+
+/**
+ * Migrates with 0052 wrapped so that, after its real `up` ran inside the transaction (column
+ * added, backfill done, history row not yet written), it signals and then stays in the
+ * transaction for a while (PostgreSQL: `pg_sleep` in the migration's own backend): the parent
+ * terminates that backend, or SIGKILLs this process on SQLite, while a second deploy waits.
+ */
+export async function migrateSlowly0052(store: Store, _args: unknown, tools: ContenderTools) {
+  let entered = 0;
+  const chain: MigrationDefinition[] = MIGRATIONS.map((m) =>
+    m.version !== 52
+      ? m
+      : {
+          ...m,
+          async up(ctx) {
+            await m.up(ctx);
+            if (ctx.now === 0) return;
+            if (++entered === 1) {
+              tools.signal('inside-0052');
+              if (store.dialect.kind === 'postgres') await sql`select pg_sleep(20)`.execute(ctx.db);
+              else await new Promise(() => {});
+            }
+          },
+        },
+  );
+  const result = await new Migrator(store.dialect, chain).migrate({ now: Date.now(), migrationLockWaitMs: 120_000 });
+  return { applied: result.applied, toVersion: result.toVersion };
+}
+
+/** Migrates, signalling `waiting` when it reports that it waits for the migration lock. */
+export async function migrateReportingWait(store: Store, _args: unknown, tools: ContenderTools) {
+  const result = await store.migrate({
+    migrationLockWaitMs: 120_000,
+    onEvent: (event) => {
+      if (event.type === 'waiting') tools.signal('waiting');
+    },
+  });
+  return { applied: result.applied, toVersion: result.toVersion };
+}

@@ -4,6 +4,7 @@ import { sql } from 'kysely';
 import {
   BaselineMismatchError,
   BaselineRequiredError,
+  DataLossError,
   LATEST_VERSION,
   MIGRATIONS,
   MigrationChecksumMismatchError,
@@ -18,7 +19,7 @@ import {
 import { main } from '../../src/cli.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { holdWriteLock } from '../support/hold-write-lock.js';
-import { Contenders, ContenderExitedError } from '../support/race.js';
+import { Contenders, ContenderExitedError, type Outcome } from '../support/race.js';
 import { makeLegacyV5Database } from './legacy.js';
 
 const OPS = fileURLToPath(new URL('./migrations.ops.ts', import.meta.url));
@@ -243,6 +244,66 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
     });
   });
 
+  describe('data-loss guard', () => {
+    it('a down step dropping rows throws DataLossError and changes nothing; allowDataLoss: true goes ahead', async () => {
+      const store = await fx.freshStore();
+      await sql`insert into companies (id, name, created_at) values ('c', 'c', 1)`.execute(store.db);
+      const schema = await store.describeSchema();
+      const refused = await store.migrate({ to: 0 }).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(DataLossError);
+      expect((refused as DataLossError).losses).toEqual([{ version: 5, name: 'baseline', table: 'companies', rows: 1 }]);
+      expect(await store.describeSchema()).toEqual(schema);
+      expect(await historyVersions(store)).toEqual(VERSIONS);
+      // Empty tables go without the flag; the one with rows needs it.
+      expect((await store.migrate({ to: 5 })).reverted).toEqual(VERSIONS.filter((v) => v > 5).reverse());
+      expect((await store.migrate({ to: 0, allowDataLoss: true })).reverted).toEqual([5]);
+      expect(await describeTables(store)).toEqual({ tables: {} });
+    });
+  });
+
+  describe('lost lock session', () => {
+    it('a migrator that loses its connection mid-0052 while a second deploy waits: each version is recorded once and the schema is right', async () => {
+      const url = await fx.freshUrl();
+      const store = await fx.open(url);
+      await store.migrate({ to: 8 });
+      const contenders = await Contenders.start(2, { url, module: OPS });
+      let first: Outcome<{ applied: number[] }> | undefined;
+      try {
+        const firstRun = contenders.start<{ applied: number[] }>(0, 'migrateSlowly0052');
+        await contenders.waitForSignal(0, 'inside-0052');
+        // The second deploy starts while the first holds the lock mid-0052; on PostgreSQL it
+        // reports the holder while it waits.
+        const second = contenders.start<{ applied: number[]; toVersion: number }>(1, 'migrateReportingWait');
+        if (fx.kind === 'postgres') {
+          await contenders.waitForSignal(1, 'waiting');
+          const admin = await fx.open(url);
+          const { rows } = await sql<{ pid: number }>`
+            select pg_terminate_backend(l.pid) as terminated, l.pid from pg_locks l
+            where l.locktype = 'advisory' and l.granted
+              and l.database = (select oid from pg_database where datname = current_database())`.execute(admin.db);
+          expect(rows).toHaveLength(1);
+          first = await firstRun;
+        } else {
+          await contenders.kill(0);
+          await expect(firstRun).rejects.toBeInstanceOf(ContenderExitedError);
+        }
+        const done = await second;
+        expect(done, JSON.stringify(done)).toMatchObject({ ok: true, value: { toVersion: LATEST_VERSION } });
+      } finally {
+        await contenders.close();
+      }
+      // The first either completed (its retry found the versions applied, or applied them) or
+      // failed with one typed line; never both deploys applying one version.
+      if (first && !first.ok) {
+        expect(first.error.code, JSON.stringify(first.error)).toBe('DATABASE_UNAVAILABLE');
+        expect(first.error.message).not.toMatch(/\n/);
+      }
+      expect(await historyVersions(store)).toEqual(VERSIONS);
+      const fresh = await fx.freshStore();
+      expect(await store.describeSchema()).toEqual(await fresh.describeSchema());
+    });
+  });
+
   describe('CLI', () => {
     it('migrates, reports status as JSON and plans, with exit code 0', async () => {
       const url = await fx.freshUrl();
@@ -259,7 +320,7 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       expect(parsed).toMatchObject({ modified: [], unknown: [], currentVersion: 7 });
       const done = await cli('migrate', '--db', url);
       expect(done).toMatchObject({ code: 0 });
-      expect(done.out).toMatch(/migrated from 0007 to 0055/);
+      expect(done.out).toMatch(/migrated from 0007 to 0056/);
     });
 
     it('exits 2 on usage errors', async () => {
@@ -302,14 +363,11 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const held = new Promise<void>((resolve) => (release = resolve));
       let locked!: () => void;
       const isLocked = new Promise<void>((resolve) => (locked = resolve));
-      const holding = holder.dialect.withMigrationLock(async () => {
-        // SQLite has no separate lock: a migrator in the middle of a migration holds the write lock.
-        await holder.dialect.writeTransaction(async (trx) => {
-          await sql`update companies set name = name`.execute(trx);
-          locked();
-          await held;
-        });
-      }, 10_000);
+      const holding = holder.dialect.withMigrationLock(async (trx) => {
+        await sql`update companies set name = name`.execute(trx);
+        locked();
+        await held;
+      }, { waitMs: 10_000 });
       await isLocked;
       try {
         const result = await cli('migrate', '--db', url, '--lock-timeout', '300');
@@ -328,7 +386,7 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const url = fx.kind === 'postgres' ? 'postgres://postgres@127.0.0.1:1/nowhere' : 'sqlite:/nonexistent-dir/deeper/x.db';
       const result = await cli('status', '--db', url);
       expect(result.code).toBe(1);
-      expect(result.err).toMatch(/^taskfence: Cannot reach the database at .*Check that/);
+      expect(result.err).toMatch(fx.kind === 'postgres' ? /^taskfence: Cannot reach the database at .*Check that/ : /^taskfence: cannot open sqlite:.*the directory .* does not exist/);
     });
   });
 }

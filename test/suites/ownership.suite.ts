@@ -523,7 +523,7 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       await migrator.migrate({ to: 54 });
       expect((await envRow(store, 'e')).ownership_generation).toBe(1);
       expect((await groupRow(store, 'g')).ownership_generation).toBe(1);
-      await migrator.migrate({ to: 52 });
+      await migrator.migrate({ to: 52, allowDataLoss: true });
       const tables = Object.keys((await store.describeSchema()).tables);
       expect(tables).not.toContain('task_environments');
       expect(tables).not.toContain('cleanup_snapshots');

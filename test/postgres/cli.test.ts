@@ -1,0 +1,151 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createServer, type Server, type Socket } from 'node:net';
+import { sql } from 'kysely';
+import { LATEST_VERSION, MIGRATIONS, type Store } from '../../src/index.js';
+import { defineCliSuite, expectOneLine, insertManyTasks, runCli } from '../suites/cli.suite.js';
+import { postgresFixture } from '../support/dialects.js';
+import type { DialectFixture } from '../support/fixtures.js';
+
+defineCliSuite(postgresFixture);
+
+const VERSIONS = MIGRATIONS.map((m) => m.version);
+
+async function historyVersions(store: Store): Promise<number[]> {
+  const rows = await store.db.selectFrom('taskfence_migrations').select('version').orderBy('version').execute();
+  return rows.map((r) => Number(r.version));
+}
+
+describe('CLI faults on PostgreSQL', () => {
+  let fx: DialectFixture;
+  beforeAll(() => {
+    fx = postgresFixture();
+  });
+  afterAll(() => fx.cleanup());
+
+  it('against a host that accepts TCP and never answers, every command exits 1 with one line within about 15 s', async () => {
+    const sockets: Socket[] = [];
+    const server: Server = createServer((socket) => {
+      sockets.push(socket); // accept, read, never answer
+      socket.on('error', () => {});
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as { port: number }).port;
+    try {
+      const started = Date.now();
+      const results = await Promise.all(['status', 'migrate', 'plan'].map((c) => runCli([c, '--db', `postgres://postgres@127.0.0.1:${port}/silent`])));
+      const elapsed = Date.now() - started;
+      for (const result of results) {
+        expect(result.code).toBe(1);
+        expectOneLine(result);
+        expect(result.err).toMatch(/Cannot reach the database at postgres:\/\/postgres@127\.0\.0\.1:\d+\/silent/);
+      }
+      expect(elapsed).toBeLessThan(20_000);
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+
+  it('a migrator whose own backend is terminated mid-backfill prints one line and exits 1; a re-run completes with each version once', async () => {
+    const url = await fx.freshUrl();
+    const store = await fx.open(url);
+    await store.migrate({ to: 8 });
+    await insertManyTasks(store, 300_000);
+    const database = new URL(url).pathname.slice(1);
+    let stop = false;
+    let terminated = 0;
+    // Once 0052 runs, terminate every taskfence backend of this database until the CLI gives up
+    // (its retries on fresh connections end after --lock-wait).
+    const killer = (async () => {
+      while (!stop) {
+        const { rows } = await sql<{ pid: number; query: string }>`
+          select pid, query from pg_stat_activity
+          where datname = ${database} and application_name = 'taskfence' and pid <> pg_backend_pid()`.execute(store.db);
+        if (terminated > 0 || rows.some((r) => /requires_filesystem/.test(r.query))) {
+          for (const r of rows) {
+            await sql`select pg_terminate_backend(${r.pid})`.execute(store.db);
+            terminated++;
+          }
+        }
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    })();
+    // The test store's own pool must not be what gets terminated.
+    await sql`set application_name = 'taskfence-test'`.execute(store.db);
+    let result;
+    try {
+      result = await runCli(['migrate', '--db', url, '--lock-wait', '3000']);
+    } finally {
+      stop = true;
+      await killer;
+    }
+    expect(terminated).toBeGreaterThan(0);
+    expect(result.code, result.out + result.err).toBe(1);
+    expectOneLine(result);
+    expect(result.err).toMatch(/Cannot reach the database|terminat/i);
+    expect(await historyVersions(store)).toEqual(VERSIONS.filter((v) => v <= 8));
+    const rerun = await runCli(['migrate', '--db', url]);
+    expect(rerun.code, rerun.err).toBe(0);
+    expect(await historyVersions(store)).toEqual(VERSIONS);
+  });
+
+  it('--ddl-lock-timeout bounds how long migration DDL waits for a table an application transaction uses; the refusal changes nothing', async () => {
+    const url = await fx.freshUrl();
+    const app = await fx.open(url);
+    await app.migrate({ to: 8 });
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let reading!: () => void;
+    const isReading = new Promise<void>((resolve) => (reading = resolve));
+    const transaction = app.dialect.writeTransaction(async (trx) => {
+      await sql`select count(*) from tasks`.execute(trx); // holds ACCESS SHARE on tasks until it ends
+      reading();
+      await held;
+    });
+    await isReading;
+    // The reader ends after 5 s by itself: a migrator that ignored --ddl-lock-timeout (and used
+    // the default 10 s) would then get the lock and succeed.
+    const ends = setTimeout(() => release(), 5_000);
+    try {
+      const result = await runCli(['migrate', '--db', url, '--ddl-lock-timeout', '500']);
+      expect(result.code).toBe(1);
+      expectOneLine(result);
+      expect(result.err).toMatch(/Migration 0052 requires_filesystem failed \(up\): its DDL waited longer than ddlLockTimeoutMs \(500 ms, --ddl-lock-timeout\)/);
+      expect(await historyVersions(app)).toEqual(VERSIONS.filter((v) => v <= 8));
+    } finally {
+      clearTimeout(ends);
+      release();
+      await transaction;
+    }
+    expect((await runCli(['migrate', '--db', url])).code).toBe(0);
+  });
+
+  it('while waiting for the migration lock, prints who holds it (pid, application, since) every few seconds, then times out with one line', async () => {
+    const url = await fx.freshUrl();
+    const holder = await fx.open(url);
+    await holder.migrate({ to: 8 });
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let locked!: (pid: number) => void;
+    const isLocked = new Promise<number>((resolve) => (locked = resolve));
+    const holding = holder.dialect.withMigrationLock(async (trx) => {
+      const { rows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(trx);
+      locked(rows[0]!.pid);
+      await held;
+    }, { waitMs: 10_000 });
+    const pid = await isLocked;
+    try {
+      const result = await runCli(['migrate', '--db', url, '--lock-wait', '7000']);
+      expect(result.code).toBe(1);
+      expectOneLine(result);
+      expect(result.err).toMatch(/held the migration lock for more than 7000 ms/);
+      const waiting = result.out.split('\n').filter((l) => l.startsWith('waiting'));
+      expect(waiting.length).toBeGreaterThanOrEqual(2);
+      expect(waiting[0]).toMatch(new RegExp(`^waiting \\d+ s for the migration lock, held by pid ${pid} \\(application "taskfence".*, since \\d{4}-`));
+    } finally {
+      release();
+      await holding;
+    }
+    expect((await holder.migrate()).toVersion).toBe(LATEST_VERSION);
+  });
+});

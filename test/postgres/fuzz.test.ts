@@ -1,0 +1,4 @@
+import { defineFuzzSuite } from '../suites/fuzz.suite.js';
+import { postgresFixture } from '../support/dialects.js';
+
+defineFuzzSuite(postgresFixture);

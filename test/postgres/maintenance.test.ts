@@ -1,0 +1,4 @@
+import { defineMaintenanceSuite } from '../suites/maintenance.suite.js';
+import { postgresFixture } from '../support/dialects.js';
+
+defineMaintenanceSuite(postgresFixture);

@@ -1,0 +1,4 @@
+import { defineValidationSuite } from '../suites/validation.suite.js';
+import { postgresFixture } from '../support/dialects.js';
+
+defineValidationSuite(postgresFixture);

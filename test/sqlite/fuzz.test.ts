@@ -1,0 +1,4 @@
+import { defineFuzzSuite } from '../suites/fuzz.suite.js';
+import { sqliteFixture } from '../support/dialects.js';
+
+defineFuzzSuite(sqliteFixture);

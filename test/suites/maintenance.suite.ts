@@ -1,0 +1,148 @@
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { InvalidArgumentError, type Store } from '../../src/index.js';
+import type { DialectFixture } from '../support/fixtures.js';
+import { Contenders } from '../support/race.js';
+
+const OPS = fileURLToPath(new URL('./maintenance.ops.ts', import.meta.url));
+
+class FakeClock {
+  constructor(public t: number) {}
+  now() {
+    return this.t;
+  }
+}
+
+/** Retention (`store.maintenance.prune`): removes only what is finished and old, also while other processes work. */
+export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
+  let fx: DialectFixture;
+  beforeAll(() => {
+    fx = makeFixture();
+  });
+  afterAll(() => fx.cleanup());
+
+  const count = async (store: Store, table: 'messages' | 'decision_gates' | 'dispatch_contexts' | 'coordinator_runs' | 'cleanup_snapshots' | 'path_leases' | 'workspace_locks' | 'tasks') =>
+    Number((await store.db.selectFrom(table).select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()).n);
+
+  it('deletes what finished before the cutoff and keeps everything live, referenced or fencing; a dry run deletes nothing', async () => {
+    const clock = new FakeClock(1_000);
+    const store = await fx.freshStore({ clock });
+    const company = await store.org.createCompany({ name: 'Old' });
+    const ws = await store.org.createWorkspace({ companyId: company.id, name: 'ws' });
+    // An old, finished run with a completed dispatch and a resolved gate.
+    const task = await store.tasks.createTask({ companyId: company.id, title: 'old', targetKey: 'worktree:old', requiresFilesystem: false, status: 'ready' });
+    const oldRun = await store.runs.startCoordinatorRun({ targetKey: 'worktree:old' });
+    const dispatch = await store.dispatches.createDispatch({ taskId: task.id, terminalHandle: 'term-1' });
+    await store.dispatches.endDispatch(dispatch.id, 'completed');
+    const oldGate = await store.gates.openGate({ question: 'old?', runId: oldRun.id });
+    await store.gates.resolveGate(oldGate.id, 'yes');
+    await store.runs.stopCoordinatorRun(oldRun.id, 'completed');
+    // A running run whose resolved gate must stay.
+    const live = await store.runs.startCoordinatorRun({ targetKey: 'worktree:live' });
+    const liveGate = await store.gates.openGate({ question: 'live?', runId: live.id });
+    await store.gates.resolveGate(liveGate.id, 'yes');
+    const openGate = await store.gates.openGate({ question: 'open?', runId: live.id });
+    // Messages: one delivered, one pending.
+    await store.messages.sendMessage({ from: 'a', to: 'inbox', kind: 'k' });
+    await store.messages.deliverPendingMessages('inbox');
+    await store.messages.sendMessage({ from: 'a', to: 'inbox', kind: 'k' });
+    // Path leases: one that expires soon, one long-lived.
+    await store.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'h1', paths: ['a'], ttlMs: 500 });
+    await store.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'h2', paths: ['b'], ttlMs: 1_000_000 });
+    // A workspace lock granted and released: its row carries the fencing token and must stay.
+    const claim = await store.locks.claimWorkspaceLock(ws.id, { holder: 'x', runId: live.id, ttlMs: 100 });
+    if (claim.status !== 'claimed') throw new Error('not claimed');
+    await store.locks.releaseWorkspaceLock(ws.id, { token: claim.token });
+    // A completed cleanup and a pending one.
+    const doomed = await store.tasks.createTask({ companyId: company.id, title: 'doomed', requiresFilesystem: true });
+    await store.ownership.createEnvironment({ ownerTaskId: doomed.id, rootPath: '/w/doomed' });
+    const admission = await store.ownership.admitTaskCleanup(doomed.id, 'delete');
+    const cleanupClaim = await store.ownership.claimCleanup(admission.snapshots[0]!.id, 'worker', { ttlMs: 60_000 });
+    await store.ownership.completeCleanup(cleanupClaim);
+    const pendingTask = await store.tasks.createTask({ companyId: company.id, title: 'pending cleanup', requiresFilesystem: true });
+    await store.ownership.createEnvironment({ ownerTaskId: pendingTask.id, rootPath: '/w/pending' });
+    await store.ownership.admitTaskCleanup(pendingTask.id, 'archive');
+
+    clock.t = 100_000;
+    const before = {
+      messages: await count(store, 'messages'),
+      gates: await count(store, 'decision_gates'),
+      runs: await count(store, 'coordinator_runs'),
+      snapshots: await count(store, 'cleanup_snapshots'),
+    };
+    const expected = { messages: 1, decision_gates: 1, dispatch_contexts: 1, coordinator_runs: 1, cleanup_snapshots: 1, path_leases: 1 };
+    const dry = await store.maintenance.prune({ olderThanMs: 50_000, dryRun: true });
+    expect(dry).toEqual({ cutoff: 50_000, dryRun: true, deleted: expected });
+    expect(await count(store, 'messages')).toBe(before.messages);
+
+    const result = await store.maintenance.prune({ olderThanMs: 50_000, batchSize: 1 });
+    expect(result.deleted).toEqual(expected);
+    expect(await store.runs.getCoordinatorRun(oldRun.id)).toBeNull();
+    expect(await store.runs.getCoordinatorRun(live.id)).toMatchObject({ status: 'running' });
+    expect(await store.gates.getGate(liveGate.id)).not.toBeNull();
+    expect(await store.gates.getGate(openGate.id)).not.toBeNull();
+    expect(await store.gates.getGate(oldGate.id)).toBeNull();
+    expect(await store.messages.countPendingMessages('inbox')).toBe(1);
+    expect((await store.paths.listPathLeases({ workspaceId: ws.id })).map((l) => l.holder)).toEqual(['h2']);
+    expect(await count(store, 'workspace_locks')).toBe(1);
+    expect(await count(store, 'cleanup_snapshots')).toBe(before.snapshots - 1);
+    expect(await count(store, 'tasks')).toBe(3);
+    // The pruned run's task is unowned, as a stopped run's would be: the next run on its target adopts it.
+    const next = await store.runs.startCoordinatorRun({ targetKey: 'worktree:old' });
+    expect(next.adoptedTaskCount).toBe(1);
+    // The fencing token goes on increasing.
+    const again = await store.locks.claimWorkspaceLock(ws.id, { holder: 'y', runId: live.id, ttlMs: 100 });
+    expect(again).toMatchObject({ status: 'claimed', token: claim.token + 1 });
+    // A second prune finds nothing more.
+    expect(Object.values((await store.maintenance.prune({ olderThanMs: 50_000 })).deleted).every((n) => n === 0)).toBe(true);
+  });
+
+  it('refuses bad options without deleting anything', async () => {
+    const store = await fx.freshStore();
+    for (const options of [{ olderThanMs: -1 }, { olderThanMs: 1.5 }, { olderThanMs: 0, batchSize: 0 }, { olderThanMs: 0, dryRun: 'yes' }, {}]) {
+      await expect(store.maintenance.prune(options as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+    }
+  });
+
+  it('prunes while 4 processes keep starting runs, claiming locks and exchanging messages: every call of theirs succeeds and tokens keep increasing', async () => {
+    const url = await fx.freshUrl();
+    const store = await fx.open(url);
+    await store.migrate();
+    const company = await store.org.createCompany({ name: 'Busy' });
+    const workspaces = await Promise.all([0, 1, 2, 3].map((i) => store.org.createWorkspace({ companyId: company.id, name: `ws${i}` })));
+    const contenders = await Contenders.start(4, { url, module: OPS, storeOptions: { poolSize: 2 } });
+    try {
+      let pruning = true;
+      const pruned = { messages: 0, coordinator_runs: 0, decision_gates: 0 };
+      const pruner = (async () => {
+        while (pruning) {
+          const { deleted } = await store.maintenance.prune({ olderThanMs: 0, batchSize: 3 });
+          pruned.messages += deleted.messages;
+          pruned.coordinator_runs += deleted.coordinator_runs;
+          pruned.decision_gates += deleted.decision_gates;
+          // SQLite calls complete without a macrotask turn: yield, or the children's results are never read.
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+      })();
+      const outcomes = await contenders.race<number[]>('churn', (i) => ({ workspaceId: workspaces[i]!.id, tag: `svc-${i}`, rounds: 25 }));
+      pruning = false;
+      await pruner;
+      expect(outcomes.filter((o) => !o.ok)).toEqual([]);
+      for (const o of outcomes) {
+        if (!o.ok) continue;
+        expect(o.value).toEqual([...o.value].sort((a, b) => a - b));
+        expect(new Set(o.value).size).toBe(o.value.length);
+      }
+      const final = await store.maintenance.prune({ olderThanMs: 0 });
+      pruned.coordinator_runs += final.deleted.coordinator_runs;
+      pruned.messages += final.deleted.messages;
+      // Everything the services finished is gone now; the fencing rows stay.
+      expect(pruned.coordinator_runs).toBe(100);
+      expect(pruned.messages).toBe(100);
+      expect(await count(store, 'coordinator_runs')).toBe(0);
+      expect(await count(store, 'workspace_locks')).toBe(4);
+    } finally {
+      await contenders.close();
+    }
+  });
+}
