@@ -93,7 +93,7 @@ export const migration0052: MigrationDefinition = {
     await db.schema.alterTable('tasks').dropColumn('requires_filesystem').execute();
   },
   async workRows(db) {
-    const { rows } = await sql<{ n: number | string }>`select count(*) as n from tasks`.execute(db);
+    const { rows } = await sql<{ n: number | string }>`select count(*) as n from ${tableIn(db, 'tasks')}`.execute(db);
     return Number(rows[0]?.n ?? 0);
   },
 };

@@ -151,7 +151,7 @@ describe('PostgreSQL: schemas', () => {
         expect(await store.locks.claimWorkspaceLock('ws', { holder: 'h', runId: 'r', ttlMs: 60_000 })).toMatchObject({ status: 'claimed', token: 1 });
         await store.transaction(async (tx) => tx.lockResources(['box:shared']));
       }
-      await a.migrate({ to: 0 });
+      await a.migrate({ to: 0, allowDataLoss: true });
       expect((await b.migrationStatus()).currentVersion).toBe(LATEST_VERSION);
       expect((await admin.query(`select count(*)::int as n from public.tasks`)).rows[0].n).toBe(0);
     } finally {
