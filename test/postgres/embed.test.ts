@@ -130,7 +130,7 @@ describe('PostgreSQL: schemas', () => {
     const admin = new pg.Client({ connectionString: base.toString() });
     await admin.connect();
     try {
-      await admin.query('create table public.tasks (id text primary key, host_column text)');
+      await admin.query('create table if not exists public.tasks (id text primary key, host_column text)');
       const a = await fx.open(`${base}?schema=tf_a`);
       const b = await fx.open(base.toString(), { schema: 'tf_b' });
       await expect(fx.open(`${base}?schema=tf_a`, { schema: 'tf_b' })).rejects.toBeInstanceOf(InvalidArgumentError);
