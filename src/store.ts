@@ -6,13 +6,14 @@ import { openPostgresDialect } from './dialects/postgres.js';
 import { openSqliteDialect } from './dialects/sqlite.js';
 import type { DialectOptions, StoreDialect } from './dialects/types.js';
 import { InvalidArgumentError } from './errors.js';
-import { Migrator, type MigrateOptions, type MigrateResult, type MigrationStatus, type PlanStep } from './migrator/migrator.js';
+import { Migrator, type MigrationEvent, type MigrateOptions, type MigrateResult, type MigrationStatus, type PlanStep } from './migrator/migrator.js';
 import type { Database } from './schema/database.js';
 import type { SchemaDescription } from './schema/describe.js';
 import { createStoreContext, type Clock, type StoreContext } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
 import { bindTransaction, type StoreTransaction, type TransactionOptions } from './transaction.js';
 import { guardSchemaVersion } from './repositories/schema-guard.js';
+import { EventHub, type StoreStats, type TaskfenceEvent } from './events.js';
 
 export interface StoreOptions extends DialectOptions {
   /** A database URL; default `TASKFENCE_DATABASE_URL`, else `sqlite:./taskfence.db`. */
@@ -23,6 +24,8 @@ export interface StoreOptions extends DialectOptions {
    * agree on every lease), the host's on SQLite.
    */
   readonly clock?: Clock;
+  /** Called with every event the store reports (see `TASKFENCE_CHANNELS`); the same events go to `node:diagnostics_channel`. */
+  readonly onEvent?: (event: TaskfenceEvent) => void;
 }
 
 /** An open database: the typed Kysely instance, the migrator, and the repository groups. */
@@ -66,6 +69,8 @@ export interface Store extends Repositories {
    * throws `ForeignTransactionError`. No retry here: the host's transaction is the host's to retry.
    */
   withTransaction<DB>(trx: Transaction<DB>): StoreTransaction;
+  /** Counters since the store opened: transactions, retries by kind, conflicts, refusals, leases lost, runs reconciled, pool usage. */
+  stats(): StoreStats;
   close(): Promise<void>;
 }
 
@@ -87,14 +92,23 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       : await openPostgresDialect(location.connectionString, { ...options, schema: location.schema });
   const migrator = new Migrator(dialect);
   const context: StoreContext = createStoreContext(dialect, options.clock ?? dialect.clock);
+  const events = new EventHub(options.onEvent);
+  dialect.stats.onRetry = (kind, attempt, delayMs) => events.emit({ type: 'transaction.retry', kind, attempt, delayMs: Math.round(delayMs) });
   return Object.freeze({
     db: dialect.db,
     dialect,
     location,
-    ...guardSchemaVersion(createRepositories(context), dialect.db),
+    ...guardSchemaVersion(events.observe(createRepositories(context)), dialect.db),
     migrate: async (migrateOptions?: MigrateOptions) => {
       if (location.dialect === 'postgres' && location.schema !== undefined) await ensureSchema(dialect, location.schema);
-      return migrator.migrate({ now: context.clock.now(), ...migrateOptions });
+      return migrator.migrate({
+        now: context.clock.now(),
+        ...migrateOptions,
+        onEvent: (event: MigrationEvent) => {
+          events.emit({ type: 'migration', event });
+          migrateOptions?.onEvent?.(event);
+        },
+      });
     },
     migrationStatus: () => migrator.status(),
     doctor: (doctorOptions?: DoctorOptions) => runDoctor({ dialect, location, migrationStatus: () => migrator.status() }, doctorOptions),
@@ -113,6 +127,12 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       const joined = dialect.joinTransaction(trx as unknown as Transaction<Database>);
       return bindTransaction(dialect, joined.db, () => joined.isActive(), context.clock);
     },
+    stats: (): StoreStats => ({
+      ...events.counters,
+      retries: { ...events.counters.retries },
+      transactions: dialect.stats.transactions ?? 0,
+      pool: dialect.connectionStats?.() ?? null,
+    }),
     close: () => dialect.close(),
   });
 }

@@ -104,7 +104,10 @@ export async function openPostgresDialect(connectionString: string, options: Dia
     plugins: schema === undefined ? [] : [new TaskfenceSchemaPlugin(schema)],
     log: queryLogger(options.onQuery),
   });
-  return new PostgresStoreDialect(db, config, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, offset, schema);
+  const dialect = new PostgresStoreDialect(db, config, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, offset, schema);
+  const counted = options.pool ?? pool;
+  dialect.connectionStats = () => ({ total: counted.totalCount, idle: counted.idleCount, waiting: counted.waitingCount });
+  return dialect;
 }
 
 class PostgresStoreDialect implements StoreDialect {
@@ -112,6 +115,7 @@ class PostgresStoreDialect implements StoreDialect {
   readonly columnTypes = POSTGRES_COLUMN_TYPES;
   readonly stats: DialectStats = { retries: 0 };
   readonly supportsSkipLocked = true;
+  connectionStats?: () => { total: number; idle: number; waiting: number };
 
   constructor(
     readonly db: Kysely<Schema>,

@@ -17,6 +17,7 @@ export async function retryTransient<T>(
   let backoff = 2;
   for (;;) {
     attempts++;
+    stats.transactions = (stats.transactions ?? 0) + 1;
     try {
       return await attempt();
     } catch (error) {
@@ -27,6 +28,7 @@ export async function retryTransient<T>(
       if (elapsed >= deadlineMs) throw kind === 'connection_lost' ? error : new WriteTimeoutError(deadlineMs, attempts, error);
       stats.retries++;
       const wait = Math.min(backoff, deadlineMs - elapsed) * (0.5 + Math.random());
+      stats.onRetry?.(kind, attempts, wait);
       backoff = Math.min(backoff * 2, 100);
       await new Promise((resolve) => setTimeout(resolve, wait));
     }

@@ -39,8 +39,12 @@ export interface WriteTransactionOptions {
 
 /** Counters a dialect keeps, for benchmarks and diagnostics. */
 export interface DialectStats {
-  /** Write transactions retried because of SQLITE_BUSY, serialization failures or deadlocks. */
+  /** Write transactions retried because of SQLITE_BUSY, serialization failures, deadlocks or connection loss before COMMIT. */
   retries: number;
+  /** Transaction attempts (write and read; each retry is another attempt). */
+  transactions?: number;
+  /** Called before each retry (the store turns it into a `transaction.retry` event). */
+  onRetry?: (kind: ErrorKind, attempt: number, delayMs: number) => void;
 }
 
 export type WriteTransactionFn<T> = (trx: Transaction<Database>) => Promise<T>;
@@ -108,6 +112,9 @@ export interface StoreDialect {
    * `waitMs`. Throws `MigrationLockTimeoutError` when the wait runs out.
    */
   withMigrationLock<T>(fn: WriteTransactionFn<T>, options: MigrationLockOptions): Promise<T>;
+
+  /** PostgreSQL pool usage (clients total, idle, and callers waiting for one); absent on SQLite. */
+  connectionStats?(): { total: number; idle: number; waiting: number };
 
   /** A normalized description of the schema, comparable across dialects. */
   describeSchema(): Promise<SchemaDescription>;

@@ -1,0 +1,156 @@
+import diagnostics_channel from 'node:diagnostics_channel';
+import type { ErrorKind } from './dialects/types.js';
+import { TaskfenceError } from './errors.js';
+import type { MigrationEvent } from './migrator/migrator.js';
+import type { PruneResult } from './repositories/maintenance.js';
+import type { Repositories } from './repositories/index.js';
+
+/**
+ * What a store reports while it works, on `node:diagnostics_channel` (publishing costs nothing
+ * while nobody subscribes) and to the `onEvent` store option. Subscribe with
+ * `diagnostics_channel.subscribe(TASKFENCE_CHANNELS.conflict, (event) => …)`.
+ */
+export const TASKFENCE_CHANNELS = Object.freeze({
+  /** A write transaction failed transiently (SQLITE_BUSY, serialization, deadlock, connection loss before COMMIT) and is retried. */
+  retry: 'taskfence:transaction:retry',
+  /** A claim, start or transfer lost to someone else (busy lock, running run, path conflict, …). */
+  conflict: 'taskfence:conflict',
+  /** A stale fencing token, generation or claim was refused. */
+  refused: 'taskfence:refused',
+  /** A holder learned on renewal that its lease, lock or claim expired or was taken. */
+  leaseLost: 'taskfence:lease:lost',
+  /** `reconcileStaleRuns` failed a run whose heartbeat went stale. */
+  runReconciled: 'taskfence:run:reconciled',
+  /** A migration step or backfill progress. */
+  migration: 'taskfence:migration',
+  /** A prune finished. */
+  prune: 'taskfence:prune',
+});
+
+export type TaskfenceEvent =
+  | { readonly type: 'transaction.retry'; readonly kind: ErrorKind; readonly attempt: number; readonly delayMs: number }
+  | { readonly type: 'conflict'; readonly operation: string; readonly code: string | null }
+  | { readonly type: 'refused'; readonly operation: string; readonly code: string }
+  | { readonly type: 'lease.lost'; readonly operation: string; readonly code: string | null; readonly keys?: readonly string[] }
+  | { readonly type: 'run.reconciled'; readonly runId: string; readonly targetKey: string | null }
+  | { readonly type: 'migration'; readonly event: MigrationEvent }
+  | { readonly type: 'prune'; readonly result: PruneResult };
+
+const CHANNEL_OF: Record<TaskfenceEvent['type'], string> = {
+  'transaction.retry': TASKFENCE_CHANNELS.retry,
+  conflict: TASKFENCE_CHANNELS.conflict,
+  refused: TASKFENCE_CHANNELS.refused,
+  'lease.lost': TASKFENCE_CHANNELS.leaseLost,
+  'run.reconciled': TASKFENCE_CHANNELS.runReconciled,
+  migration: TASKFENCE_CHANNELS.migration,
+  prune: TASKFENCE_CHANNELS.prune,
+};
+
+/** Counters of one store since it opened (`store.stats()`). */
+export interface StoreStats {
+  /** Write and read transactions attempted (each retry is another attempt). */
+  readonly transactions: number;
+  /** Retries by kind of transient failure. */
+  readonly retries: Readonly<Partial<Record<ErrorKind, number>>>;
+  readonly conflicts: number;
+  readonly refusals: number;
+  readonly leasesLost: number;
+  readonly runsReconciled: number;
+  /** PostgreSQL pool usage now; null on SQLite (one connection). */
+  readonly pool: { readonly total: number; readonly idle: number; readonly waiting: number } | null;
+}
+
+/** Codes that mean "someone else won" rather than "your token is stale". */
+const CONFLICT_CODES = new Set([
+  'COORDINATOR_RUN_CONFLICT',
+  'COORDINATOR_HANDLE_TAKEN',
+  'DISPATCH_ALREADY_ACTIVE',
+  'GATE_ALREADY_RESOLVED',
+  'CLEANUP_IN_PROGRESS',
+  'CLEANUP_BARRIER',
+  'OWNERSHIP_CHANGED',
+  'PATH_LEASE_TIMEOUT',
+  'PATH_CLAIM_REFUSED',
+  'ALREADY_EXISTS',
+]);
+const REFUSED_CODES = new Set(['STALE_WORKSPACE_LOCK', 'STALE_TASK_LEASE', 'STALE_OWNERSHIP', 'CLEANUP_CLAIM_LOST', 'COORDINATOR_RUN_NOT_RUNNING']);
+
+/** Counts, publishes and forwards a store's events. */
+export class EventHub {
+  readonly #onEvent: ((event: TaskfenceEvent) => void) | undefined;
+  readonly counters = { transactions: 0, retries: {} as Partial<Record<ErrorKind, number>>, conflicts: 0, refusals: 0, leasesLost: 0, runsReconciled: 0 };
+
+  constructor(onEvent?: (event: TaskfenceEvent) => void) {
+    this.#onEvent = onEvent;
+  }
+
+  emit(event: TaskfenceEvent): void {
+    const c = this.counters;
+    if (event.type === 'transaction.retry') c.retries[event.kind] = (c.retries[event.kind] ?? 0) + 1;
+    else if (event.type === 'conflict') c.conflicts++;
+    else if (event.type === 'refused') c.refusals++;
+    else if (event.type === 'lease.lost') c.leasesLost++;
+    else if (event.type === 'run.reconciled') c.runsReconciled++;
+    const channel = diagnostics_channel.channel(CHANNEL_OF[event.type]);
+    if (channel.hasSubscribers) channel.publish(event);
+    if (this.#onEvent) {
+      try {
+        this.#onEvent(event);
+      } catch {
+        // an observer's failure must not fail the operation it observes
+      }
+    }
+  }
+
+  /** Wraps every repository function: results and refusals that mean a conflict, a refusal or a lost lease become events. */
+  observe(repositories: Repositories): Repositories {
+    const observed: Record<string, object> = {};
+    for (const [area, repository] of Object.entries(repositories) as [string, Record<string, unknown>][]) {
+      const wrapped: Record<string, unknown> = {};
+      for (const [name, fn] of Object.entries(repository)) {
+        if (typeof fn !== 'function') {
+          wrapped[name] = fn;
+          continue;
+        }
+        const operation = `${area}.${name}`;
+        const renewal = /^renew/.test(name);
+        wrapped[name] = (...args: unknown[]) =>
+          (fn as (...a: unknown[]) => Promise<unknown>)(...args).then(
+            (result) => {
+              this.#onResult(operation, result);
+              return result;
+            },
+            (error: unknown) => {
+              if (error instanceof TaskfenceError) {
+                if (renewal && (REFUSED_CODES.has(error.code) || /EXPIRED|LOST/.test(error.code))) {
+                  this.emit({ type: 'lease.lost', operation, code: error.code });
+                } else if (REFUSED_CODES.has(error.code)) this.emit({ type: 'refused', operation, code: error.code });
+                else if (CONFLICT_CODES.has(error.code)) this.emit({ type: 'conflict', operation, code: error.code });
+              }
+              throw error;
+            },
+          );
+      }
+      observed[area] = Object.freeze(wrapped);
+    }
+    return observed as unknown as Repositories;
+  }
+
+  #onResult(operation: string, result: unknown): void {
+    if (result === null || typeof result !== 'object') {
+      return;
+    }
+    const r = result as { status?: unknown; conflicts?: unknown; lost?: unknown; ok?: unknown };
+    if (operation === 'runs.reconcileStaleRuns' && Array.isArray(result)) {
+      for (const run of result as { id: string; targetKey: string | null }[]) this.emit({ type: 'run.reconciled', runId: run.id, targetKey: run.targetKey });
+      return;
+    }
+    if (operation === 'maintenance.prune') {
+      this.emit({ type: 'prune', result: result as PruneResult });
+      return;
+    }
+    if (r.status === 'busy') this.emit({ type: 'conflict', operation, code: null });
+    else if (Array.isArray(r.conflicts) && r.conflicts.length > 0) this.emit({ type: 'conflict', operation, code: null });
+    if (Array.isArray(r.lost) && r.lost.length > 0) this.emit({ type: 'lease.lost', operation, code: null, keys: r.lost as string[] });
+  }
+}
