@@ -122,7 +122,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
         } finally {
           open = false;
         }
-      }, transactionOptions),
+      }, { ...transactionOptions, hostCode: true }),
     withTransaction: <DB>(trx: Transaction<DB>) => {
       const joined = dialect.joinTransaction(trx as unknown as Transaction<Database>);
       return bindTransaction(dialect, joined.db, () => joined.isActive(), context.clock);

@@ -87,7 +87,7 @@ class SqliteDialect implements StoreDialect {
   }
 
   /** One attempt: hold the connection, BEGIN (IMMEDIATE for writes), run `fn` on the pinned Kysely, COMMIT (or ROLLBACK). */
-  async #immediate<T>(fn: WriteTransactionFn<T>, begin: CompiledQuery = BEGIN_IMMEDIATE): Promise<T> {
+  async #immediate<T>(fn: WriteTransactionFn<T>, begin: CompiledQuery = BEGIN_IMMEDIATE, hostCode = false): Promise<T> {
     if (!this.driver.tryAcquire()) {
       this.driver.assertNotHeldByCaller('A taskfence call');
       await this.driver.acquireConnection();
@@ -96,7 +96,8 @@ class SqliteDialect implements StoreDialect {
     try {
       connection.executeSync(begin);
       try {
-        const result = await holdingConnection(this.driver, () => fn(this.pinned as unknown as Transaction<Schema>));
+        const trx = this.pinned as unknown as Transaction<Schema>;
+        const result = await (hostCode ? holdingConnection(this.driver, () => fn(trx)) : fn(trx));
         connection.executeSync(COMMIT);
         return result;
       } catch (error) {
@@ -111,7 +112,7 @@ class SqliteDialect implements StoreDialect {
 
   writeTransaction<T>(fn: WriteTransactionFn<T>, options?: WriteTransactionOptions): Promise<T> {
     return retryTransient(
-      () => this.#immediate(fn),
+      () => this.#immediate(fn, BEGIN_IMMEDIATE, options?.hostCode),
       (e) => this.classifyError(e),
       RETRYABLE,
       options?.deadlineMs ?? this.writeDeadlineMs,

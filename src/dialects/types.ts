@@ -35,6 +35,12 @@ export interface WriteTransactionOptions {
    * for 0052's batched backfill that cost about 350 ms per batch, more than the batch itself.
    */
   readonly bulk?: boolean;
+  /**
+   * `fn` runs host code (`store.transaction`): on SQLite the transaction is then marked as holding
+   * the connection, so a store call inside `fn` throws `TransactionReentryError` instead of
+   * waiting forever. Off for taskfence's own callbacks, which never call back into the store.
+   */
+  readonly hostCode?: boolean;
 }
 
 /** Counters a dialect keeps, for benchmarks and diagnostics. */
