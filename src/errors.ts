@@ -356,3 +356,15 @@ export function driverCodeOf(cause: unknown): string | undefined {
   const code = (cause as { code?: unknown } | null | undefined)?.code;
   return typeof code === 'string' ? code : undefined;
 }
+
+/** The database driver a URL needs is an optional peer dependency that is not installed. */
+export class DriverNotInstalledError extends TaskfenceError {
+  readonly code = 'DRIVER_NOT_INSTALLED';
+  constructor(
+    readonly driver: string,
+    readonly target: string,
+    cause?: unknown,
+  ) {
+    super(`${target} needs the ${driver} package, which is not installed: run \`npm install ${driver}\` in your app.`, { cause });
+  }
+}

@@ -95,6 +95,9 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
     stats: dialect.stats,
     supportsSkipLocked: dialect.supportsSkipLocked,
     clock: dialect.clock,
+    // Waiting calls (acquirePaths with a wait, waitForMessages) wait while this transaction holds
+    // its locks: see the README (Embedding).
+    wakeups: dialect.wakeups,
     writeTransaction: <T>(fn: WriteTransactionFn<T>) => binding.run(fn),
     readTransaction: <T>(fn: WriteTransactionFn<T>) => binding.run(fn),
     lockKey: (trx: Transaction<Database>, key: string) => dialect.lockKey(trx, key),

@@ -10,6 +10,7 @@ import { hostPool, int8AsNumbers } from './host-pool.js';
 import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from './schema.js';
 import { POSTGRES_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
+import { DEFAULT_WAKE_FALLBACK_MS, PostgresWakeups } from './wakeups.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
   queryLogger,
@@ -104,7 +105,14 @@ export async function openPostgresDialect(connectionString: string, options: Dia
     plugins: schema === undefined ? [] : [new TaskfenceSchemaPlugin(schema)],
     log: queryLogger(options.onQuery),
   });
-  const dialect = new PostgresStoreDialect(db, config, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, offset, schema);
+  const dialect = new PostgresStoreDialect(
+    db,
+    config,
+    options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
+    offset,
+    new PostgresWakeups(config, options.wakeFallbackMs ?? DEFAULT_WAKE_FALLBACK_MS, options.wakeNotifications ?? true),
+    schema,
+  );
   const counted = options.pool ?? pool;
   dialect.connectionStats = () => ({ total: counted.totalCount, idle: counted.idleCount, waiting: counted.waitingCount });
   return dialect;
@@ -124,6 +132,7 @@ class PostgresStoreDialect implements StoreDialect {
     private readonly writeDeadlineMs: number,
     /** The database's clock (host clock + measured offset): what leases and heartbeats are judged on. */
     readonly clock: ServerClockOffset,
+    readonly wakeups: PostgresWakeups,
     /** The configured schema; lock keys and introspection are confined to it. */
     private readonly schema?: string,
   ) {}
@@ -235,6 +244,7 @@ class PostgresStoreDialect implements StoreDialect {
   }
 
   async close(): Promise<void> {
+    await this.wakeups.close();
     await this.db.destroy();
   }
 }

@@ -1,4 +1,4 @@
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import { CompiledQuery, ConnectionBuilder, Kysely, SqliteAdapter, TransactionBuilder, type KyselyConfig, SqliteIntrospector, SqliteQueryCompiler, sql, type Driver, type Transaction } from 'kysely';
 import type { Database as Schema } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
@@ -6,6 +6,7 @@ import { describeSqliteSchema } from './sqlite-describe.js';
 import { ImmediateSqliteDriver, PinnedSqliteDriver, holdingConnection } from './sqlite-driver.js';
 import { SQLITE_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
+import { DEFAULT_WAKE_FALLBACK_MS, SqliteWakeups } from './wakeups.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
   type DialectOptions,
@@ -18,6 +19,7 @@ import {
 } from './types.js';
 import { DatabaseUnavailableError, ForeignTransactionError, MigrationLockTimeoutError, WriteTimeoutError } from '../errors.js';
 import { runsOnConnection } from './direct.js';
+import { loadBetterSqlite3 } from './load-driver.js';
 
 const BEGIN_IMMEDIATE = CompiledQuery.raw('begin immediate');
 const BEGIN_DEFERRED = CompiledQuery.raw('begin');
@@ -28,9 +30,10 @@ const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['busy']);
 
 /** Opens one better-sqlite3 connection in WAL mode and wraps it as a `StoreDialect`. */
 export async function openSqliteDialect(filename: string, options: DialectOptions = {}): Promise<StoreDialect> {
+  const BetterSqlite3 = await loadBetterSqlite3(`sqlite:${filename}`);
   let raw: Database.Database;
   try {
-    raw = new Database(filename, { timeout: options.busyTimeoutMs ?? 250, readonly: options.readOnly ?? false, fileMustExist: options.readOnly ?? false });
+    raw = new BetterSqlite3(filename, { timeout: options.busyTimeoutMs ?? 250, readonly: options.readOnly ?? false, fileMustExist: options.readOnly ?? false });
   } catch (error) {
     throw new DatabaseUnavailableError(`sqlite:${filename}`, error);
   }
@@ -63,7 +66,10 @@ export async function openSqliteDialect(filename: string, options: DialectOption
     });
   const pinned = kysely(new PinnedSqliteDriver(driver));
   runsOnConnection(pinned, driver.connection);
-  return new SqliteDialect(raw, kysely(driver), driver, pinned, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, options.hostClock);
+  return new SqliteDialect(raw, kysely(driver), driver, pinned, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, options.hostClock, {
+    ...(options.wakeFallbackMs !== undefined ? { fallbackMs: options.wakeFallbackMs } : {}),
+    ...(options.wakeNotifications !== undefined ? { enabled: options.wakeNotifications } : {}),
+  });
 }
 
 class SqliteDialect implements StoreDialect {
@@ -73,6 +79,7 @@ class SqliteDialect implements StoreDialect {
   readonly supportsSkipLocked = false;
   /** One host by nature: the host's clock. */
   readonly clock: { now(): number };
+  readonly wakeups: SqliteWakeups;
 
   constructor(
     private readonly raw: Database.Database,
@@ -82,8 +89,10 @@ class SqliteDialect implements StoreDialect {
     private readonly pinned: Kysely<Schema>,
     private readonly writeDeadlineMs: number,
     hostClock: { now(): number } = { now: () => Date.now() },
+    wake: { fallbackMs?: number; enabled?: boolean } = {},
   ) {
     this.clock = hostClock;
+    this.wakeups = new SqliteWakeups(() => raw.pragma('data_version', { simple: true }) as number, wake.fallbackMs ?? DEFAULT_WAKE_FALLBACK_MS, wake.enabled ?? true);
   }
 
   /** One attempt: hold the connection, BEGIN (IMMEDIATE for writes), run `fn` on the pinned Kysely, COMMIT (or ROLLBACK). */
@@ -99,10 +108,12 @@ class SqliteDialect implements StoreDialect {
         const trx = this.pinned as unknown as Transaction<Schema>;
         const result = await (hostCode ? holdingConnection(this.driver, () => fn(trx)) : fn(trx));
         connection.executeSync(COMMIT);
+        this.wakeups.afterTransaction(true);
         return result;
       } catch (error) {
         // SQLite may already have rolled back by itself (SQLITE_BUSY, SQLITE_FULL, …).
         if (this.driver.inTransaction) connection.executeSync(ROLLBACK);
+        this.wakeups.afterTransaction(false);
         throw error;
       }
     } finally {
@@ -187,6 +198,7 @@ class SqliteDialect implements StoreDialect {
   }
 
   async close(): Promise<void> {
+    await this.wakeups.close();
     await this.pinned.destroy();
     await this.db.destroy();
     if (this.raw.open) this.raw.close();

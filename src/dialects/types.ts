@@ -2,6 +2,7 @@ import type { Kysely, KyselyConfig, Transaction } from 'kysely';
 import type pg from 'pg';
 import type { Database } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
+import type { Wakeups } from './wakeups.js';
 
 /** What kind of failure a driver error is; the only thing repositories may ask about an error. */
 export type ErrorKind =
@@ -70,6 +71,8 @@ export interface StoreDialect {
    * can claim different rows in parallel; SQLite serializes writers instead.
    */
   readonly supportsSkipLocked: boolean;
+  /** Wake-ups for waiters: LISTEN/NOTIFY on PostgreSQL, COMMIT hooks and `PRAGMA data_version` on SQLite. */
+  readonly wakeups: Wakeups;
   /**
    * The clock leases, TTLs and heartbeats are judged on, unless the store was given a `clock`:
    * on PostgreSQL the server's (the host clock corrected by the offset measured at every
@@ -171,6 +174,13 @@ export interface DialectOptions {
    * simulate hosts whose clocks disagree; `StoreOptions.clock` replaces the clock altogether.
    */
   readonly hostClock?: { now(): number };
+  /**
+   * How long a waiter (`acquirePaths`, `waitForMessages`) waits for a wake-up before it re-checks
+   * anyway (default 1 000 ms): the latency a lost notification can cost.
+   */
+  readonly wakeFallbackMs?: number;
+  /** Set false to disable notifications (waiters then only poll every `wakeFallbackMs`); for tests. */
+  readonly wakeNotifications?: boolean;
   /** PostgreSQL: how long opening a connection may take before `DATABASE_UNAVAILABLE` (default 10 000). */
   readonly connectTimeoutMs?: number;
   /**

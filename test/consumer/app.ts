@@ -1,0 +1,31 @@
+// A consumer app, typechecked (strict, skipLibCheck off) against the installed tarball and the
+// app's own kysely, then run. The app's own code takes `Kysely<Database>` from *its* kysely.
+import { Kysely, sql, type Transaction } from 'kysely';
+import { openStore, type Database, type Store } from 'taskfence';
+
+async function companyNames(db: Kysely<Database>): Promise<string[]> {
+  const rows = await db.selectFrom('companies').select('name').orderBy('name').execute();
+  return rows.map((r) => r.name);
+}
+
+async function renameInTransaction(db: Kysely<Database>, id: string, name: string): Promise<void> {
+  await db.transaction().execute(async (trx: Transaction<Database>) => {
+    await trx.updateTable('companies').set({ name }).where('id', '=', id).execute();
+  });
+}
+
+const url = process.argv[2];
+if (!url) throw new Error('usage: node out/app.js <database url>');
+const store: Store = await openStore(url);
+try {
+  await store.migrate();
+  const company = await store.org.createCompany({ name: 'Acme' });
+  await renameInTransaction(store.db, company.id, 'Acme Corp');
+  const names = await companyNames(store.db);
+  if (names.join() !== 'Acme Corp') throw new Error(`unexpected companies: ${names.join()}`);
+  const one = await sql<{ one: number }>`select 1 as one`.execute(store.db);
+  if (Number(one.rows[0]?.one) !== 1) throw new Error('raw sql through the app kysely failed');
+  console.log(`consumer app on ${url.split(':')[0]}: ok (schema ${(await store.migrationStatus()).currentVersion})`);
+} finally {
+  await store.close();
+}

@@ -1,0 +1,36 @@
+// A PostgreSQL-only app (better-sqlite3 not installed): migrates and works on PostgreSQL, and a
+// `sqlite:` URL fails at once with DriverNotInstalledError saying what to install.
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { openStore, DriverNotInstalledError } from 'taskfence';
+
+await assert.rejects(openStore('sqlite:./never.sqlite'), (error) => {
+  assert.ok(error instanceof DriverNotInstalledError, `got ${error}`);
+  assert.equal(error.code, 'DRIVER_NOT_INSTALLED');
+  assert.match(error.message, /npm install better-sqlite3/);
+  assert.doesNotMatch(error.message, /\n/);
+  return true;
+});
+
+const admin = new pg.Client({ connectionString: process.env.TEST_PG_URL });
+await admin.connect();
+const name = `tf_consumer_${randomBytes(4).toString('hex')}`;
+await admin.query(`create database ${name}`);
+try {
+  const url = new URL(process.env.TEST_PG_URL);
+  url.pathname = `/${name}`;
+  const store = await openStore(url.toString());
+  try {
+    await store.migrate();
+    const company = await store.org.createCompany({ name: 'Acme' });
+    const row = await store.db.selectFrom('companies').select('name').where('id', '=', company.id).executeTakeFirstOrThrow();
+    assert.equal(row.name, 'Acme');
+    console.log(`PostgreSQL-only app: ok (schema ${(await store.migrationStatus()).currentVersion}, sqlite: URL -> DRIVER_NOT_INSTALLED)`);
+  } finally {
+    await store.close();
+  }
+} finally {
+  await admin.query(`drop database if exists ${name}`);
+  await admin.end();
+}

@@ -1,0 +1,4 @@
+import { defineWakeupSuite } from '../suites/wakeups.suite.js';
+import { sqliteFixture } from '../support/dialects.js';
+
+defineWakeupSuite(sqliteFixture);
