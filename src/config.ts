@@ -3,7 +3,14 @@ import { InvalidDatabaseUrlError } from './errors.js';
 /** Where a store's data lives, parsed from a database URL. */
 export type DatabaseLocation =
   | { readonly dialect: 'sqlite'; readonly filename: string; readonly url: string }
-  | { readonly dialect: 'postgres'; readonly connectionString: string; readonly url: string };
+  | {
+      readonly dialect: 'postgres';
+      /** The URL handed to pg: without taskfence's own `schema` parameter. */
+      readonly connectionString: string;
+      readonly url: string;
+      /** From `?schema=`: the PostgreSQL schema taskfence's tables live in. */
+      readonly schema?: string;
+    };
 
 /** The URL used when none is given: `TASKFENCE_DATABASE_URL`, else an SQLite file in the working directory. */
 export function defaultDatabaseUrl(env: NodeJS.ProcessEnv = process.env): string {
@@ -43,7 +50,12 @@ export function parseDatabaseUrl(url: string): DatabaseLocation {
     if (parsed.hostname === '' && !parsed.searchParams.has('host')) {
       throw new InvalidDatabaseUrlError(url, 'it names no host');
     }
-    return { dialect: 'postgres', connectionString: trimmed, url: trimmed };
+    const schemas = parsed.searchParams.getAll('schema');
+    if (schemas.length === 0) return { dialect: 'postgres', connectionString: trimmed, url: trimmed };
+    if (schemas.length > 1 || schemas[0] === '') throw new InvalidDatabaseUrlError(url, 'give the schema parameter once, with a value');
+    // pg would pass an unknown parameter on to the server as a setting: strip it.
+    parsed.searchParams.delete('schema');
+    return { dialect: 'postgres', connectionString: parsed.toString(), url: trimmed, schema: schemas[0]! };
   }
   throw new InvalidDatabaseUrlError(url, `the scheme "${scheme}:" is not supported`);
 }

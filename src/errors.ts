@@ -308,6 +308,40 @@ export class DataLossError extends TaskfenceError {
   }
 }
 
+// --- Embedding (host transactions, host pools, schemas, resource locks) ---
+
+/**
+ * A taskfence call on SQLite would wait for the store's one connection while the caller's own
+ * transaction on that connection holds it (a store call inside `store.db.transaction()`, or a
+ * non-`tx` store call inside `store.transaction`'s callback): it could never finish.
+ */
+export class TransactionReentryError extends TaskfenceError {
+  readonly code = 'TRANSACTION_REENTRY';
+  constructor(readonly operation: string) {
+    super(
+      `${operation} was called inside a transaction that holds this SQLite store's only connection, ` +
+        'so it would wait forever. Inside store.transaction(async (tx) => …) use tx.db and the repositories on tx ' +
+        '(tx.locks, tx.tasks, …); to join a transaction you opened with store.db.transaction(), use store.withTransaction(trx).',
+    );
+  }
+}
+
+/** `store.withTransaction(trx)` was given something it cannot join. */
+export class ForeignTransactionError extends TaskfenceError {
+  readonly code = 'FOREIGN_TRANSACTION';
+  constructor(readonly reason: string) {
+    super(`store.withTransaction() cannot join this transaction: ${reason}.`);
+  }
+}
+
+/** A transaction-bound repository (`tx.locks`, `tx.db`'s store view, …) was used after its transaction ended. */
+export class TransactionEndedError extends TaskfenceError {
+  readonly code = 'TRANSACTION_ENDED';
+  constructor() {
+    super('This transaction has already committed or rolled back; use the store (or a new store.transaction) instead.');
+  }
+}
+
 export function formatVersion(version: number): string {
   return String(version).padStart(4, '0');
 }

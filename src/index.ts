@@ -9,6 +9,7 @@
  * await store.migrate();
  */
 export { openStore, type Store, type StoreOptions } from './store.js';
+export type { StoreTransaction, TransactionOptions } from './transaction.js';
 export { TASKFENCE_CHANNELS, type TaskfenceEvent, type StoreStats } from './events.js';
 export { defaultDatabaseUrl, parseDatabaseUrl, redactDatabaseUrl, type DatabaseLocation } from './config.js';
 export * from './errors.js';

@@ -1,15 +1,17 @@
-import type { Kysely } from 'kysely';
+import { sql, type Kysely, type Transaction } from 'kysely';
 import { defaultDatabaseUrl, parseDatabaseUrl, type DatabaseLocation } from './config.js';
 import { runDoctor, type DoctorOptions } from './doctor/doctor.js';
 import type { DoctorReport } from './doctor/report.js';
 import { openPostgresDialect } from './dialects/postgres.js';
 import { openSqliteDialect } from './dialects/sqlite.js';
 import type { DialectOptions, StoreDialect } from './dialects/types.js';
+import { InvalidArgumentError } from './errors.js';
 import { Migrator, type MigrationEvent, type MigrateOptions, type MigrateResult, type MigrationStatus, type PlanStep } from './migrator/migrator.js';
 import type { Database } from './schema/database.js';
 import type { SchemaDescription } from './schema/describe.js';
 import { createStoreContext, type Clock, type StoreContext } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
+import { bindTransaction, type StoreTransaction, type TransactionOptions } from './transaction.js';
 import { guardSchemaVersion } from './repositories/schema-guard.js';
 import { EventHub, type StoreStats, type TaskfenceEvent } from './events.js';
 
@@ -42,6 +44,31 @@ export interface Store extends Repositories {
   plan(options?: { to?: number }): Promise<PlanStep[]>;
   /** A normalized description of the current schema. */
   describeSchema(): Promise<SchemaDescription>;
+  /**
+   * Runs `fn` in one taskfence write transaction (SQLite `BEGIN IMMEDIATE`; PostgreSQL READ
+   * COMMITTED) shared with the host: `tx.db` for the host's own statements, `tx.locks`,
+   * `tx.tasks`, … bound to it, `tx.lockResources` for named resource locks. Everything commits
+   * when `fn` resolves and rolls back when it throws. Like every write transaction, it is retried
+   * whole on SQLITE_BUSY, serialization failures and deadlocks, so `fn` may run more than once:
+   * keep side effects outside the database (HTTP calls, queue publishes, …) out of it.
+   * On SQLite, a non-`tx` store call (or a `store.db` query) inside `fn` throws
+   * `TransactionReentryError` instead of waiting forever for the connection `fn` holds.
+   *
+   * @example
+   * await store.transaction(async (tx) => {
+   *   await tx.db.withTables<{ orders: { id: string } }>().insertInto('orders').values({ id }).execute();
+   *   await tx.locks.claimWorkspaceLock({ workspaceId, holder, runId, ttlMs: 60_000 });
+   * });
+   */
+  transaction<T>(fn: (tx: StoreTransaction) => Promise<T>, options?: TransactionOptions): Promise<T>;
+  /**
+   * Binds the repositories to a transaction the host already opened. PostgreSQL: any Kysely
+   * transaction on a connection to this store's database (the host's Kysely and pool are fine;
+   * taskfence ignores the host's plugins). SQLite: only a transaction of this store's own
+   * connection (`store.db.transaction()`, or `tx.db`), used inside its callback; anything else
+   * throws `ForeignTransactionError`. No retry here: the host's transaction is the host's to retry.
+   */
+  withTransaction<DB>(trx: Transaction<DB>): StoreTransaction;
   /** Counters since the store opened: transactions, retries by kind, conflicts, refusals, leases lost, runs reconciled, pool usage. */
   stats(): StoreStats;
   close(): Promise<void>;
@@ -58,11 +85,11 @@ export interface Store extends Repositories {
  */
 export async function openStore(urlOrOptions?: string | StoreOptions): Promise<Store> {
   const options: StoreOptions = typeof urlOrOptions === 'string' ? { url: urlOrOptions } : (urlOrOptions ?? {});
-  const location = parseDatabaseUrl(options.url ?? defaultDatabaseUrl());
+  const location = storeLocation(options);
   const dialect =
     location.dialect === 'sqlite'
       ? await openSqliteDialect(location.filename, options)
-      : await openPostgresDialect(location.connectionString, options);
+      : await openPostgresDialect(location.connectionString, { ...options, schema: location.schema });
   const migrator = new Migrator(dialect);
   const context: StoreContext = createStoreContext(dialect, options.clock ?? dialect.clock);
   const events = new EventHub(options.onEvent);
@@ -72,19 +99,34 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     dialect,
     location,
     ...guardSchemaVersion(events.observe(createRepositories(context)), dialect.db),
-    migrate: (migrateOptions?: MigrateOptions) =>
-      migrator.migrate({
+    migrate: async (migrateOptions?: MigrateOptions) => {
+      if (location.dialect === 'postgres' && location.schema !== undefined) await ensureSchema(dialect, location.schema);
+      return migrator.migrate({
         now: context.clock.now(),
         ...migrateOptions,
         onEvent: (event: MigrationEvent) => {
           events.emit({ type: 'migration', event });
           migrateOptions?.onEvent?.(event);
         },
-      }),
+      });
+    },
     migrationStatus: () => migrator.status(),
     doctor: (doctorOptions?: DoctorOptions) => runDoctor({ dialect, location, migrationStatus: () => migrator.status() }, doctorOptions),
     plan: (planOptions?: { to?: number }) => migrator.plan(planOptions),
     describeSchema: () => dialect.describeSchema(),
+    transaction: <T>(fn: (tx: StoreTransaction) => Promise<T>, transactionOptions?: TransactionOptions) =>
+      dialect.writeTransaction(async (trx) => {
+        let open = true;
+        try {
+          return await fn(bindTransaction(dialect, trx, () => open, context.clock));
+        } finally {
+          open = false;
+        }
+      }, { ...transactionOptions, hostCode: true }),
+    withTransaction: <DB>(trx: Transaction<DB>) => {
+      const joined = dialect.joinTransaction(trx as unknown as Transaction<Database>);
+      return bindTransaction(dialect, joined.db, () => joined.isActive(), context.clock);
+    },
     stats: (): StoreStats => ({
       ...events.counters,
       retries: { ...events.counters.retries },
@@ -93,4 +135,44 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     }),
     close: () => dialect.close(),
   });
+}
+
+/** Where `options` point: the URL (with its `?schema=`), or the host's pool; `schema` must agree with the URL's. */
+function storeLocation(options: StoreOptions): DatabaseLocation {
+  if (options.pool) {
+    if (options.url !== undefined && parseDatabaseUrl(options.url).dialect !== 'postgres') {
+      throw new InvalidArgumentError('pool', 'a pg.Pool only goes with a PostgreSQL url (or no url)');
+    }
+    const parsed = options.url === undefined ? undefined : parseDatabaseUrl(options.url);
+    const fromUrl = parsed?.dialect === 'postgres' ? parsed.schema : undefined;
+    const schema = mergeSchema(options.schema, fromUrl);
+    return { dialect: 'postgres', connectionString: '', url: options.url ?? 'postgres://(host pool)', ...(schema === undefined ? {} : { schema }) };
+  }
+  const location = parseDatabaseUrl(options.url ?? defaultDatabaseUrl());
+  if (location.dialect === 'sqlite') {
+    if (options.schema !== undefined) throw new InvalidArgumentError('schema', 'schemas are a PostgreSQL option; SQLite has one schema per file');
+    return location;
+  }
+  const schema = mergeSchema(options.schema, location.schema);
+  return schema === undefined ? location : { ...location, schema };
+}
+
+function mergeSchema(option: string | undefined, fromUrl: string | undefined): string | undefined {
+  if (option !== undefined && fromUrl !== undefined && option !== fromUrl) {
+    throw new InvalidArgumentError('schema', `the option says ${JSON.stringify(option)} but the URL says ${JSON.stringify(fromUrl)}`);
+  }
+  return option ?? fromUrl;
+}
+
+/** Creates the configured PostgreSQL schema if it is missing (several deploys may race to do it). */
+async function ensureSchema(dialect: StoreDialect, schema: string): Promise<void> {
+  const { rows } = await sql<{ found: boolean }>`select exists (select 1 from pg_namespace where nspname = ${schema}) as found`.execute(dialect.db);
+  if (rows[0]?.found) return;
+  try {
+    await sql`create schema if not exists ${sql.id(schema)}`.execute(dialect.db);
+  } catch (error) {
+    // 23505/42P06: a concurrent deploy created it between the check and the create.
+    const code = (error as { code?: unknown }).code;
+    if (code !== '23505' && code !== '42P06') throw error;
+  }
 }

@@ -18,20 +18,21 @@ const ON_DELETE: Record<string, string> = {
   d: 'set default',
 };
 
-/** Describes the tables of the current schema from the PostgreSQL catalogs. */
-export async function describePostgresSchema(db: Kysely<any>): Promise<SchemaDescription> {
+/** Describes the tables of `schema` (default: the current schema) from the PostgreSQL catalogs. */
+export async function describePostgresSchema(db: Kysely<any>, schema?: string): Promise<SchemaDescription> {
+  const target = schema === undefined ? sql`current_schema()` : sql`${schema}::text`;
   const cols = await sql<{ table_name: string; column_name: string; data_type: string; is_nullable: string; column_default: string | null }>`
     select table_name, column_name, data_type, is_nullable, column_default
     from information_schema.columns
-    where table_schema = current_schema()
+    where table_schema = ${target}
       and table_name in (select table_name from information_schema.tables
-                         where table_schema = current_schema() and table_type = 'BASE TABLE')
+                         where table_schema = ${target} and table_type = 'BASE TABLE')
     order by table_name, ordinal_position`.execute(db);
   const pks = await sql<{ table_name: string; column_name: string }>`
     select c.relname as table_name, a.attname as column_name
     from pg_index i
     join pg_class c on c.oid = i.indrelid
-    join pg_namespace n on n.oid = c.relnamespace and n.nspname = current_schema()
+    join pg_namespace n on n.oid = c.relnamespace and n.nspname = ${target}
     cross join lateral unnest(i.indkey) with ordinality as k(attnum, ord)
     join pg_attribute a on a.attrelid = c.oid and a.attnum = k.attnum
     where i.indisprimary
@@ -47,7 +48,7 @@ export async function describePostgresSchema(db: Kysely<any>): Promise<SchemaDes
     from pg_constraint con
     join pg_class c on c.oid = con.conrelid
     join pg_class rc on rc.oid = con.confrelid
-    join pg_namespace n on n.oid = c.relnamespace and n.nspname = current_schema()
+    join pg_namespace n on n.oid = c.relnamespace and n.nspname = ${target}
     where con.contype = 'f'`.execute(db);
   const idx = await sql<{ table_name: string; index_name: string; unique: boolean; columns: string[]; predicate: string | null }>`
     select c.relname as table_name, ic.relname as index_name, i.indisunique as unique,
@@ -56,7 +57,7 @@ export async function describePostgresSchema(db: Kysely<any>): Promise<SchemaDes
     from pg_index i
     join pg_class c on c.oid = i.indrelid
     join pg_class ic on ic.oid = i.indexrelid
-    join pg_namespace n on n.oid = c.relnamespace and n.nspname = current_schema()
+    join pg_namespace n on n.oid = c.relnamespace and n.nspname = ${target}
     where not i.indisprimary`.execute(db);
 
   const tables = new Map<string, { columns: [string, ColumnDescription][]; pk: string[]; fks: TableDescription['foreignKeys'][number][]; indexes: [string, IndexDescription][] }>();

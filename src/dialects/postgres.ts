@@ -2,10 +2,12 @@ import pg from 'pg';
 import { CompiledQuery, Kysely, PostgresAdapter, PostgresIntrospector, PostgresQueryCompiler, sql, type Transaction } from 'kysely';
 import type { Database as Schema } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
-import { DatabaseUnavailableError, LockTimeoutError, MigrationLockTimeoutError, StatementTimeoutError, TaskfenceError } from '../errors.js';
+import { DatabaseUnavailableError, ForeignTransactionError, LockTimeoutError, MigrationLockTimeoutError, StatementTimeoutError, TaskfenceError } from '../errors.js';
 import { FaultTolerantPostgresDriver, SERVER_NOW_SQL, ServerClockOffset, classifyPostgresError, clientQueryTimeoutMs } from './postgres-driver.js';
 import { redactDatabaseUrl } from '../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
+import { hostPool, int8AsNumbers } from './host-pool.js';
+import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from './schema.js';
 import { POSTGRES_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
 import { DEFAULT_WAKE_FALLBACK_MS, PostgresWakeups } from './wakeups.js';
@@ -24,6 +26,8 @@ import {
 
 /** The migration lock's key: one per schema, so two schemas in one database migrate independently. */
 const MIGRATION_KEY = sql`hashtextextended('taskfence:migrate:' || current_schema(), 0)`;
+/** The migration lock key of an install in a configured schema (else `MIGRATION_KEY`: the current schema). */
+const migrationKey = (schema: string | undefined) => (schema === undefined ? MIGRATION_KEY : sql`hashtextextended(${`taskfence:migrate:${schema}`}, 0)`);
 /** Retried as a whole within the write deadline: each of these guarantees the transaction changed nothing. */
 const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['serialization', 'deadlock', 'connection_lost']);
 const INT8_OID = 20;
@@ -59,16 +63,17 @@ function statementTimeoutOf(options: DialectOptions): number {
 
 /** Opens a pg pool and wraps it as a `StoreDialect`; fails with `DatabaseUnavailableError` if the server does not answer. */
 export async function openPostgresDialect(connectionString: string, options: DialectOptions = {}): Promise<StoreDialect> {
-  const config = postgresClientConfig(connectionString, options);
-  const target = redactDatabaseUrl(connectionString);
-  const pool = new pg.Pool({ ...config, max: options.poolSize ?? 10 });
+  // With the host's pool, sessions of taskfence's own (the migration lock) use the pool's settings.
+  const config = options.pool ? { ...options.pool.options, types } : postgresClientConfig(connectionString, options);
+  const target = options.pool ? 'postgres (host pool)' : redactDatabaseUrl(connectionString);
+  const pool = options.pool ? hostPool(options.pool, types) : new pg.Pool({ ...config, max: options.poolSize ?? 10 });
   // An idle client that loses its server must not crash the process (checked-out clients get their own listener).
-  pool.on('error', () => {});
+  if (!options.pool) pool.on('error', () => {});
   const offset = new ServerClockOffset(options.hostClock ?? { now: () => Date.now() });
   const driver = new FaultTolerantPostgresDriver({
     pool,
     target,
-    ownsPool: true,
+    ownsPool: !options.pool,
     offset,
     limits: { lockTimeoutMs: options.lockTimeoutMs ?? 10_000, statementTimeoutMs: statementTimeoutOf(options) },
   });
@@ -86,13 +91,18 @@ export async function openPostgresDialect(connectionString: string, options: Dia
     await pool.end().catch(() => {});
     throw error instanceof DatabaseUnavailableError ? error : new DatabaseUnavailableError(target, error);
   }
+  const schema = options.schema === undefined ? undefined : validateSchemaName(options.schema);
   const db = new Kysely<Schema>({
-    dialect: {
-      createAdapter: () => new PostgresAdapter(),
-      createDriver: () => driver,
-      createIntrospector: (k) => new PostgresIntrospector(k),
-      createQueryCompiler: () => new PostgresQueryCompiler(),
-    },
+    dialect: confineIntrospection(
+      {
+        createAdapter: () => new PostgresAdapter(),
+        createDriver: () => driver,
+        createIntrospector: (k) => new PostgresIntrospector(k),
+        createQueryCompiler: () => new PostgresQueryCompiler(),
+      },
+      schema,
+    ),
+    plugins: schema === undefined ? [] : [new TaskfenceSchemaPlugin(schema)],
     log: queryLogger(options.onQuery),
   });
   const dialect = new PostgresStoreDialect(
@@ -101,8 +111,10 @@ export async function openPostgresDialect(connectionString: string, options: Dia
     options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
     offset,
     new PostgresWakeups(config, options.wakeFallbackMs ?? DEFAULT_WAKE_FALLBACK_MS, options.wakeNotifications ?? true),
+    schema,
   );
-  dialect.connectionStats = () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount });
+  const counted = options.pool ?? pool;
+  dialect.connectionStats = () => ({ total: counted.totalCount, idle: counted.idleCount, waiting: counted.waitingCount });
   return dialect;
 }
 
@@ -121,6 +133,8 @@ class PostgresStoreDialect implements StoreDialect {
     /** The database's clock (host clock + measured offset): what leases and heartbeats are judged on. */
     readonly clock: ServerClockOffset,
     readonly wakeups: PostgresWakeups,
+    /** The configured schema; lock keys and introspection are confined to it. */
+    private readonly schema?: string,
   ) {}
 
   /**
@@ -155,7 +169,18 @@ class PostgresStoreDialect implements StoreDialect {
   }
 
   async lockKey(trx: Transaction<Schema>, key: string): Promise<void> {
-    await sql`select pg_advisory_xact_lock(hashtextextended(${key}, 0))`.execute(trx);
+    // With a configured schema, two installs in one database never share a key.
+    const scoped = this.schema === undefined ? key : `${this.schema}:${key}`;
+    await sql`select pg_advisory_xact_lock(hashtextextended(${scoped}, 0))`.execute(trx);
+  }
+
+  joinTransaction(trx: Transaction<Schema>): { readonly db: Transaction<Schema>; isActive(): boolean } {
+    if (!(trx as Partial<Transaction<Schema>> | null)?.isTransaction || typeof trx.withoutPlugins !== 'function') {
+      throw new ForeignTransactionError('it is not a Kysely transaction (pass the trx of db.transaction().execute(async (trx) => …))');
+    }
+    // The host's plugins (CamelCasePlugin, …) must not rewrite taskfence's statements.
+    const db = trx.withoutPlugins().withPlugin(int8AsNumbers);
+    return { db: this.schema === undefined ? db : db.withPlugin(new TaskfenceSchemaPlugin(this.schema)), isActive: () => true };
   }
 
   classifyError(error: unknown): ErrorKind {
@@ -176,7 +201,7 @@ class PostgresStoreDialect implements StoreDialect {
         let nextReport = started + reportEveryMs;
         let backoff = 20;
         for (;;) {
-          const { rows } = await sql<{ locked: boolean }>`select pg_try_advisory_xact_lock(${MIGRATION_KEY}) as locked`.execute(trx);
+          const { rows } = await sql<{ locked: boolean }>`select pg_try_advisory_xact_lock(${migrationKey(this.schema)}) as locked`.execute(trx);
           if (rows[0]?.locked) break;
           const waited = Date.now() - started;
           if (waited >= options.waitMs) throw new MigrationLockTimeoutError(options.waitMs);
@@ -203,7 +228,7 @@ class PostgresStoreDialect implements StoreDialect {
       from pg_locks l join pg_stat_activity a on a.pid = l.pid
       where l.locktype = 'advisory' and l.granted and l.objsubid = 1
         and l.database = (select oid from pg_database where datname = current_database())
-        and ((l.classid::bigint << 32) | l.objid::bigint) = ${MIGRATION_KEY}
+        and ((l.classid::bigint << 32) | l.objid::bigint) = ${migrationKey(this.schema)}
       limit 1`.execute(this.db);
     const row = rows[0];
     if (!row) return null;
@@ -211,7 +236,7 @@ class PostgresStoreDialect implements StoreDialect {
   }
 
   describeSchema(): Promise<SchemaDescription> {
-    return describePostgresSchema(this.db);
+    return describePostgresSchema(this.db, this.schema);
   }
 
   async readUserVersion(): Promise<number | null> {

@@ -6,7 +6,26 @@ import {
   type QueryCompiler,
   type QueryResult,
 } from 'kysely';
+import { AsyncLocalStorage } from 'node:async_hooks';
 import type { DialectOptions } from './types.js';
+import { TransactionReentryError } from '../errors.js';
+
+/** Which driver's connection the current async context holds in an open transaction (see `holdingConnection`). */
+const HOLDING = new AsyncLocalStorage<{ readonly driver: ImmediateSqliteDriver; active: boolean }>();
+
+/**
+ * Runs `fn` marked as holding `driver`'s connection, so a nested call that would queue for that
+ * connection (and so wait forever for its own ancestor) throws `TransactionReentryError` instead.
+ */
+export async function holdingConnection<T>(driver: ImmediateSqliteDriver, fn: () => Promise<T>): Promise<T> {
+  const mark = { driver, active: true };
+  try {
+    return await HOLDING.run(mark, fn);
+  } finally {
+    // Work the callback left running (not awaited) may outlive it: it may then wait normally.
+    mark.active = false;
+  }
+}
 
 const STATEMENT_CACHE_SIZE = 256;
 
@@ -48,9 +67,24 @@ export class ImmediateSqliteDriver implements Driver {
     return true;
   }
 
+  /** Throws `TransactionReentryError` if the calling async context holds this connection in an open transaction. */
+  assertNotHeldByCaller(operation: string): void {
+    const mark = HOLDING.getStore();
+    if (mark?.active && mark.driver === this) throw new TransactionReentryError(operation);
+  }
+
+  /** The mark of the caller's open transaction on this connection, if the calling async context is inside one. */
+  heldByCaller(): { readonly active: boolean } | undefined {
+    const mark = HOLDING.getStore();
+    return mark?.active && mark.driver === this ? mark : undefined;
+  }
+
   async acquireConnection(): Promise<SynchronousConnection> {
     // One connection: queue callers until the holder releases it.
-    if (!this.tryAcquire()) await new Promise<void>((resolve) => this.#waiting.push(resolve));
+    if (!this.tryAcquire()) {
+      this.assertNotHeldByCaller('A query on store.db');
+      await new Promise<void>((resolve) => this.#waiting.push(resolve));
+    }
     return this.#connection;
   }
 

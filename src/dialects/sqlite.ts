@@ -1,9 +1,9 @@
 import type Database from 'better-sqlite3';
-import { CompiledQuery, Kysely, SqliteAdapter, SqliteIntrospector, SqliteQueryCompiler, sql, type Driver, type Transaction } from 'kysely';
+import { CompiledQuery, ConnectionBuilder, Kysely, SqliteAdapter, TransactionBuilder, type KyselyConfig, SqliteIntrospector, SqliteQueryCompiler, sql, type Driver, type Transaction } from 'kysely';
 import type { Database as Schema } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
 import { describeSqliteSchema } from './sqlite-describe.js';
-import { ImmediateSqliteDriver, PinnedSqliteDriver } from './sqlite-driver.js';
+import { ImmediateSqliteDriver, PinnedSqliteDriver, holdingConnection } from './sqlite-driver.js';
 import { SQLITE_COLUMN_TYPES } from './recording.js';
 import { retryTransient } from './retry.js';
 import { DEFAULT_WAKE_FALLBACK_MS, SqliteWakeups } from './wakeups.js';
@@ -17,7 +17,7 @@ import {
   type WriteTransactionFn,
   type WriteTransactionOptions,
 } from './types.js';
-import { DatabaseUnavailableError, MigrationLockTimeoutError, WriteTimeoutError } from '../errors.js';
+import { DatabaseUnavailableError, ForeignTransactionError, MigrationLockTimeoutError, WriteTimeoutError } from '../errors.js';
 import { runsOnConnection } from './direct.js';
 import { loadBetterSqlite3 } from './load-driver.js';
 
@@ -56,7 +56,7 @@ export async function openSqliteDialect(filename: string, options: DialectOption
   // `log` (which wraps the connection once per instance) would report every statement twice.
   const driver = new ImmediateSqliteDriver(raw, options.onQuery);
   const kysely = (d: Driver) =>
-    new Kysely<Schema>({
+    new GuardedKysely<Schema>(driver, {
       dialect: {
         createAdapter: () => new SqliteAdapter(),
         createDriver: () => d,
@@ -96,12 +96,17 @@ class SqliteDialect implements StoreDialect {
   }
 
   /** One attempt: hold the connection, BEGIN (IMMEDIATE for writes), run `fn` on the pinned Kysely, COMMIT (or ROLLBACK). */
-  async #immediate<T>(fn: WriteTransactionFn<T>, begin: CompiledQuery = BEGIN_IMMEDIATE): Promise<T> {
-    const connection = this.driver.tryAcquire() ? this.driver.connection : await this.driver.acquireConnection();
+  async #immediate<T>(fn: WriteTransactionFn<T>, begin: CompiledQuery = BEGIN_IMMEDIATE, hostCode = false): Promise<T> {
+    if (!this.driver.tryAcquire()) {
+      this.driver.assertNotHeldByCaller('A taskfence call');
+      await this.driver.acquireConnection();
+    }
+    const connection = this.driver.connection;
     try {
       connection.executeSync(begin);
       try {
-        const result = await fn(this.pinned as unknown as Transaction<Schema>);
+        const trx = this.pinned as unknown as Transaction<Schema>;
+        const result = await (hostCode ? holdingConnection(this.driver, () => fn(trx)) : fn(trx));
         connection.executeSync(COMMIT);
         this.wakeups.afterTransaction(true);
         return result;
@@ -118,7 +123,7 @@ class SqliteDialect implements StoreDialect {
 
   writeTransaction<T>(fn: WriteTransactionFn<T>, options?: WriteTransactionOptions): Promise<T> {
     return retryTransient(
-      () => this.#immediate(fn),
+      () => this.#immediate(fn, BEGIN_IMMEDIATE, options?.hostCode),
       (e) => this.classifyError(e),
       RETRYABLE,
       options?.deadlineMs ?? this.writeDeadlineMs,
@@ -134,6 +139,21 @@ class SqliteDialect implements StoreDialect {
   lockKey(_trx: Transaction<Schema>, _key: string): Promise<void> {
     // BEGIN IMMEDIATE already serializes every writer on the file.
     return RESOLVED;
+  }
+
+  joinTransaction(trx: Transaction<Schema>): { readonly db: Transaction<Schema>; isActive(): boolean } {
+    const adapter = (trx as Partial<Transaction<Schema>> | null)?.getExecutor?.().adapter;
+    // The store's own write transaction (store.transaction's tx.db) runs on `pinned`; a
+    // transaction of store.db.transaction() is a Kysely transaction sharing store.db's adapter.
+    const own = adapter !== undefined && adapter === this.pinned.getExecutor().adapter;
+    if (!own && !(adapter !== undefined && adapter === this.db.getExecutor().adapter && trx.isTransaction)) {
+      throw new ForeignTransactionError(
+        'on SQLite taskfence can only join a transaction of its own connection (the tx.db of store.transaction, or the trx of store.db.transaction())',
+      );
+    }
+    const mark = this.driver.heldByCaller();
+    if (!mark) throw new ForeignTransactionError('call it inside the transaction callback, while the transaction is open');
+    return { db: own ? (this.pinned as unknown as Transaction<Schema>) : trx, isActive: () => mark.active };
   }
 
   classifyError(error: unknown): ErrorKind {
@@ -183,4 +203,43 @@ class SqliteDialect implements StoreDialect {
     await this.db.destroy();
     if (this.raw.open) this.raw.close();
   }
+}
+
+/**
+ * `store.db` on SQLite: the callback of its `transaction()` and `connection()` runs marked as
+ * holding the store's one connection, so a taskfence call inside it throws
+ * `TransactionReentryError` instead of queueing behind its own caller forever.
+ */
+class GuardedKysely<DB> extends Kysely<DB> {
+  readonly #driver: ImmediateSqliteDriver;
+
+  constructor(driver: ImmediateSqliteDriver, config: KyselyConfig) {
+    super(config);
+    this.#driver = driver;
+  }
+
+  override transaction(): TransactionBuilder<DB> {
+    return guardBuilder(super.transaction(), this.#driver);
+  }
+
+  override connection(): ConnectionBuilder<DB> {
+    return guardBuilder(super.connection(), this.#driver);
+  }
+}
+
+function guardBuilder<B extends object>(builder: B, driver: ImmediateSqliteDriver): B {
+  return new Proxy(builder, {
+    get(target, property) {
+      const value: unknown = Reflect.get(target, property, target);
+      if (typeof value !== 'function') return value;
+      if (property === 'execute') {
+        return (callback: (db: unknown) => Promise<unknown>) =>
+          (value as (cb: typeof callback) => Promise<unknown>).call(target, (db) => holdingConnection(driver, () => callback(db)));
+      }
+      return (...args: unknown[]) => {
+        const result: unknown = (value as (...a: unknown[]) => unknown).apply(target, args);
+        return result instanceof TransactionBuilder || result instanceof ConnectionBuilder ? guardBuilder(result, driver) : result;
+      };
+    },
+  });
 }

@@ -1,4 +1,5 @@
 import type { Kysely, KyselyConfig, Transaction } from 'kysely';
+import type pg from 'pg';
 import type { Database } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
 import type { Wakeups } from './wakeups.js';
@@ -35,6 +36,12 @@ export interface WriteTransactionOptions {
    * for 0052's batched backfill that cost about 350 ms per batch, more than the batch itself.
    */
   readonly bulk?: boolean;
+  /**
+   * `fn` runs host code (`store.transaction`): on SQLite the transaction is then marked as holding
+   * the connection, so a store call inside `fn` throws `TransactionReentryError` instead of
+   * waiting forever. Off for taskfence's own callbacks, which never call back into the store.
+   */
+  readonly hostCode?: boolean;
 }
 
 /** Counters a dialect keeps, for benchmarks and diagnostics. */
@@ -94,6 +101,13 @@ export interface StoreDialect {
    * Take it before reading the rows the decision depends on.
    */
   lockKey(trx: Transaction<Database>, key: string): Promise<void>;
+
+  /**
+   * For `store.withTransaction(trx)`: checks that `trx` is an open transaction this store can
+   * join (else `ForeignTransactionError`) and returns the Kysely taskfence runs its statements on
+   * inside it, and whether the transaction is still open.
+   */
+  joinTransaction(trx: Transaction<Database>): { readonly db: Transaction<Database>; isActive(): boolean };
 
   /** Classifies a driver error. */
   classifyError(error: unknown): ErrorKind;
@@ -169,6 +183,16 @@ export interface DialectOptions {
   readonly wakeNotifications?: boolean;
   /** PostgreSQL: how long opening a connection may take before `DATABASE_UNAVAILABLE` (default 10 000). */
   readonly connectTimeoutMs?: number;
+  /**
+   * PostgreSQL: the host's existing `pg.Pool` instead of one taskfence opens (then `url` is not
+   * needed, `poolSize` is ignored, and `close()` leaves the pool open: it is the host's to end).
+   */
+  readonly pool?: pg.Pool;
+  /**
+   * PostgreSQL: the schema taskfence's tables, indexes, history and lock keys live in (default:
+   * the connection's `current_schema()`, usually `public`). Also settable as `?schema=` in the URL.
+   */
+  readonly schema?: string;
   /** Called after every query with its SQL, parameters and duration (for debugging and benchmarks). */
   readonly onQuery?: (query: { sql: string; parameters: readonly unknown[]; durationMs: number; error?: unknown }) => void;
 }

@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { tableIn } from '../dialects/schema.js';
 import type { MigrationDefinition } from './types.js';
 
 /**
@@ -14,11 +15,12 @@ export const migration0007: MigrationDefinition = {
   async up({ db, types, now, progress }) {
     await db.schema.alterTable('coordinator_runs').addColumn('target_key', 'text').execute();
     await db.schema.alterTable('coordinator_runs').addColumn('heartbeat_at', types.epochMs).execute();
-    await sql`update coordinator_runs set heartbeat_at = started_at`.execute(db);
+    const runs = tableIn(db, 'coordinator_runs');
+    await sql`update ${runs} set heartbeat_at = started_at`.execute(db);
     const failed = await sql`
-      update coordinator_runs set status = 'failed', ended_at = ${now}
+      update ${runs} set status = 'failed', ended_at = ${now}
       where status = 'running'
-        and exists (select 1 from coordinator_runs newer
+        and exists (select 1 from ${runs} newer
                     where newer.status = 'running'
                       and (newer.started_at > coordinator_runs.started_at
                            or (newer.started_at = coordinator_runs.started_at and newer.id > coordinator_runs.id)))`.execute(db);
@@ -26,7 +28,7 @@ export const migration0007: MigrationDefinition = {
       progress(`0007: marked ${failed.numAffectedRows} older running coordinator runs failed (only one may run per target)`);
     }
     await sql`create unique index coordinator_runs_one_running_per_target
-      on coordinator_runs ((coalesce(target_key, ''))) where status = 'running'`.execute(db);
+      on ${runs} ((coalesce(target_key, ''))) where status = 'running'`.execute(db);
     await db.schema.createIndex('coordinator_runs_target_status_idx').on('coordinator_runs').columns(['target_key', 'status']).execute();
   },
   async down({ db }) {

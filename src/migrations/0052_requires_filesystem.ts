@@ -1,6 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 import { FILESYSTEM_DEPARTMENT, roleImpliesFilesystem } from '../domain/filesystem-roles.js';
 import type { MigrationDefinition } from './types.js';
+import { tableIn } from '../dialects/schema.js';
 
 const BATCH_SIZE = 50_000;
 const ROLE_CHUNK = 500;
@@ -31,7 +32,7 @@ export async function backfillRequiresFilesystem(db: Kysely<any>, options: Backf
   const roleChunkSize = options.roleChunkSize ?? ROLE_CHUNK;
 
   // Distinct roles are few (job titles, not tasks): read them once, test each with the one regex.
-  const roles = await sql<{ role: string }>`select distinct role from agents where role is not null`.execute(db);
+  const roles = await sql<{ role: string }>`select distinct role from ${tableIn(db, 'agents')} where role is not null`.execute(db);
   const matching = roles.rows.map((r) => r.role).filter(roleImpliesFilesystem);
   const roleChunks: string[][] = [];
   for (let i = 0; i < matching.length; i += roleChunkSize) roleChunks.push(matching.slice(i, i + roleChunkSize));
@@ -44,7 +45,7 @@ export async function backfillRequiresFilesystem(db: Kysely<any>, options: Backf
     // The upper bound of this batch: the batchSize-th id after `low`, or none for the last batch.
     // ORDER BY and the range predicates use the same collation, so batches tile the id space.
     const boundary: { rows: { id: string }[] } = await sql<{ id: string }>`
-      select id from tasks where ${low === null ? sql`1 = 1` : sql`id > ${low}`}
+      select id from ${tableIn(db, 'tasks')} where ${low === null ? sql`1 = 1` : sql`id > ${low}`}
       order by id limit 1 offset ${batchSize - 1}`.execute(db);
     const high: string | null = boundary.rows[0]?.id ?? null;
     const range = sql`${low === null ? sql`1 = 1` : sql`id > ${low}`} and ${high === null ? sql`1 = 1` : sql`id <= ${high}`}`;
@@ -54,13 +55,13 @@ export async function backfillRequiresFilesystem(db: Kysely<any>, options: Backf
       // The status tests sit inside CASE so no planner drives the batch from the status index
       // (which would walk most of the table on every batch); the id range on the primary key does.
       const result = await sql`
-        update tasks set requires_filesystem = 1
+        update ${tableIn(db, 'tasks')} set requires_filesystem = 1
         where ${range} and requires_filesystem = 0 and (case
           when status in ('dispatched', 'in_progress') and exists (
-            select 1 from task_leases l
+            select 1 from ${tableIn(db, 'task_leases')} l
             where l.task_id = tasks.id and l.holder is not null and l.expires_at > ${now}) then 1
           when status in ('todo', 'backlog') and exists (
-            select 1 from agents a
+            select 1 from ${tableIn(db, 'agents')} a
             where a.id = tasks.assignee_agent_id and (${roleMatch} or a.department = ${FILESYSTEM_DEPARTMENT})) then 1
           else 0 end) = 1`.execute(db);
       flagged += Number(result.numAffectedRows ?? 0n);
@@ -92,7 +93,7 @@ export const migration0052: MigrationDefinition = {
     await db.schema.alterTable('tasks').dropColumn('requires_filesystem').execute();
   },
   async workRows(db) {
-    const { rows } = await sql<{ n: number | string }>`select count(*) as n from tasks`.execute(db);
+    const { rows } = await sql<{ n: number | string }>`select count(*) as n from ${tableIn(db, 'tasks')}`.execute(db);
     return Number(rows[0]?.n ?? 0);
   },
 };

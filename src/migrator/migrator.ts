@@ -22,6 +22,7 @@ import { MIGRATIONS } from '../migrations/index.js';
 import type { MigrationDefinition } from '../migrations/types.js';
 import { migrationChecksum, recordMigration } from './checksum.js';
 import { expectedTablesAt } from './reference.js';
+import { tableIn } from '../dialects/schema.js';
 
 export const HISTORY_TABLE = 'taskfence_migrations';
 const HISTORY_COLUMNS = ['version', 'name', 'checksum', 'applied_at', 'duration_ms'] as const;
@@ -375,7 +376,7 @@ export class Migrator {
       const targets = kept ? dropped : [undefined];
       for (const column of targets) {
         const counted = column === undefined ? sql`count(*)` : sql`count(${sql.ref(column)})`;
-        const { rows } = await sql<{ n: number | string }>`select ${counted} as n from ${sql.table(table)}`.execute(db);
+        const { rows } = await sql<{ n: number | string }>`select ${counted} as n from ${tableIn(db, table)}`.execute(db);
         const count = Number(rows[0]?.n ?? 0);
         if (count > 0) losses.push({ version: m.version, name: m.name, table, ...(column ? { column } : {}), rows: count });
       }

@@ -11,6 +11,7 @@ import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.j
 import type { StoreContext } from './context.js';
 import { prepared } from './prepared.js';
 import { requireCounter, requireId, requireInput, requirePositiveMs } from './validate.js';
+import { tableIn } from '../dialects/schema.js';
 
 /** A granted lease: the fencing token and when it expires (epoch ms) unless renewed. */
 export interface LeaseGrant {
@@ -174,8 +175,8 @@ function staleReason(row: LeaseRow | undefined, token: number): StaleTokenReason
 // bumped it, so a stale holder matches nothing.
 
 const CLAIM_WORKSPACE_LOCK = prepared(
-  (_db, p: { workspaceId: string; holder: string; runId: string; now: number; expiresAt: number }) => sql<{ token: number; expires_at: number }>`
-    insert into workspace_locks (workspace_id, holder, run_id, token, acquired_at, expires_at)
+  (db, p: { workspaceId: string; holder: string; runId: string; now: number; expiresAt: number }) => sql<{ token: number; expires_at: number }>`
+    insert into ${tableIn(db, 'workspace_locks')} (workspace_id, holder, run_id, token, acquired_at, expires_at)
     values (${p.workspaceId}, ${p.holder}, ${p.runId}, 1, ${p.now}, ${p.expiresAt})
     on conflict (workspace_id) do update
       set holder = excluded.holder, run_id = excluded.run_id, token = workspace_locks.token + 1,
@@ -185,22 +186,22 @@ const CLAIM_WORKSPACE_LOCK = prepared(
 );
 
 const RENEW_WORKSPACE_LOCK = prepared(
-  (_db, p: { workspaceId: string; token: number; now: number; expiresAt: number }) => sql<{ expires_at: number }>`
-    update workspace_locks set expires_at = ${p.expiresAt}
+  (db, p: { workspaceId: string; token: number; now: number; expiresAt: number }) => sql<{ expires_at: number }>`
+    update ${tableIn(db, 'workspace_locks')} set expires_at = ${p.expiresAt}
     where workspace_id = ${p.workspaceId} and token = ${p.token} and holder is not null and expires_at > ${p.now}
     returning expires_at`,
 );
 
 const RELEASE_WORKSPACE_LOCK = prepared(
-  (_db, p: { workspaceId: string; token: number; now: number }) => sql<{ token: number }>`
-    update workspace_locks set holder = null, run_id = null, expires_at = ${p.now}
+  (db, p: { workspaceId: string; token: number; now: number }) => sql<{ token: number }>`
+    update ${tableIn(db, 'workspace_locks')} set holder = null, run_id = null, expires_at = ${p.now}
     where workspace_id = ${p.workspaceId} and token = ${p.token} and holder is not null
     returning token`,
 );
 
 const CLAIM_TASK_LEASE = prepared(
-  (_db, p: { taskId: string; holder: string; now: number; expiresAt: number }) => sql<{ token: number; expires_at: number }>`
-    insert into task_leases (task_id, holder, token, acquired_at, expires_at)
+  (db, p: { taskId: string; holder: string; now: number; expiresAt: number }) => sql<{ token: number; expires_at: number }>`
+    insert into ${tableIn(db, 'task_leases')} (task_id, holder, token, acquired_at, expires_at)
     values (${p.taskId}, ${p.holder}, 1, ${p.now}, ${p.expiresAt})
     on conflict (task_id) do update
       set holder = excluded.holder, token = task_leases.token + 1,
@@ -210,15 +211,15 @@ const CLAIM_TASK_LEASE = prepared(
 );
 
 const RENEW_TASK_LEASE = prepared(
-  (_db, p: { taskId: string; token: number; now: number; expiresAt: number }) => sql<{ expires_at: number }>`
-    update task_leases set expires_at = ${p.expiresAt}
+  (db, p: { taskId: string; token: number; now: number; expiresAt: number }) => sql<{ expires_at: number }>`
+    update ${tableIn(db, 'task_leases')} set expires_at = ${p.expiresAt}
     where task_id = ${p.taskId} and token = ${p.token} and holder is not null and expires_at > ${p.now}
     returning expires_at`,
 );
 
 const RELEASE_TASK_LEASE = prepared(
-  (_db, p: { taskId: string; token: number; now: number }) => sql<{ token: number }>`
-    update task_leases set holder = null, expires_at = ${p.now}
+  (db, p: { taskId: string; token: number; now: number }) => sql<{ token: number }>`
+    update ${tableIn(db, 'task_leases')} set holder = null, expires_at = ${p.now}
     where task_id = ${p.taskId} and token = ${p.token} and holder is not null
     returning token`,
 );

@@ -2,6 +2,7 @@ import { sql, type Kysely, type Transaction } from 'kysely';
 import { InvalidArgumentError } from '../errors.js';
 import type { Database } from '../schema/database.js';
 import type { StoreContext } from './context.js';
+import { tableIn } from '../dialects/schema.js';
 
 /** What `prune` may delete, table by table. */
 export type PrunableTable = 'messages' | 'decision_gates' | 'dispatch_contexts' | 'coordinator_runs' | 'cleanup_snapshots' | 'path_leases';
@@ -49,8 +50,8 @@ const MAX_BATCH = 100_000;
 type Db = Kysely<Database> | Transaction<Database>;
 
 /** A run that is still running owns this column's row. */
-const ownedByRunningRun = (column: 'dispatch_contexts.coordinator_run_id' | 'decision_gates.coordinator_run_id') =>
-  sql<boolean>`exists (select 1 from coordinator_runs r where r.id = ${sql.ref(column)} and r.status = 'running')`;
+const ownedByRunningRun = (db: Db, column: 'dispatch_contexts.coordinator_run_id' | 'decision_gates.coordinator_run_id') =>
+  sql<boolean>`exists (select 1 from ${tableIn(db, 'coordinator_runs')} r where r.id = ${sql.ref(column)} and r.status = 'running')`;
 
 /** For each table: the ids of up to `limit` prunable rows (re-checked in the delete's own transaction). */
 const candidates: Record<Exclude<PrunableTable, 'path_leases'>, (db: Db, cutoff: number, limit: number, only?: readonly string[]) => Promise<string[]>> = {
@@ -71,7 +72,7 @@ const candidates: Record<Exclude<PrunableTable, 'path_leases'>, (db: Db, cutoff:
       .select('id')
       .where('status', '=', 'resolved')
       .where('resolved_at', '<', cutoff)
-      .where((eb) => eb.not(ownedByRunningRun('decision_gates.coordinator_run_id')))
+      .where((eb) => eb.not(ownedByRunningRun(db, 'decision_gates.coordinator_run_id')))
       .$if(only !== undefined, (qb) => qb.where('id', 'in', only as string[]))
       .limit(limit)
       .execute();
@@ -83,7 +84,7 @@ const candidates: Record<Exclude<PrunableTable, 'path_leases'>, (db: Db, cutoff:
       .select('id')
       .where('status', '<>', 'active')
       .where((eb) => eb(eb.fn.coalesce('ended_at', 'updated_at'), '<', cutoff))
-      .where((eb) => eb.not(ownedByRunningRun('dispatch_contexts.coordinator_run_id')))
+      .where((eb) => eb.not(ownedByRunningRun(db, 'dispatch_contexts.coordinator_run_id')))
       .$if(only !== undefined, (qb) => qb.where('id', 'in', only as string[]))
       .limit(limit)
       .execute();

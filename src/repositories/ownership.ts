@@ -1,4 +1,4 @@
-import { sql, type RawBuilder, type Transaction } from 'kysely';
+import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
 import type {
   CleanupKind,
@@ -22,6 +22,7 @@ import {
   requirePositiveMs,
   requireText,
 } from './validate.js';
+import { tableIn } from '../dialects/schema.js';
 
 /*
  * Ownership generations (SPEC §6, seed 004).
@@ -471,7 +472,7 @@ const READ_RESOURCE = prepared((db, p: { id: string }, kind: OwnedResourceKind) 
     select id, ${sql.ref(owner)} as owner, ownership_generation as generation, status,
            cleanup_claimed_by as claimed_by, cleanup_claim_generation as claim_generation,
            cleanup_claim_expires_at as claim_expires_at, ${rootPath} as root_path
-      from ${sql.table(table)} where id = ${p.id}`;
+      from ${tableIn(db, table)} where id = ${p.id}`;
 });
 
 async function readResource(trx: Trx, kind: OwnedResourceKind, id: string): Promise<ResourceState | null> {
@@ -526,10 +527,10 @@ interface CasParams {
  * expired claim. `guards` adds conditions to the WHERE. Returns the new generation, or no row if
  * the row did not match.
  */
-function casSql(kind: OwnedResourceKind, p: CasParams, guards: RawBuilder<unknown> = sql``) {
+function casSql(db: Kysely<Database>, kind: OwnedResourceKind, p: CasParams, guards: RawBuilder<unknown> = sql``) {
   const { table, owner } = RESOURCE_TABLE[kind];
   return sql<{ generation: number }>`
-    update ${sql.table(table)}
+    update ${tableIn(db, table)}
        set ${sql.ref(owner)} = ${p.newOwner}, ownership_generation = ownership_generation + 1,
            cleanup_claimed_by = null, cleanup_claim_generation = null, cleanup_claim_expires_at = null,
            updated_at = ${p.now}
@@ -539,7 +540,7 @@ function casSql(kind: OwnedResourceKind, p: CasParams, guards: RawBuilder<unknow
     returning ownership_generation as generation`;
 }
 
-const CAS_TRANSFER = prepared((_db, p: CasParams, kind: OwnedResourceKind) => casSql(kind, p));
+const CAS_TRANSFER = prepared((db, p: CasParams, kind: OwnedResourceKind) => casSql(db, kind, p));
 
 /**
  * `transferEnvironmentOwnership` / `transferGroupStewardship` in one statement when they succeed:
@@ -547,17 +548,18 @@ const CAS_TRANSFER = prepared((_db, p: CasParams, kind: OwnedResourceKind) => ca
  * no cleanup admission, and, for a group, belongs to no other active group). When it matches
  * nothing, the transfer re-checks each condition in order to throw the documented error.
  */
-const GUARDED_TRANSFER = prepared((_db, p: CasParams, kind: OwnedResourceKind) =>
+const GUARDED_TRANSFER = prepared((db, p: CasParams, kind: OwnedResourceKind) =>
   casSql(
+    db,
     kind,
     p,
     sql`
        and ${sql.ref(RESOURCE_TABLE[kind].owner)} <> ${p.newOwner}
-       and exists (select 1 from tasks t where t.id = ${p.newOwner})
-       and not exists (select 1 from task_cleanup_admissions a where a.task_id = ${p.newOwner})${
+       and exists (select 1 from ${tableIn(db, 'tasks')} t where t.id = ${p.newOwner})
+       and not exists (select 1 from ${tableIn(db, 'task_cleanup_admissions')} a where a.task_id = ${p.newOwner})${
          kind === 'group'
            ? sql`
-       and coalesce((select min(g.id) from workspace_group_members m join workspace_groups g on g.id = m.group_id
+       and coalesce((select min(g.id) from ${tableIn(db, 'workspace_group_members')} m join ${tableIn(db, 'workspace_groups')} g on g.id = m.group_id
                       where m.task_id = ${p.newOwner} and g.status = 'active'), ${p.id}) = ${p.id}`
            : sql``
        }`,
@@ -781,7 +783,7 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
     const { table, owner } = RESOURCE_TABLE[snapshot.resourceKind];
     const status = remove ? sql`'removed'` : sql`status`;
     const { rows } = await sql<{ id: string }>`
-      update ${sql.table(table)}
+      update ${tableIn(trx, table)}
          set status = ${status}, cleanup_claimed_by = null, cleanup_claim_generation = null,
              cleanup_claim_expires_at = null, updated_at = ${now}
        where id = ${snapshot.resourceId} and ${sql.ref(owner)} = ${snapshot.ownerTaskId}
@@ -1050,7 +1052,7 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
         // released or expired. The same claimant may re-claim (a retried call).
         const { table, owner } = RESOURCE_TABLE[snapshot.resourceKind];
         const { rows } = await sql<{ id: string }>`
-          update ${sql.table(table)}
+          update ${tableIn(trx, table)}
              set cleanup_claimed_by = ${claimant}, cleanup_claim_generation = ownership_generation,
                  cleanup_claim_expires_at = ${expiresAt}, updated_at = ${now}
            where id = ${snapshot.resourceId} and ${sql.ref(owner)} = ${snapshot.ownerTaskId}
@@ -1095,7 +1097,7 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
           const { table, owner } = RESOURCE_TABLE[snapshot.resourceKind];
           const expiresAt = now + ttlMs;
           const { rows } = await sql<{ id: string }>`
-            update ${sql.table(table)} set cleanup_claim_expires_at = ${expiresAt}, updated_at = ${now}
+            update ${tableIn(trx, table)} set cleanup_claim_expires_at = ${expiresAt}, updated_at = ${now}
              where id = ${snapshot.resourceId} and ${sql.ref(owner)} = ${snapshot.ownerTaskId}
                and ownership_generation = ${snapshot.generation} and status = 'active'
                and cleanup_claimed_by = ${claim.claimant}

@@ -1,4 +1,4 @@
-import { sql, type RawBuilder, type Transaction } from 'kysely';
+import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
 import {
   WHOLE_WORKSPACE_KEY,
@@ -21,6 +21,7 @@ import {
   requirePathList,
   requirePositiveMs,
 } from './validate.js';
+import { tableIn } from '../dialects/schema.js';
 
 /** TTL of the leases `claimTask` takes when the caller gives none. */
 export const DEFAULT_PATH_LEASE_TTL_MS = 60_000;
@@ -287,22 +288,22 @@ function conflictParams(workspaceId: string, holder: string, keys: readonly stri
   return { workspaceId, holder, now, ancestors: [...new Set(keys.flatMap(storedPathAncestorKeys))], ...descendantRanges(keys) };
 }
 
-function conflictSql(p: ConflictParams) {
+function conflictSql(db: Kysely<Database> | undefined, p: ConflictParams) {
   const live = sql`workspace_id = ${p.workspaceId} and holder <> ${p.holder} and expires_at > ${p.now}`;
   const branches: RawBuilder<unknown>[] = [];
   if (p.ancestors.length > 0) {
-    branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key in (${sql.join(p.ancestors)})`);
+    branches.push(sql`select lease_key, holder, expires_at from ${tableIn(db, 'path_leases')} where ${live} and lease_key in (${sql.join(p.ancestors)})`);
   }
   p.froms.forEach((from, i) => {
-    branches.push(sql`select lease_key, holder, expires_at from path_leases where ${live} and lease_key >= ${from} and lease_key < ${p.tos[i]}`);
+    branches.push(sql`select lease_key, holder, expires_at from ${tableIn(db, 'path_leases')} where ${live} and lease_key >= ${from} and lease_key < ${p.tos[i]}`);
   });
   return sql<{ lease_key: string; holder: string; expires_at: number }>`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`;
 }
 
 /** The conflict check, prepared per (number of ancestors, number of keys). */
-const FIND_CONFLICTS = prepared((_db, p: ConflictParams, shape: string) => {
+const FIND_CONFLICTS = prepared((db, p: ConflictParams, shape: string) => {
   const [ancestors, keys] = shape.split(':').map(Number) as [number, number];
-  return conflictSql({
+  return conflictSql(db, {
     workspaceId: p.workspaceId,
     holder: p.holder,
     now: p.now,
@@ -375,10 +376,11 @@ const RENEW = prepared(
  * can EXPLAIN it.
  *
  * @example
- * const { rows } = await buildPathConflictQuery(workspaceId, 'agent-1', ['src'], Date.now()).execute(store.db);
+ * const { rows } = await buildPathConflictQuery(workspaceId, 'agent-1', ['src'], Date.now(), store.db).execute(store.db);
+ * // (pass the Kysely it runs on, so a PostgreSQL `schema` qualifies the table)
  */
-export function buildPathConflictQuery(workspaceId: string, holder: string, keys: readonly string[], now: number) {
-  return conflictSql(conflictParams(workspaceId, holder, keys, now));
+export function buildPathConflictQuery(workspaceId: string, holder: string, keys: readonly string[], now: number, db?: Kysely<Database>) {
+  return conflictSql(db, conflictParams(workspaceId, holder, keys, now));
 }
 
 /**

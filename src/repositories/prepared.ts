@@ -1,5 +1,6 @@
 import type { Compilable, CompiledQuery, Kysely, QueryResult, RawBuilder } from 'kysely';
 import { connectionOf } from '../dialects/direct.js';
+import { schemaOf } from '../dialects/schema.js';
 import type { Database } from '../schema/database.js';
 
 /*
@@ -64,13 +65,17 @@ type Build<P, R, S> = (db: Kysely<Database>, p: P, shape: S) => Compilable<R> | 
  * const task = await selectTask.first(trx, { id });
  */
 export function prepared<P extends object, R, S extends string | number | void = void>(build: Build<P, R, S>): PreparedQuery<P, R, S> {
-  // Keyed by the Kysely instance's adapter: transactions share their Kysely's adapter.
-  const cache = new WeakMap<object, Map<S, Compiled>>();
+  // Keyed by the Kysely instance's adapter (transactions share their Kysely's adapter), then by
+  // its PostgreSQL schema: a host's Kysely joined with store.withTransaction may serve several.
+  const cache = new WeakMap<object, Map<string | undefined, Map<S, Compiled>>>();
 
   const compile = (db: Kysely<Database>, shape: S): Compiled => {
     const adapter = db.getExecutor().adapter;
-    let byShape = cache.get(adapter);
-    if (!byShape) cache.set(adapter, (byShape = new Map()));
+    let bySchema = cache.get(adapter);
+    if (!bySchema) cache.set(adapter, (bySchema = new Map()));
+    const schema = schemaOf(db);
+    let byShape = bySchema.get(schema);
+    if (!byShape) bySchema.set(schema, (byShape = new Map()));
     let compiled = byShape.get(shape);
     if (!compiled) {
       const p = new Proxy({} as P, { get: (_target, name) => new Placeholder(String(name)) });

@@ -1,4 +1,4 @@
-import { sql, type Transaction } from 'kysely';
+import { sql, type Kysely, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
 import { runTargetLockKey } from '../domain/run-targets.js';
 import type { CoordinatorRunRow, CoordinatorRunStatus, Database } from '../schema/database.js';
@@ -17,6 +17,7 @@ import {
   requirePositiveMs,
   requireText,
 } from './validate.js';
+import { tableIn } from '../dialects/schema.js';
 
 export interface CoordinatorRun {
   readonly id: string;
@@ -197,15 +198,15 @@ export async function adoptUnownedTasksIn(trx: Transaction<Database>, runId: str
 
 type RunOwnedColumn = 'tasks.coordinator_run_id' | 'dispatch_contexts.coordinator_run_id' | 'decision_gates.coordinator_run_id';
 
-const notOwnedByRunningRun = (column: RunOwnedColumn) =>
+const notOwnedByRunningRun = (db: Kysely<Database>, column: RunOwnedColumn) =>
   sql<boolean>`(${sql.ref(column)} is null or not exists (
-      select 1 from coordinator_runs r where r.id = ${sql.ref(column)} and r.status = 'running'))`;
+      select 1 from ${tableIn(db, 'coordinator_runs')} r where r.id = ${sql.ref(column)} and r.status = 'running'))`;
 
 const ADOPT_TASKS = prepared((db, p: { runId: string; targetKey: string; now: number }, target: 'null' | 'key') => {
   const adopt = db
     .updateTable('tasks')
     .set({ coordinator_run_id: p.runId, updated_at: p.now })
-    .where(notOwnedByRunningRun('tasks.coordinator_run_id'));
+    .where(notOwnedByRunningRun(db, 'tasks.coordinator_run_id'));
   return target === 'null' ? adopt.where('target_key', 'is', null) : adopt.where('target_key', '=', p.targetKey);
 });
 
@@ -216,7 +217,7 @@ const adoptFollowers = (table: 'dispatch_contexts' | 'decision_gates') =>
       .set({ coordinator_run_id: p.runId })
       .where('task_id', 'in', db.selectFrom('tasks').select('tasks.id').where('tasks.coordinator_run_id', '=', p.runId))
       .where(sql<boolean>`coalesce(coordinator_run_id, '') <> ${p.runId}`)
-      .where(notOwnedByRunningRun(`${table}.coordinator_run_id`)),
+      .where(notOwnedByRunningRun(db, `${table}.coordinator_run_id`)),
   );
 const ADOPT_DISPATCHES = adoptFollowers('dispatch_contexts');
 const ADOPT_GATES = adoptFollowers('decision_gates');

@@ -3,6 +3,7 @@ import { SchemaOutOfDateError, TaskfenceError } from '../errors.js';
 import { LATEST_VERSION } from '../migrations/index.js';
 import type { Database } from '../schema/database.js';
 import type { Repositories } from './index.js';
+import { tableIn } from '../dialects/schema.js';
 
 /**
  * The schema-version check, done lazily so that opening a store stays one connection (the CLI
@@ -42,7 +43,7 @@ export function guardSchemaVersion(repositories: Repositories, db: Kysely<Databa
 /** The highest applied migration version, 0 when there is no history table (or it cannot be read). */
 export async function readSchemaVersion(db: Kysely<Database>): Promise<number> {
   try {
-    const { rows } = await sql<{ version: number | string | null }>`select max(version) as version from taskfence_migrations`.execute(db);
+    const { rows } = await sql<{ version: number | string | null }>`select max(version) as version from ${tableIn(db, 'taskfence_migrations')}`.execute(db);
     return Number(rows[0]?.version ?? 0);
   } catch {
     return 0;

@@ -23,8 +23,8 @@ export class ManualClock implements Clock {
 }
 
 async function countRows(store: Store, table: 'workspace_locks' | 'task_leases'): Promise<number> {
-  const { rows } = await sql<{ n: number | string }>`select count(*) as n from ${sql.table(table)}`.execute(store.db);
-  return Number(rows[0]!.n);
+  const row = await store.db.selectFrom(table).select((eb) => eb.fn.countAll<number | string>().as('n')).executeTakeFirstOrThrow();
+  return Number(row.n);
 }
 
 /** One company with a workspace, an agent and a project, for the single-process tests. */

@@ -336,8 +336,8 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       // Ancestors by equality plus one range per key, in the busy workspace; and the whole-workspace
       // range in a quiet one. (For the whole-workspace key in a workspace that holds most of the
       // table, PostgreSQL may prefer a sequential scan that LIMIT stops after a few rows.)
-      const keyed = buildPathConflictQuery(busy, 'me', ['dir3/file3.ts', 'src/new/a.ts'], now);
-      const whole = buildPathConflictQuery(quiet, 'me', [''], now);
+      const keyed = buildPathConflictQuery(busy, 'me', ['dir3/file3.ts', 'src/new/a.ts'], now, store.db);
+      const whole = buildPathConflictQuery(quiet, 'me', [''], now, store.db);
       if (fx.kind === 'sqlite') {
         for (const q of [keyed, whole]) {
           const plan = (await sql<{ detail: string }>`explain query plan ${q}`.execute(store.db)).rows.map((r) => r.detail);

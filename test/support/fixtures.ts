@@ -80,6 +80,18 @@ export class PostgresFixture extends BaseFixture {
     this.#created.push(name);
     const url = new URL(this.#adminUrl);
     url.pathname = `/${name}`;
+    const schema = process.env.TEST_PG_SCHEMA;
+    if (schema) {
+      // The whole suite in a non-public schema, beside a host's own public.tasks that must not matter.
+      url.searchParams.set('schema', schema);
+      const db = new pg.Client({ connectionString: new URL(`/${name}`, this.#adminUrl).toString() });
+      await db.connect();
+      try {
+        await db.query('create table public.tasks (id text primary key, host_column text)');
+      } finally {
+        await db.end();
+      }
+    }
     return url.toString();
   }
   override async cleanup(): Promise<void> {

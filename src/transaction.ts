@@ -1,0 +1,166 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { sql, type KyselyPlugin, type Transaction } from 'kysely';
+import type { StoreDialect, WriteTransactionFn } from './dialects/types.js';
+import { InvalidArgumentError, TransactionEndedError } from './errors.js';
+import type { Database } from './schema/database.js';
+import { createStoreContext, type Clock } from './repositories/context.js';
+import { createRepositories, type Repositories } from './repositories/index.js';
+
+/**
+ * A transaction shared by the host and taskfence: the host's own statements on `db`, taskfence's
+ * repository groups bound to the same transaction. Everything commits or rolls back together.
+ */
+export interface StoreTransaction extends Repositories {
+  /**
+   * The open transaction, for the host's own statements. Typed with taskfence's tables; for the
+   * host's tables use `tx.db.withTables<HostTables>()` (or cast). With a PostgreSQL `schema`, it
+   * qualifies tables with that schema: use `tx.db.withSchema('public')` for tables elsewhere.
+   */
+  readonly db: Transaction<Database>;
+  /**
+   * Takes a transaction-scoped lock on every resource name ("box"), in one canonical order
+   * (sorted, duplicates dropped), released at commit or rollback. Taking a name the transaction
+   * already holds is a no-op. PostgreSQL: advisory transaction locks under `taskfence:resource:`
+   * (schema-qualified); SQLite: `BEGIN IMMEDIATE` already serializes writers, so names are only
+   * validated and recorded. Take resource locks before other taskfence calls in the transaction.
+   */
+  lockResources(names: readonly string[]): Promise<void>;
+  /** The resource names this transaction holds, sorted. */
+  readonly heldResources: readonly string[];
+}
+
+export interface TransactionOptions {
+  /** Give up retrying SQLITE_BUSY / serialization failures / deadlocks after this long (default: the store's writeDeadlineMs). */
+  readonly deadlineMs?: number;
+}
+
+const RESOURCE_NAME_MAX = 512;
+const SAVEPOINT = sql.raw('savepoint taskfence_call');
+const RELEASE = sql.raw('release savepoint taskfence_call');
+const ROLLBACK_TO = sql.raw('rollback to savepoint taskfence_call');
+
+/** Which binding's call the current async context runs inside (nested calls skip the queue). */
+const INSIDE = new AsyncLocalStorage<Binding>();
+
+/**
+ * One host transaction seen by taskfence. Repository calls on it run one at a time, each in a
+ * savepoint: a call that fails undoes only its own writes and leaves the transaction usable (on
+ * PostgreSQL a failed statement otherwise aborts the whole transaction), exactly like a
+ * stand-alone call that rolls back.
+ */
+class Binding {
+  #queue: Promise<unknown> = Promise.resolve();
+  readonly held = new Set<string>();
+
+  constructor(
+    readonly trx: Transaction<Database>,
+    readonly isActive: () => boolean,
+  ) {}
+
+  assertActive(): void {
+    if (!this.isActive()) throw new TransactionEndedError();
+  }
+
+  /** Runs `fn(trx)` inside a savepoint, after every earlier call on this transaction has finished. */
+  run<T>(fn: WriteTransactionFn<T>): Promise<T> {
+    this.assertActive();
+    if (INSIDE.getStore() === this) return this.#savepoint(fn);
+    const result = this.#queue.then(() => INSIDE.run(this, () => this.#savepoint(fn)));
+    this.#queue = result.catch(() => {});
+    return result;
+  }
+
+  async #savepoint<T>(fn: WriteTransactionFn<T>): Promise<T> {
+    this.assertActive();
+    await SAVEPOINT.execute(this.trx);
+    let result: T;
+    try {
+      result = await fn(this.trx);
+    } catch (error) {
+      // The transaction may be gone already (connection lost, SQLite rolled back by itself).
+      await ROLLBACK_TO.execute(this.trx).then(() => RELEASE.execute(this.trx)).catch(() => {});
+      throw error;
+    }
+    await RELEASE.execute(this.trx);
+    return result;
+  }
+}
+
+/** A dialect whose transactions are `binding`'s: joined, never begun, committed or retried here. */
+function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
+  return Object.freeze({
+    kind: dialect.kind,
+    db: binding.trx,
+    columnTypes: dialect.columnTypes,
+    stats: dialect.stats,
+    supportsSkipLocked: dialect.supportsSkipLocked,
+    clock: dialect.clock,
+    // Waiting calls (acquirePaths with a wait, waitForMessages) wait while this transaction holds
+    // its locks: see the README (Embedding).
+    wakeups: dialect.wakeups,
+    writeTransaction: <T>(fn: WriteTransactionFn<T>) => binding.run(fn),
+    readTransaction: <T>(fn: WriteTransactionFn<T>) => binding.run(fn),
+    lockKey: (trx: Transaction<Database>, key: string) => dialect.lockKey(trx, key),
+    classifyError: (error: unknown) => dialect.classifyError(error),
+    joinTransaction: (trx: Transaction<Database>) => dialect.joinTransaction(trx),
+    withMigrationLock: () => Promise.reject(new Error('Migrations cannot run inside a host transaction; call store.migrate().')),
+    describeSchema: () => dialect.describeSchema(),
+    readUserVersion: () => dialect.readUserVersion(binding.trx),
+    close: () => Promise.reject(new Error('Close the store, not a transaction.')),
+  });
+}
+
+/** Makes `db` throw `TransactionEndedError` once the transaction is over, instead of running statements on a reused connection. */
+function endGuard(binding: Binding): KyselyPlugin {
+  return {
+    transformQuery: (args) => {
+      binding.assertActive();
+      return args.node;
+    },
+    transformResult: (args) => Promise.resolve(args.result),
+  };
+}
+
+/**
+ * Binds taskfence's repositories to an open transaction `trx` of `dialect` (already checked to be
+ * joinable). `isActive` says whether the transaction is still open.
+ */
+export function bindTransaction(
+  dialect: StoreDialect,
+  trx: Transaction<Database>,
+  isActive: () => boolean,
+  clock: Clock | undefined,
+): StoreTransaction {
+  const binding = new Binding(trx, isActive);
+  const repositories = createRepositories(createStoreContext(boundDialect(dialect, binding), clock));
+  return Object.freeze({
+    ...repositories,
+    db: trx.withPlugin(endGuard(binding)),
+    get heldResources() {
+      return [...binding.held].sort();
+    },
+    lockResources: (names: readonly string[]) =>
+      binding.run(async (t) => {
+        const taken: string[] = [];
+        for (const name of canonicalResourceNames(names)) {
+          if (binding.held.has(name)) continue;
+          await dialect.lockKey(t, `taskfence:resource:${name}`);
+          taken.push(name);
+        }
+        // Only now: a failure rolls back to the savepoint, which releases the locks it took.
+        for (const name of taken) binding.held.add(name);
+      }),
+  });
+}
+
+/** Validates resource names and puts them in the one order every transaction takes them in. */
+export function canonicalResourceNames(names: readonly string[]): string[] {
+  if (!Array.isArray(names)) throw new InvalidArgumentError('resource names', 'expected an array of strings');
+  for (const name of names) {
+    if (typeof name !== 'string' || name.length === 0) throw new InvalidArgumentError('resource name', 'expected a non-empty string');
+    if (name.length > RESOURCE_NAME_MAX) throw new InvalidArgumentError('resource name', `longer than ${RESOURCE_NAME_MAX} characters`);
+    if (name.includes('\0')) throw new InvalidArgumentError('resource name', 'contains a NUL character');
+  }
+  // Sorted by UTF-16 code units, the same on every process and platform.
+  return [...new Set(names)].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+}
