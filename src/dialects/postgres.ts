@@ -110,7 +110,7 @@ export async function openPostgresDialect(connectionString: string, options: Dia
     config,
     options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
     offset,
-    new PostgresWakeups(config, options.wakeFallbackMs ?? DEFAULT_WAKE_FALLBACK_MS, options.wakeNotifications ?? true),
+    new PostgresWakeups(config, options.wakeFallbackMs ?? DEFAULT_WAKE_FALLBACK_MS, options.wakeNotifications ?? true, schema),
     schema,
   );
   const counted = options.pool ?? pool;

@@ -76,21 +76,26 @@ export class PostgresWakeups implements Wakeups {
   #closed = false;
   #backoffMs = 50;
 
+  /** Installs in different schemas of one database share the channel: topics carry the schema. */
+  readonly #prefix: string;
+
   constructor(
     config: pg.ClientConfig,
     readonly fallbackMs = DEFAULT_WAKE_FALLBACK_MS,
     readonly enabled = true,
+    schema?: string,
   ) {
     this.#config = { ...config, application_name: 'taskfence-listen' };
+    this.#prefix = schema === undefined ? '' : `${schema}/`;
   }
 
   async notify(trx: Transaction<Database>, topic: string): Promise<void> {
     if (!this.enabled) return;
-    await sql`select pg_notify(${CHANNEL}, ${topic})`.execute(trx);
+    await sql`select pg_notify(${CHANNEL}, ${this.#prefix + topic})`.execute(trx);
   }
 
   subscribe(topic: string, fallbackMs = this.fallbackMs) {
-    return this.#registry.subscribe(topic, fallbackMs, () => {
+    return this.#registry.subscribe(this.#prefix + topic, fallbackMs, () => {
       if (this.enabled) this.#ensureListening();
     });
   }
