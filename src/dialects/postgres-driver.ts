@@ -183,10 +183,11 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
   // Transaction control goes through `executeQuery` (which Kysely wraps for `onQuery`), so every statement is reported.
 
   async begin(begin: string, limits: TransactionLimits): Promise<void> {
-    // One simple-protocol round trip: BEGIN, the transaction's own limits, and the server's clock.
+    // One simple-protocol round trip, two statements: BEGIN, then one SELECT that sets the
+    // transaction's own limits (set_config(…, true) is SET LOCAL) and reads the server's clock.
     const text =
-      `${begin}; set local lock_timeout = ${Math.trunc(limits.lockTimeoutMs)}; ` +
-      `set local statement_timeout = ${Math.trunc(limits.statementTimeoutMs)}; ${SERVER_NOW_SQL}`;
+      `${begin}; select set_config('lock_timeout', '${Math.trunc(limits.lockTimeoutMs)}', true), ` +
+      `set_config('statement_timeout', '${Math.trunc(limits.statementTimeoutMs)}', true), ${SERVER_NOW_EXPRESSION} as server_now`;
     const sent = this.#offset.host.now();
     const { rows } = await this.executeQuery<{ server_now: number }>(CompiledQuery.raw(text));
     this.#inTransaction = true;
@@ -283,7 +284,8 @@ const NEVER_SENT = /is not queryable/;
 const READ_ONLY_STATEMENT = /^\s*(select|show|rollback)\b/i;
 
 /** Reads the server's clock in epoch milliseconds. */
-export const SERVER_NOW_SQL = 'select (extract(epoch from clock_timestamp()) * 1000)::float8 as server_now';
+const SERVER_NOW_EXPRESSION = '(extract(epoch from clock_timestamp()) * 1000)::float8';
+export const SERVER_NOW_SQL = `select ${SERVER_NOW_EXPRESSION} as server_now`;
 
 /**
  * The server's clock as seen from this host: the host clock plus the offset measured at the start
