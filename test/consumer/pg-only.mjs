@@ -26,6 +26,19 @@ try {
     const company = await store.org.createCompany({ name: 'Acme' });
     const row = await store.db.selectFrom('companies').select('name').where('id', '=', company.id).executeTakeFirstOrThrow();
     assert.equal(row.name, 'Acme');
+    // store.transaction on PostgreSQL: a thrown callback leaves neither the host write nor the claim.
+    const ws = await store.org.createWorkspace({ companyId: company.id, name: 'main' });
+    const run = await store.runs.startCoordinatorRun({ targetKey: null });
+    await assert.rejects(
+      store.transaction(async (tx) => {
+        await tx.db.updateTable('companies').set({ name: 'rolled back' }).where('id', '=', company.id).execute();
+        await tx.locks.claimWorkspaceLock(ws.id, { holder: 'app', runId: run.id, ttlMs: 60_000 });
+        throw new Error('host rollback');
+      }),
+      /host rollback/,
+    );
+    assert.equal(await store.locks.getWorkspaceLock(ws.id), null);
+    assert.equal((await store.db.selectFrom('companies').select('name').where('id', '=', company.id).executeTakeFirstOrThrow()).name, 'Acme');
     console.log(`PostgreSQL-only app: ok (schema ${(await store.migrationStatus()).currentVersion}, sqlite: URL -> DRIVER_NOT_INSTALLED)`);
   } finally {
     await store.close();
