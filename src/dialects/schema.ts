@@ -2,7 +2,6 @@ import {
   WithSchemaPlugin,
   sql,
   type DatabaseIntrospector,
-  type DatabaseMetadata,
   type DatabaseMetadataOptions,
   type Dialect,
   type Kysely,
@@ -89,7 +88,8 @@ class ConfinedIntrospector implements DatabaseIntrospector {
     return (await this.inner.getTables(options)).filter((t) => t.schema === schema);
   }
 
-  async getMetadata(options?: DatabaseMetadataOptions): Promise<DatabaseMetadata> {
+  /** Kysely 0.28's introspector method (0.29 dropped it); spelled without its type so both versions compile. */
+  async getMetadata(options?: DatabaseMetadataOptions): Promise<{ tables: TableMetadata[] }> {
     return { tables: await this.getTables(options) };
   }
 }

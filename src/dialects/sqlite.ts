@@ -28,6 +28,21 @@ const ROLLBACK = CompiledQuery.raw('rollback');
 const RESOLVED = Promise.resolve();
 const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['busy']);
 
+/**
+ * SQLite's adapter, telling Kysely (0.29+) not to add a connection mutex of its own: our driver
+ * already hands its one connection out first come first served, and it may refuse a caller (a
+ * re-entrant call throws `TransactionReentryError`). Kysely's mutex is not released when the
+ * driver refuses, so with it one refusal would block every later query on the store.
+ */
+class SerializedSqliteAdapter extends SqliteAdapter {
+  constructor() {
+    super();
+    // An own property, not a getter: kysely 0.29 declares the member and 0.28 does not, so no
+    // class member compiles against both.
+    Object.defineProperty(this, 'supportsMultipleConnections', { value: true });
+  }
+}
+
 /** Opens one better-sqlite3 connection in WAL mode and wraps it as a `StoreDialect`. */
 export async function openSqliteDialect(filename: string, options: DialectOptions = {}): Promise<StoreDialect> {
   const BetterSqlite3 = await loadBetterSqlite3(`sqlite:${filename}`);
@@ -58,7 +73,7 @@ export async function openSqliteDialect(filename: string, options: DialectOption
   const kysely = (d: Driver) =>
     new GuardedKysely<Schema>(driver, {
       dialect: {
-        createAdapter: () => new SqliteAdapter(),
+        createAdapter: () => new SerializedSqliteAdapter(),
         createDriver: () => d,
         createIntrospector: (k) => new SqliteIntrospector(k),
         createQueryCompiler: () => new SqliteQueryCompiler(),

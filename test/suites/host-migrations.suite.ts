@@ -4,12 +4,38 @@
  * keeps its own chain and history and never mistakes the host's tables for its own.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Migrator as KyselyMigrator, type Kysely, type Migration } from 'kysely';
+import type { Kysely } from 'kysely';
+import * as kyselyRoot from 'kysely';
 import { Umzug, type UmzugStorage } from 'umzug';
 import { LATEST_VERSION, type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 
 type HostDb = Kysely<any>;
+
+/** A host migration, as Kysely's Migrator takes it. */
+interface Migration {
+  up(db: HostDb): Promise<void>;
+  down?(db: HostDb): Promise<void>;
+}
+
+interface HostMigrator {
+  migrateToLatest(): Promise<{ error?: unknown; results?: { migrationName: string; status: string }[] }>;
+  migrateDown(): Promise<{ error?: unknown; results?: { migrationName: string; status: string }[] }>;
+  getMigrations(): Promise<{ name: string; executedAt?: Date }[]>;
+}
+
+/**
+ * Kysely's Migrator: exported from 'kysely' up to 0.28, from 'kysely/migration' since 0.29 (the
+ * suite runs against both). The subpath is tried first.
+ */
+const KyselyMigrator: new (options: Record<string, unknown>) => HostMigrator = await (async () => {
+  try {
+    const subpath = 'kysely/migration';
+    return ((await import(/* @vite-ignore */ subpath)) as { Migrator: new (options: Record<string, unknown>) => HostMigrator }).Migrator;
+  } catch {
+    return (kyselyRoot as unknown as { Migrator: new (options: Record<string, unknown>) => HostMigrator }).Migrator;
+  }
+})();
 
 /** The host's Kysely migrations (its own table names; `orders` and `invoices` are not taskfence's). */
 const HOST_MIGRATIONS: Record<string, Migration> = {
