@@ -346,7 +346,10 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
     });
 
     it('routes exit escalation to the dispatch\'s own run, and legacy NULL-run dispatches to a running run', async () => {
-      const store = await fx.freshStore();
+      // A clock that moves on every reading: "the latest running run" must not hinge on two runs
+      // starting within one millisecond (then the tie is broken by their random ids).
+      let t = Date.now();
+      const store = await fx.freshStore({ clock: { now: () => ++t } });
       const c = await company(store);
       const runA = await store.runs.startCoordinatorRun({ targetKey: 'worktree:a' });
       const runB = await store.runs.startCoordinatorRun({ targetKey: 'worktree:b' }); // the latest running run
