@@ -47,6 +47,20 @@ async function codeOf(promise: Promise<unknown>): Promise<string> {
   }
 }
 
+/**
+ * A read as the README tells callers to make one after a fault: retried on DATABASE_UNAVAILABLE
+ * (a pooled connection the proxy cut may only be found dead when it is used).
+ */
+async function retryRead<T>(read: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await read();
+    } catch (error) {
+      if (!(error instanceof TaskfenceError) || error.code !== 'DATABASE_UNAVAILABLE' || attempt >= 5) throw error;
+    }
+  }
+}
+
 async function seed(store: Store) {
   const company = await store.org.createCompany({ id: 'c1', name: 'Acme' });
   const workspace = await store.org.createWorkspace({ id: 'w1', companyId: company.id, name: 'main' });
@@ -189,7 +203,7 @@ describe('connections cut by a proxy', () => {
     } finally {
       clearInterval(cutter);
     }
-    const stored = (await store.tasks.listTasks()).filter((t) => t.id.startsWith('cut-'));
+    const stored = (await retryRead(() => store.tasks.listTasks())).filter((t) => t.id.startsWith('cut-'));
     expect(stored.map((t) => t.id).sort()).toEqual([...ids].sort());
     expect(outcomes.ok).toBe(ids.length);
   });
@@ -214,7 +228,7 @@ describe('a network gone silent', () => {
 
       proxy.restore();
       const task = await store.tasks.createTask({ companyId, title: 'after', requiresFilesystem: false });
-      expect((await store.tasks.listTasks()).map((t) => t.id)).toEqual([task.id]);
+      expect((await retryRead(() => store.tasks.listTasks())).map((t) => t.id)).toEqual([task.id]);
     } finally {
       await proxy.close();
     }
