@@ -82,7 +82,11 @@ export type TryAcquirePathsResult =
 export interface AcquirePathsOptions {
   /** Give up after waiting this long (real time, not the store clock). */
   readonly timeoutMs: number;
-  /** Longest pause between attempts (default 100 ms); pauses start at 5 ms and are jittered. */
+  /**
+   * Longest wait between two checks when no wake-up comes (default: the store's
+   * `wakeFallbackMs`). A release wakes the waiter at once; a lease that merely expires announces
+   * nothing, so this bounds how late its waiter notices.
+   */
   readonly maxPollMs?: number;
 }
 
@@ -255,10 +259,6 @@ function showKey(key: string): string {
 
 /** The wake-up topic of a workspace's path leases: announced when leases in it are released. */
 const pathsTopic = (workspaceId: string) => `paths:${workspaceId}`;
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
 
 /** The bytewise ranges of `keys` and everything below them (one index range per key). */
 function descendantRanges(keys: readonly string[]): { froms: string[]; tos: string[] } {
@@ -478,13 +478,12 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       const { workspaceId, holder, ttlMs, keys, taskId } = checkAcquireInput(input);
       requireInput('options', options);
       const timeoutMs = requirePositiveMs('timeoutMs', options.timeoutMs, 0);
-      const maxPollMs = options.maxPollMs === undefined ? 100 : requirePositiveMs('maxPollMs', options.maxPollMs);
+      const maxPollMs = options.maxPollMs === undefined ? undefined : requirePositiveMs('maxPollMs', options.maxPollMs);
       // A real-time deadline: waiting is a duration, and a test's frozen store clock must not make it endless.
       const deadline = performance.now() + timeoutMs;
-      void maxPollMs; // superseded by wake-ups (kept for compatibility; the fallback interval is the store's wakeFallbackMs)
       for (;;) {
         // Subscribe before trying: a release committed between the try and the wait still wakes us.
-        const wake = dialect.wakeups.subscribe(pathsTopic(workspaceId));
+        const wake = dialect.wakeups.subscribe(pathsTopic(workspaceId), maxPollMs);
         const result = await dialect.writeTransaction((trx) => acquireKeys(trx, workspaceId, holder, keys, ttlMs, taskId)).catch((error: unknown) => {
           wake.cancel();
           throw error;
