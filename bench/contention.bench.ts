@@ -25,7 +25,14 @@ export interface ContentionRow {
  * one wall-clock instant: total throughput, p99, how many write transactions were retried
  * (SQLITE_BUSY, serialization, deadlock) and how many errors reached the caller (must be 0).
  */
-export async function benchContention(dbs: BenchDatabases, options: { iterations: Record<'sqlite' | 'postgres', number>; workers: Record<'sqlite' | 'postgres', number[]>; runs: number }) {
+export async function benchContention(
+  dbs: BenchDatabases,
+  options: {
+    iterations: Record<'sqlite' | 'postgres', number>;
+    workers: Record<'sqlite' | 'postgres', number[]>;
+    runs: number;
+  },
+) {
   const rows: ContentionRow[] = [];
   for (const dialect of ['sqlite', 'postgres'] as const) {
     const maxWorkers = Math.max(...options.workers[dialect]);
@@ -39,28 +46,63 @@ export async function benchContention(dbs: BenchDatabases, options: { iterations
           await store.migrate();
           await store.org.createCompany({ id: 'c-shared', name: 'shared' });
           await store.org.createWorkspace({ id: 'w-path-shared', companyId: 'c-shared', name: 'paths' });
-          for (let w = 0; w < Math.min(workers, maxWorkers); w++) await seedFixture(store, `w${w}`, op === 'deliver' ? iterations + 10 : 0);
+          for (let w = 0; w < Math.min(workers, maxWorkers); w++)
+            await seedFixture(store, `w${w}`, op === 'deliver' ? iterations + 10 : 0);
           await store.close();
           const startAt = Date.now() + 1500 + workers * 300;
           const outputs = await Promise.all(
-            Array.from({ length: workers }, (_, worker) => run(process.execPath, [CHILD, JSON.stringify({ url, op, worker, iterations, startAt })], { maxBuffer: 64 * 2 ** 20 })),
+            Array.from({ length: workers }, (_, worker) =>
+              run(process.execPath, [CHILD, JSON.stringify({ url, op, worker, iterations, startAt })], {
+                maxBuffer: 64 * 2 ** 20,
+              }),
+            ),
           );
-          const results = outputs.map((o) => JSON.parse(o.stdout.trim().split('\n').at(-1)!) as { startedAt: number; endedAt: number; latencies: number[]; errors: number; firstError: string | null; retries: number });
+          const results = outputs.map(
+            (o) =>
+              JSON.parse(o.stdout.trim().split('\n').at(-1)!) as {
+                startedAt: number;
+                endedAt: number;
+                latencies: number[];
+                errors: number;
+                firstError: string | null;
+                retries: number;
+              },
+          );
           const latencies = results.flatMap((x) => x.latencies).sort((a, b) => a - b);
           // From the first worker's real start (a worker that missed the start instant does not
           // stretch the window) to the last one's end.
           const elapsed = Math.max(...results.map((x) => x.endedAt)) - Math.min(...results.map((x) => x.startedAt));
           const late = results.filter((x) => x.startedAt - startAt > 50).length;
-          if (late > 0) console.log(`  contention ${dialect} ${op} ×${workers}: ${late} workers started more than 50 ms late`);
+          if (late > 0)
+            console.log(`  contention ${dialect} ${op} ×${workers}: ${late} workers started more than 50 ms late`);
           const errors = results.reduce((n, x) => n + x.errors, 0);
-          if (errors > 0) console.log(`  contention ${dialect} ${op} ×${workers}: ${errors} errors, first: ${results.find((x) => x.firstError)?.firstError}`);
-          samples.push({ dialect, op, workers, opsPerSec: (workers * iterations * 1000) / elapsed, p99Ms: percentile(latencies, 99), retries: results.reduce((n, x) => n + x.retries, 0), errors });
+          if (errors > 0)
+            console.log(
+              `  contention ${dialect} ${op} ×${workers}: ${errors} errors, first: ${results.find((x) => x.firstError)?.firstError}`,
+            );
+          samples.push({
+            dialect,
+            op,
+            workers,
+            opsPerSec: (workers * iterations * 1000) / elapsed,
+            p99Ms: percentile(latencies, 99),
+            retries: results.reduce((n, x) => n + x.retries, 0),
+            errors,
+          });
         }
         samples.sort((a, b) => a.opsPerSec - b.opsPerSec);
         const mid = samples[Math.floor(samples.length / 2)]!;
-        const row = { ...mid, opsPerSec: round(mid.opsPerSec, 0), p99Ms: round(mid.p99Ms, 2), errors: samples.reduce((n, s) => n + s.errors, 0), retries: round(median(samples.map((s) => s.retries)), 0) };
+        const row = {
+          ...mid,
+          opsPerSec: round(mid.opsPerSec, 0),
+          p99Ms: round(mid.p99Ms, 2),
+          errors: samples.reduce((n, s) => n + s.errors, 0),
+          retries: round(median(samples.map((s) => s.retries)), 0),
+        };
         rows.push(row);
-        console.log(`  contention ${dialect} ${op} ×${workers}: ${row.opsPerSec} ops/s, p99 ${row.p99Ms} ms, ${row.retries} retries, ${row.errors} errors`);
+        console.log(
+          `  contention ${dialect} ${op} ×${workers}: ${row.opsPerSec} ops/s, p99 ${row.p99Ms} ms, ${row.retries} retries, ${row.errors} errors`,
+        );
       }
     }
   }
@@ -73,7 +115,10 @@ export function contentionTable(rows: readonly ContentionRow[]): string {
     const key = `${r.dialect}|${r.op}`;
     byKey.set(key, [...(byKey.get(key) ?? []), r]);
   }
-  const lines = ['| dialect | operation | workers: ops/s (p99 ms, retries) | errors | N-worker / 1-worker throughput |', '|---|---|---|---|---|'];
+  const lines = [
+    '| dialect | operation | workers: ops/s (p99 ms, retries) | errors | N-worker / 1-worker throughput |',
+    '|---|---|---|---|---|',
+  ];
   for (const [key, group] of byKey) {
     const [dialect, op] = key.split('|');
     const one = group.find((g) => g.workers === 1)!;

@@ -21,7 +21,10 @@ export interface PeerCycleRow {
 const silent = () => () => {};
 
 async function graphileCycles(url: string, jobs: number, workers: number): Promise<number> {
-  const utils = await makeWorkerUtils({ connectionString: url, logger: new (await import('graphile-worker')).Logger(silent) });
+  const utils = await makeWorkerUtils({
+    connectionString: url,
+    logger: new (await import('graphile-worker')).Logger(silent),
+  });
   await utils.migrate();
   let done = 0;
   let finished!: () => void;
@@ -66,7 +69,13 @@ async function taskfenceCycles(url: string, cycles: number, workers: number): Pr
     await Promise.all(
       stores.map(async (store, w) => {
         for (let i = w; i < cycles; i += workers) {
-          const task = await store.tasks.createTask({ companyId: 'c', title: `t${i}`, status: 'ready', targetKey: 'worktree:bench', requiresFilesystem: false });
+          const task = await store.tasks.createTask({
+            companyId: 'c',
+            title: `t${i}`,
+            status: 'ready',
+            targetKey: 'worktree:bench',
+            requiresFilesystem: false,
+          });
           const dispatch = await store.dispatches.createDispatch({ taskId: task.id, terminalHandle: `term-${w}` });
           await store.dispatches.endDispatch(dispatch.id, 'completed');
         }
@@ -79,7 +88,10 @@ async function taskfenceCycles(url: string, cycles: number, workers: number): Pr
   }
 }
 
-export async function benchGraphilePeer(dbs: BenchDatabases, options: { cycles: number; workers: readonly number[]; runs: number }): Promise<PeerCycleRow[]> {
+export async function benchGraphilePeer(
+  dbs: BenchDatabases,
+  options: { cycles: number; workers: readonly number[]; runs: number },
+): Promise<PeerCycleRow[]> {
   const rows: PeerCycleRow[] = [];
   for (const workers of options.workers) {
     const gw: number[] = [];

@@ -17,10 +17,26 @@ interface ChildResult {
 }
 
 function runChild(script: string, ...args: string[]): ChildResult {
-  return JSON.parse(execFileSync(process.execPath, [script, ...args], { encoding: 'utf8' }).trim().split('\n').at(-1)!);
+  return JSON.parse(
+    execFileSync(process.execPath, [script, ...args], { encoding: 'utf8' })
+      .trim()
+      .split('\n')
+      .at(-1)!,
+  );
 }
 
-const ROLES = ['CTO', 'Director of Sales', 'Senior Engineer', 'developer advocate', 'DevOps', 'SRE lead', 'CFO', 'Head of People', 'Designer', null];
+const ROLES = [
+  'CTO',
+  'Director of Sales',
+  'Senior Engineer',
+  'developer advocate',
+  'DevOps',
+  'SRE lead',
+  'CFO',
+  'Head of People',
+  'Designer',
+  null,
+];
 
 /** Time from an empty database to the latest version (median of `runs`, in a child process each). */
 export async function benchEmptyToLatest(dbs: BenchDatabases, runs: number) {
@@ -41,11 +57,18 @@ async function seedSqlite(file: string, tasks: number) {
   const db = new Database(file);
   db.transaction(() => {
     db.prepare(`insert into companies (id, name, created_at) values ('c', 'c', 0)`).run();
-    const agent = db.prepare(`insert into agents (id, company_id, name, role, department, created_at) values (?, 'c', ?, ?, ?, 0)`);
-    for (let a = 0; a < 1000; a++) agent.run(`a${a}`, `agent ${a}`, ROLES[a % ROLES.length], a % 7 === 0 ? 'engineering' : 'ops');
-    const task = db.prepare(`insert into tasks (id, company_id, assignee_agent_id, title, status, created_at, updated_at) values (?, 'c', ?, 't', ?, 0, 0)`);
+    const agent = db.prepare(
+      `insert into agents (id, company_id, name, role, department, created_at) values (?, 'c', ?, ?, ?, 0)`,
+    );
+    for (let a = 0; a < 1000; a++)
+      agent.run(`a${a}`, `agent ${a}`, ROLES[a % ROLES.length], a % 7 === 0 ? 'engineering' : 'ops');
+    const task = db.prepare(
+      `insert into tasks (id, company_id, assignee_agent_id, title, status, created_at, updated_at) values (?, 'c', ?, 't', ?, 0, 0)`,
+    );
     const statuses = ['todo', 'backlog', 'in_progress', 'done', 'dispatched', 'ready'];
-    const lease = db.prepare(`insert into task_leases (task_id, holder, token, acquired_at, expires_at) values (?, 'w', 1, 0, ?)`);
+    const lease = db.prepare(
+      `insert into task_leases (task_id, holder, token, acquired_at, expires_at) values (?, 'w', 1, 0, ?)`,
+    );
     for (let t = 0; t < tasks; t++) {
       const id = `t${String(t).padStart(8, '0')}`;
       const status = statuses[t % statuses.length]!;
@@ -121,7 +144,8 @@ export async function benchBackfill(dbs: BenchDatabases, tasks: number, runs: nu
 
 function summarize(runs: { taskfence: ChildResult[]; raw: ChildResult[] }) {
   const flagged = new Set([...runs.taskfence, ...runs.raw].map((r) => r.flagged));
-  if (flagged.size !== 1) throw new Error(`taskfence and the raw UPDATE flagged different rows: ${[...flagged].join(' vs ')}`);
+  if (flagged.size !== 1)
+    throw new Error(`taskfence and the raw UPDATE flagged different rows: ${[...flagged].join(' vs ')}`);
   const tfMs = median(runs.taskfence.map((r) => r.ms));
   const rawMs = median(runs.raw.map((r) => r.ms));
   return {

@@ -4,7 +4,14 @@
  * `onQuery`). Each pair runs on its own copy of the same fixture.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { encodePathLeaseKey, leaseKeys, normalizeWritePath, storedPathAncestorKeys, storedPathDescendantRange, type Store } from '../src/index.js';
+import {
+  encodePathLeaseKey,
+  leaseKeys,
+  normalizeWritePath,
+  storedPathAncestorKeys,
+  storedPathDescendantRange,
+  type Store,
+} from '../src/index.js';
 import { placeholders, type RawClient } from './lib/raw.js';
 
 export interface Fixture {
@@ -36,7 +43,16 @@ export async function seedFixture(store: Store, tag: string, messages: number): 
   for (let i = 0; i < messages; i += 500) {
     const rows = [];
     for (let j = i; j < Math.min(messages, i + 500); j++) {
-      rows.push({ id: `m-${tag}-${String(j).padStart(7, '0')}`, from_handle: 'worker', to_handle: inbox, kind: 'k', payload: '{"n":1}', status: 'pending' as const, created_at: now + j, delivered_at: null });
+      rows.push({
+        id: `m-${tag}-${String(j).padStart(7, '0')}`,
+        from_handle: 'worker',
+        to_handle: inbox,
+        kind: 'k',
+        payload: '{"n":1}',
+        status: 'pending' as const,
+        created_at: now + j,
+        delivered_at: null,
+      });
     }
     await store.db.insertInto('messages').values(rows).execute();
   }
@@ -61,8 +77,11 @@ export const OPS: OpPair[] = [
     taskfence: (store) => () => store.runs.startCoordinatorRun({ targetKey: nextTarget('tf') }),
     raw: (raw) => {
       const p = (s: string) => placeholders(raw.kind, s);
-      const insert = p(`insert into "coordinator_runs" ("id", "coordinator_handle", "status", "spec", "started_at", "ended_at", "target_key", "heartbeat_at") values (?, ?, ?, ?, ?, ?, ?, ?)`);
-      const adoptTasks = p(`update "tasks" set "coordinator_run_id" = ?, "updated_at" = ? where ("tasks"."coordinator_run_id" is null or not exists (
+      const insert = p(
+        `insert into "coordinator_runs" ("id", "coordinator_handle", "status", "spec", "started_at", "ended_at", "target_key", "heartbeat_at") values (?, ?, ?, ?, ?, ?, ?, ?)`,
+      );
+      const adoptTasks =
+        p(`update "tasks" set "coordinator_run_id" = ?, "updated_at" = ? where ("tasks"."coordinator_run_id" is null or not exists (
       select 1 from coordinator_runs r where r.id = "tasks"."coordinator_run_id" and r.status = 'running')) and "target_key" = ?`);
       const adopt = (table: string) =>
         p(`update "${table}" set "coordinator_run_id" = ? where "task_id" in (select "tasks"."id" from "tasks" where "tasks"."coordinator_run_id" = ?) and coalesce(coordinator_run_id, '') <> ? and ("${table}"."coordinator_run_id" is null or not exists (
@@ -86,7 +105,11 @@ export const OPS: OpPair[] = [
   {
     name: 'claimWorkspaceLock + releaseWorkspaceLock',
     taskfence: (store, fx) => async () => {
-      const claim = await store.locks.claimWorkspaceLock(fx.lockWorkspaceId, { holder: 'bench', runId: 'run', ttlMs: 60_000 });
+      const claim = await store.locks.claimWorkspaceLock(fx.lockWorkspaceId, {
+        holder: 'bench',
+        runId: 'run',
+        ttlMs: 60_000,
+      });
       if (claim.status !== 'claimed') throw new Error('lock busy');
       await store.locks.releaseWorkspaceLock(fx.lockWorkspaceId, { token: claim.token });
     },
@@ -116,7 +139,12 @@ export const OPS: OpPair[] = [
   {
     name: 'tryAcquirePaths + releasePaths (2 paths)',
     taskfence: (store, fx) => async () => {
-      const r = await store.paths.tryAcquirePaths({ workspaceId: fx.pathWorkspaceId, holder: 'bench', paths: ['src/a', 'docs'], ttlMs: 60_000 });
+      const r = await store.paths.tryAcquirePaths({
+        workspaceId: fx.pathWorkspaceId,
+        holder: 'bench',
+        paths: ['src/a', 'docs'],
+        ttlMs: 60_000,
+      });
       if (!r.acquired) throw new Error('paths busy');
       await store.paths.releasePaths({ workspaceId: fx.pathWorkspaceId, holder: 'bench' });
     },
@@ -128,7 +156,12 @@ export const OPS: OpPair[] = [
       let generation = 1;
       return async () => {
         const [from, to] = generation % 2 === 1 ? [fx.taskA, fx.taskB] : [fx.taskB, fx.taskA];
-        const r = await store.ownership.transferEnvironmentOwnership({ environmentId: fx.environmentId, expectedOwnerTaskId: from, expectedGeneration: generation, newOwnerTaskId: to });
+        const r = await store.ownership.transferEnvironmentOwnership({
+          environmentId: fx.environmentId,
+          expectedOwnerTaskId: from,
+          expectedGeneration: generation,
+          newOwnerTaskId: to,
+        });
         generation = r.generation;
       };
     },
@@ -200,10 +233,18 @@ export function rawPathCycle(raw: RawClient, workspaceId: string, paths: string[
   const ancestors = [...new Set(keys.flatMap(storedPathAncestorKeys))];
   const live = 'workspace_id = ? and holder <> ? and expires_at > ?';
   const branches: string[] = [];
-  if (ancestors.length > 0) branches.push(`select lease_key, holder, expires_at from path_leases where ${live} and lease_key in (${ancestors.map(() => '?').join(', ')})`);
-  for (const _ of keys) branches.push(`select lease_key, holder, expires_at from path_leases where ${live} and lease_key >= ? and lease_key < ?`);
+  if (ancestors.length > 0)
+    branches.push(
+      `select lease_key, holder, expires_at from path_leases where ${live} and lease_key in (${ancestors.map(() => '?').join(', ')})`,
+    );
+  for (const _ of keys)
+    branches.push(
+      `select lease_key, holder, expires_at from path_leases where ${live} and lease_key >= ? and lease_key < ?`,
+    );
   const conflicts = p(`${branches.join(' union all ')} limit ?`);
-  const prune = p(`delete from "path_leases" where "workspace_id" = ? and "lease_key" in (${stored.map(() => '?').join(', ')}) and "holder" <> ? and "expires_at" <= ?`);
+  const prune = p(
+    `delete from "path_leases" where "workspace_id" = ? and "lease_key" in (${stored.map(() => '?').join(', ')}) and "holder" <> ? and "expires_at" <= ?`,
+  );
   const insert = p(
     `insert into "path_leases" ("workspace_id", "lease_key", "holder", "task_id", "acquired_at", "expires_at") values ${stored.map(() => '(?, ?, ?, ?, ?, ?)').join(', ')} on conflict ("workspace_id", "lease_key", "holder") do update set "task_id" = coalesce("excluded"."task_id", path_leases.task_id), "acquired_at" = "excluded"."acquired_at", "expires_at" = "excluded"."expires_at" returning *`,
   );
@@ -219,11 +260,15 @@ export function rawPathCycle(raw: RawClient, workspaceId: string, paths: string[
     }
     conflictParams.push(16);
     await raw.txWith(async (run) => {
-      if (raw.kind === 'postgres') await run('select pg_advisory_xact_lock(hashtextextended($1, 0))', [`paths:${workspaceId}`]);
+      if (raw.kind === 'postgres')
+        await run('select pg_advisory_xact_lock(hashtextextended($1, 0))', [`paths:${workspaceId}`]);
       const found = await run(conflicts, conflictParams);
       if (found.length > 0) throw new Error('paths busy');
       await run(prune, [workspaceId, ...stored, holder, now]);
-      await run(insert, stored.flatMap((key) => [workspaceId, key, holder, null, now, now + 60_000]));
+      await run(
+        insert,
+        stored.flatMap((key) => [workspaceId, key, holder, null, now, now + 60_000]),
+      );
     });
     await raw.tx([[release, [workspaceId, holder]]]);
   };

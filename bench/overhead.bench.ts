@@ -17,7 +17,10 @@ export interface OverheadRow {
  * Each operation through taskfence and through its raw baseline, on two copies of the same
  * fixture, alternating taskfence and raw runs so drift hits both; the figures are medians.
  */
-export async function benchOverhead(dbs: BenchDatabases, options: { iterations: number; runs: number }): Promise<OverheadRow[]> {
+export async function benchOverhead(
+  dbs: BenchDatabases,
+  options: { iterations: number; runs: number },
+): Promise<OverheadRow[]> {
   const rows: OverheadRow[] = [];
   const messages = options.runs * Math.ceil(options.iterations * 1.1) + 100;
   for (const dialect of ['sqlite', 'postgres'] as const) {
@@ -51,7 +54,9 @@ export async function benchOverhead(dbs: BenchDatabases, options: { iterations: 
         const row: OverheadRow = { op: op.name, dialect, taskfence: pick(tfRuns), raw: pick(rawRuns), ratio: 0 };
         row.ratio = round(row.taskfence.opsPerSec / row.raw.opsPerSec);
         rows.push(row);
-        console.log(`  overhead ${dialect} ${op.name}: ${row.taskfence.opsPerSec} vs ${row.raw.opsPerSec} ops/s (ratio ${row.ratio})`);
+        console.log(
+          `  overhead ${dialect} ${op.name}: ${row.taskfence.opsPerSec} vs ${row.raw.opsPerSec} ops/s (ratio ${row.ratio})`,
+        );
       }
     } finally {
       await raw.close();

@@ -40,8 +40,15 @@ export async function benchPeer(dbs: BenchDatabases, options: { iterations: numb
     await boss.stop({ graceful: false, close: true, wait: true } as never).catch(() => {});
     await store.close();
   }
-  const result = { pgBossVersion: '10.4.2', taskfenceLeaseCycleOpsPerSec: round(median(tf), 0), pgBossJobCycleOpsPerSec: round(median(pb), 0), ratio: 0 };
+  const result = {
+    pgBossVersion: '10.4.2',
+    taskfenceLeaseCycleOpsPerSec: round(median(tf), 0),
+    pgBossJobCycleOpsPerSec: round(median(pb), 0),
+    ratio: 0,
+  };
   result.ratio = round(result.taskfenceLeaseCycleOpsPerSec / result.pgBossJobCycleOpsPerSec);
-  console.log(`  peer: taskfence ${result.taskfenceLeaseCycleOpsPerSec} vs pg-boss ${result.pgBossJobCycleOpsPerSec} cycles/s`);
+  console.log(
+    `  peer: taskfence ${result.taskfenceLeaseCycleOpsPerSec} vs pg-boss ${result.pgBossJobCycleOpsPerSec} cycles/s`,
+  );
   return result;
 }

@@ -16,7 +16,10 @@ import { benchGraphilePeer, graphileTable } from './graphile.bench.js';
 import { benchCommitFloor, benchInboxDrain, benchWakeups, drainTable, wakeupTable } from './wakeups.bench.js';
 
 const quick = process.argv.includes('--quick');
-const only = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.length).split(',');
+const only = process.argv
+  .find((a) => a.startsWith('--only='))
+  ?.slice('--only='.length)
+  .split(',');
 const adminUrl = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const RESULTS = fileURLToPath(new URL('./results/', import.meta.url));
 
@@ -25,13 +28,19 @@ type Section = { title: string; data: unknown; table: string; measuredAt?: strin
 async function main() {
   const dbs = new BenchDatabases(adminUrl);
   const machine = await describeMachine(adminUrl);
-  console.log(`taskfence bench on ${machine.cpus} cores, ${machine.memoryGiB} GiB, node ${machine.node}, SQLite ${machine.sqlite}, PostgreSQL ${machine.postgres}${quick ? ' (quick)' : ''}`);
+  console.log(
+    `taskfence bench on ${machine.cpus} cores, ${machine.memoryGiB} GiB, node ${machine.node}, SQLite ${machine.sqlite}, PostgreSQL ${machine.postgres}${quick ? ' (quick)' : ''}`,
+  );
   const sections: Section[] = [];
   const want = (name: string) => !only || only.includes(name);
   try {
     if (want('overhead')) {
       const rows = await benchOverhead(dbs, { iterations: quick ? 200 : 2000, runs: quick ? 1 : 9 });
-      sections.push({ title: 'Overhead against the raw driver (one connection, sequential)', data: rows, table: overheadTable(rows) });
+      sections.push({
+        title: 'Overhead against the raw driver (one connection, sequential)',
+        data: rows,
+        table: overheadTable(rows),
+      });
     }
     if (want('contention')) {
       const rows = await benchContention(dbs, {
@@ -39,10 +48,18 @@ async function main() {
         workers: quick ? { sqlite: [1, 2], postgres: [1, 2] } : { sqlite: [1, 2, 4, 8], postgres: [1, 2, 4, 8, 16] },
         runs: quick ? 1 : 3,
       });
-      sections.push({ title: 'Contention (N processes, each its own connection and keys)', data: rows, table: contentionTable(rows) });
+      sections.push({
+        title: 'Contention (N processes, each its own connection and keys)',
+        data: rows,
+        table: contentionTable(rows),
+      });
     }
     if (want('scaling')) {
-      const rows = await benchPathScaling(dbs, { sizes: quick ? [10, 1000] : [10, 1000, 100_000], iterations: quick ? 100 : 500, runs: quick ? 1 : 5 });
+      const rows = await benchPathScaling(dbs, {
+        sizes: quick ? [10, 1000] : [10, 1000, 100_000],
+        iterations: quick ? 100 : 500,
+        runs: quick ? 1 : 5,
+      });
       sections.push({ title: 'Path-lease conflict check as held leases grow', data: rows, table: scalingTable(rows) });
     }
     if (want('peer')) {
@@ -61,23 +78,47 @@ async function main() {
     }
     if (want('wakeups')) {
       const rows = await benchWakeups(dbs, { iterations: quick ? 10 : 100 });
-      sections.push({ title: 'Wake-ups: from the commit of a release or a send to the waiter returning', data: rows, table: wakeupTable(rows) });
+      sections.push({
+        title: 'Wake-ups: from the commit of a release or a send to the waiter returning',
+        data: rows,
+        table: wakeupTable(rows),
+      });
     }
     if (want('inbox')) {
-      const rows = await benchInboxDrain(dbs, { messages: quick ? 500 : 5000, consumers: quick ? [1, 2] : [1, 2, 4, 8], runs: quick ? 1 : 3 });
-      sections.push({ title: 'Inbox: one inbox drained by N consumers (each its own connection, batches of 10)', data: rows, table: drainTable(rows) });
+      const rows = await benchInboxDrain(dbs, {
+        messages: quick ? 500 : 5000,
+        consumers: quick ? [1, 2] : [1, 2, 4, 8],
+        runs: quick ? 1 : 3,
+      });
+      sections.push({
+        title: 'Inbox: one inbox drained by N consumers (each its own connection, batches of 10)',
+        data: rows,
+        table: drainTable(rows),
+      });
     }
     if (want('floor')) {
       const floor = await benchCommitFloor(dbs, quick ? 200 : 2000);
       sections.push({
         title: 'Floor: the same PostgreSQL, one connection, one-row autocommit inserts (raw pg)',
         data: floor,
-        table: ['| commits/s | p50 ms | p99 ms |', '|---|---|---|', `| ${floor.commitsPerSec} | ${floor.p50Ms} | ${floor.p99Ms} |`].join('\n'),
+        table: [
+          '| commits/s | p50 ms | p99 ms |',
+          '|---|---|---|',
+          `| ${floor.commitsPerSec} | ${floor.p50Ms} | ${floor.p99Ms} |`,
+        ].join('\n'),
       });
     }
     if (want('graphile')) {
-      const rows = await benchGraphilePeer(dbs, { cycles: quick ? 100 : 1000, workers: quick ? [1, 4] : [1, 4, 16], runs: quick ? 1 : 3 });
-      sections.push({ title: 'Peer: graphile-worker on the same PostgreSQL database', data: rows, table: graphileTable(rows) });
+      const rows = await benchGraphilePeer(dbs, {
+        cycles: quick ? 100 : 1000,
+        workers: quick ? [1, 4] : [1, 4, 16],
+        runs: quick ? 1 : 3,
+      });
+      sections.push({
+        title: 'Peer: graphile-worker on the same PostgreSQL database',
+        data: rows,
+        table: graphileTable(rows),
+      });
     }
     if (want('migrations')) {
       const empty = await benchEmptyToLatest(dbs, quick ? 1 : 5);
@@ -110,18 +151,32 @@ async function main() {
       '',
       `Machine: ${machine.cpus} cores (${machine.cpuModel}), ${machine.memoryGiB} GiB, ${machine.platform}; Node ${machine.node}, SQLite ${machine.sqlite}, PostgreSQL ${machine.postgres}. Each figure is the median of several runs${quick ? ' (quick mode: small sizes, single runs)' : ''}; ratios compare with a raw-driver baseline measured in the same run.`,
       '',
-      ...all.flatMap((s) => [`### ${s.title}${s.measuredAt && s.measuredAt !== date ? ` (measured ${s.measuredAt})` : ''}`, '', s.table, '']),
+      ...all.flatMap((s) => [
+        `### ${s.title}${s.measuredAt && s.measuredAt !== date ? ` (measured ${s.measuredAt})` : ''}`,
+        '',
+        s.table,
+        '',
+      ]),
     ].join('\n');
   const md = render(sections, stamp);
-  writeFileSync(`${RESULTS}${name}.json`, JSON.stringify({ machine, quick, sections: Object.fromEntries(sections.map((s) => [s.title, s.data])) }, null, 2) + '\n');
+  writeFileSync(
+    `${RESULTS}${name}.json`,
+    JSON.stringify({ machine, quick, sections: Object.fromEntries(sections.map((s) => [s.title, s.data])) }, null, 2) +
+      '\n',
+  );
   writeFileSync(`${RESULTS}${name}.md`, md + '\n');
   if (!quick) {
     // latest.json keeps every section's newest full-size result, so `--only=…` reruns merge in.
     const latestPath = `${RESULTS}latest.json`;
     const previous: Section[] = existsSync(latestPath) ? JSON.parse(readFileSync(latestPath, 'utf8')).sections : [];
-    const merged = [...previous.filter((p) => !sections.some((s) => s.title === p.title)), ...sections.map((s) => ({ ...s, measuredAt: stamp }))];
+    const merged = [
+      ...previous.filter((p) => !sections.some((s) => s.title === p.title)),
+      ...sections.map((s) => ({ ...s, measuredAt: stamp })),
+    ];
     const order = ['Floor', 'Overhead', 'Contention', 'Path-lease', 'Wake-ups', 'Inbox', 'Peer', 'Migrations'];
-    merged.sort((a, b) => order.findIndex((o) => a.title.startsWith(o)) - order.findIndex((o) => b.title.startsWith(o)));
+    merged.sort(
+      (a, b) => order.findIndex((o) => a.title.startsWith(o)) - order.findIndex((o) => b.title.startsWith(o)),
+    );
     writeFileSync(latestPath, JSON.stringify({ machine, sections: merged }, null, 2) + '\n');
     writeFileSync(`${RESULTS}latest.md`, render(merged, stamp) + '\n');
   }

@@ -14,7 +14,10 @@ export interface ScalingRow {
  * workspace: the conflict check looks up ancestors by equality and descendants by one key range,
  * so its cost should stay flat (target: ≤ 1.5× at 100,000 vs 10).
  */
-export async function benchPathScaling(dbs: BenchDatabases, options: { sizes: number[]; iterations: number; runs: number }) {
+export async function benchPathScaling(
+  dbs: BenchDatabases,
+  options: { sizes: number[]; iterations: number; runs: number },
+) {
   const rows: ScalingRow[] = [];
   for (const dialect of ['sqlite', 'postgres'] as const) {
     const url = dialect === 'sqlite' ? `sqlite:${dbs.sqliteFile()}` : await dbs.postgresUrl();
@@ -28,24 +31,46 @@ export async function benchPathScaling(dbs: BenchDatabases, options: { sizes: nu
       while (held < size) {
         const batch = [];
         for (let i = held; i < Math.min(size, held + 1000); i++) {
-          batch.push({ workspace_id: 'ws', lease_key: encodePathLeaseKey(`pkg${i % 500}/mod${i}/file.ts`), holder: `other-${i % 64}`, task_id: null, acquired_at: 0, expires_at: far });
+          batch.push({
+            workspace_id: 'ws',
+            lease_key: encodePathLeaseKey(`pkg${i % 500}/mod${i}/file.ts`),
+            holder: `other-${i % 64}`,
+            task_id: null,
+            acquired_at: 0,
+            expires_at: far,
+          });
         }
         await store.db.insertInto('path_leases').values(batch).execute();
         held = Math.min(size, held + 1000);
       }
-      if (dialect === 'postgres') await store.db.executeQuery({ sql: 'analyze path_leases', parameters: [], query: { kind: 'RawNode' } } as never);
+      if (dialect === 'postgres')
+        await store.db.executeQuery({
+          sql: 'analyze path_leases',
+          parameters: [],
+          query: { kind: 'RawNode' },
+        } as never);
       const medians: number[] = [];
       for (let r = 0; r < options.runs; r++) {
         const latencies: number[] = [];
         for (let i = -20; i < options.iterations; i++) {
           const t0 = performance.now();
-          const result = await store.paths.tryAcquirePaths({ workspaceId: 'ws', holder: 'bench', paths: ['src/a', 'docs'], ttlMs: 60_000 });
+          const result = await store.paths.tryAcquirePaths({
+            workspaceId: 'ws',
+            holder: 'bench',
+            paths: ['src/a', 'docs'],
+            ttlMs: 60_000,
+          });
           const t = performance.now() - t0;
           if (!result.acquired) throw new Error('unexpected conflict');
           await store.paths.releasePaths({ workspaceId: 'ws', holder: 'bench' });
           if (i >= 0) latencies.push(t);
         }
-        medians.push(percentile(latencies.sort((a, b) => a - b), 50));
+        medians.push(
+          percentile(
+            latencies.sort((a, b) => a - b),
+            50,
+          ),
+        );
       }
       const row = { dialect, liveLeases: size, p50Ms: round(median(medians), 3) };
       rows.push(row);
@@ -58,10 +83,15 @@ export async function benchPathScaling(dbs: BenchDatabases, options: { sizes: nu
 
 export function scalingTable(rows: readonly ScalingRow[]): string {
   const sizes = [...new Set(rows.map((r) => r.liveLeases))];
-  const lines = [`| dialect | ${sizes.map((s) => `p50 at ${s.toLocaleString('en')} leases (ms)`).join(' | ')} | largest / smallest (target ≤ 1.5) |`, `|---|${sizes.map(() => '---|').join('')}---|`];
+  const lines = [
+    `| dialect | ${sizes.map((s) => `p50 at ${s.toLocaleString('en')} leases (ms)`).join(' | ')} | largest / smallest (target ≤ 1.5) |`,
+    `|---|${sizes.map(() => '---|').join('')}---|`,
+  ];
   for (const dialect of ['sqlite', 'postgres'] as const) {
     const mine = rows.filter((r) => r.dialect === dialect);
-    lines.push(`| ${dialect} | ${mine.map((r) => r.p50Ms).join(' | ')} | ${round(mine.at(-1)!.p50Ms / mine[0]!.p50Ms)} |`);
+    lines.push(
+      `| ${dialect} | ${mine.map((r) => r.p50Ms).join(' | ')} | ${round(mine.at(-1)!.p50Ms / mine[0]!.p50Ms)} |`,
+    );
   }
   return lines.join('\n');
 }

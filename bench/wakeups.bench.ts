@@ -38,7 +38,11 @@ export async function benchWakeups(dbs: BenchDatabases, options: { iterations: n
   for (const dialect of ['sqlite', 'postgres'] as const) {
     for (const notifications of [true, false]) {
       const url = await migrated(dbs, dialect);
-      const waiter = await openStore({ url, wakeNotifications: notifications, wakeFallbackMs: notifications ? 60_000 : 100 });
+      const waiter = await openStore({
+        url,
+        wakeNotifications: notifications,
+        wakeFallbackMs: notifications ? 60_000 : 100,
+      });
       const actor = await openStore({ url, wakeNotifications: notifications });
       try {
         const company = await actor.org.createCompany({ name: 'bench' });
@@ -47,7 +51,10 @@ export async function benchWakeups(dbs: BenchDatabases, options: { iterations: n
         const messages: number[] = [];
         for (let i = 0; i < options.iterations; i++) {
           await actor.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'holder', paths: ['src'], ttlMs: 600_000 });
-          const blocked = waiter.paths.acquirePaths({ workspaceId: ws.id, holder: 'waiter', paths: ['src/a.ts'], ttlMs: 600_000 }, { timeoutMs: 600_000 });
+          const blocked = waiter.paths.acquirePaths(
+            { workspaceId: ws.id, holder: 'waiter', paths: ['src/a.ts'], ttlMs: 600_000 },
+            { timeoutMs: 600_000 },
+          );
           await new Promise((resolve) => setTimeout(resolve, 20)); // the waiter is waiting
           const t0 = performance.now();
           await actor.paths.releasePaths({ workspaceId: ws.id, holder: 'holder' });
@@ -68,7 +75,13 @@ export async function benchWakeups(dbs: BenchDatabases, options: { iterations: n
           ['sendMessage → waitForMessages', messages],
         ] as const) {
           samples.sort((a, b) => a - b);
-          rows.push({ dialect, what, mode, p50Ms: round(percentile(samples, 50), 3), p99Ms: round(percentile(samples, 99), 3) });
+          rows.push({
+            dialect,
+            what,
+            mode,
+            p50Ms: round(percentile(samples, 50), 3),
+            p99Ms: round(percentile(samples, 99), 3),
+          });
         }
       } finally {
         await waiter.close();
@@ -84,7 +97,10 @@ export async function benchWakeups(dbs: BenchDatabases, options: { iterations: n
  * connection): messages/s. PostgreSQL only: SQLite serializes writers by design (and several
  * SQLite connections in one process would measure busy_timeout stalls of one thread, not the engine).
  */
-export async function benchInboxDrain(dbs: BenchDatabases, options: { messages: number; consumers: readonly number[]; runs: number }): Promise<DrainRow[]> {
+export async function benchInboxDrain(
+  dbs: BenchDatabases,
+  options: { messages: number; consumers: readonly number[]; runs: number },
+): Promise<DrainRow[]> {
   const rows: DrainRow[] = [];
   for (const dialect of ['postgres'] as const) {
     for (const n of options.consumers) {
@@ -96,7 +112,18 @@ export async function benchInboxDrain(dbs: BenchDatabases, options: { messages: 
         try {
           await sender.db
             .insertInto('messages')
-            .values(Array.from({ length: options.messages }, (_, i) => ({ id: `m${i}`, from_handle: 'a', to_handle: 'inbox', kind: 'k', payload: null, status: 'pending' as const, created_at: i, delivered_at: null })))
+            .values(
+              Array.from({ length: options.messages }, (_, i) => ({
+                id: `m${i}`,
+                from_handle: 'a',
+                to_handle: 'inbox',
+                kind: 'k',
+                payload: null,
+                status: 'pending' as const,
+                created_at: i,
+                delivered_at: null,
+              })),
+            )
             .execute();
           for (let i = 0; i < n; i++) consumers.push(await openStore({ url, poolSize: 1 }));
           const t0 = performance.now();
@@ -124,7 +151,10 @@ export async function benchInboxDrain(dbs: BenchDatabases, options: { messages: 
 }
 
 /** The floor: one connection committing one-row inserts with the raw pg driver, p50/p99 ms. */
-export async function benchCommitFloor(dbs: BenchDatabases, iterations: number): Promise<{ p50Ms: number; p99Ms: number; commitsPerSec: number }> {
+export async function benchCommitFloor(
+  dbs: BenchDatabases,
+  iterations: number,
+): Promise<{ p50Ms: number; p99Ms: number; commitsPerSec: number }> {
   const url = await dbs.postgresUrl();
   const client = new pg.Client({ connectionString: url });
   await client.connect();
@@ -139,7 +169,11 @@ export async function benchCommitFloor(dbs: BenchDatabases, iterations: number):
     }
     const elapsed = performance.now() - started;
     samples.sort((a, b) => a - b);
-    return { p50Ms: round(percentile(samples, 50), 3), p99Ms: round(percentile(samples, 99), 3), commitsPerSec: Math.round((iterations / elapsed) * 1000) };
+    return {
+      p50Ms: round(percentile(samples, 50), 3),
+      p99Ms: round(percentile(samples, 99), 3),
+      commitsPerSec: Math.round((iterations / elapsed) * 1000),
+    };
   } finally {
     await client.end();
   }

@@ -24,21 +24,24 @@ const DEFAULT_OUTPUT = fileURLToPath(new URL('../docs/schema.md', import.meta.ur
 /** What each table is for (hand-written; a table missing here is listed with a placeholder and a warning). */
 const PURPOSES: Record<string, string> = {
   companies: 'Tenants: every workspace, agent, project and task belongs to one.',
-  workspaces: 'A company\'s working directories (repositories) that tasks run in.',
+  workspaces: "A company's working directories (repositories) that tasks run in.",
   agents: 'Agents of a company, with a role and optionally a home workspace.',
   projects: 'Groups of tasks with an optional primary workspace.',
-  tasks: 'Units of work: status, assignee, run scoping (`coordinator_run_id`, `target_key`), workspace mode, declared write paths.',
+  tasks:
+    'Units of work: status, assignee, run scoping (`coordinator_run_id`, `target_key`), workspace mode, declared write paths.',
   task_leases: 'Who works on a task right now: holder, fencing token, expiry.',
   workspace_locks: 'Exclusive workspace lock claims with fencing tokens and expiry (SPEC §4).',
   coordinator_runs: 'Coordinator runs; a partial unique index allows one running run per target (SPEC §3).',
-  dispatch_contexts: 'A task dispatched to an agent\'s terminal, scoped to a run.',
+  dispatch_contexts: "A task dispatched to an agent's terminal, scoped to a run.",
   decision_gates: 'Questions that block a task until resolved, scoped to a run.',
   messages: 'Messages between handles, with delivery status.',
-  task_environments: 'An isolated environment owned by one task, with an ownership generation and cleanup claim (SPEC §6).',
+  task_environments:
+    'An isolated environment owned by one task, with an ownership generation and cleanup claim (SPEC §6).',
   workspace_groups: 'A shared workspace with a steward task, ownership generation and cleanup claim (SPEC §6).',
   workspace_group_members: 'Tasks that share a workspace group, with their role (one steward per group).',
   task_cleanup_admissions: 'The cleanup barrier: admissions recorded per task before teardown (SPEC §6).',
-  cleanup_snapshots: 'Durable cleanup inventory (resource, owner task, generation) so teardown resumes after a restart.',
+  cleanup_snapshots:
+    'Durable cleanup inventory (resource, owner task, generation) so teardown resumes after a restart.',
   path_leases: 'Path-scoped write leases; `lease_key` compares bytewise (SPEC §5).',
   taskfence_migrations: 'Migration history: version, name, checksum, applied_at, duration_ms.',
 };
@@ -48,7 +51,10 @@ interface TableHistory {
   readonly changedBy: readonly MigrationDefinition[];
 }
 
-function histories(schemas: Map<number, SchemaDescription>, migrations: readonly MigrationDefinition[]): Map<string, TableHistory> {
+function histories(
+  schemas: Map<number, SchemaDescription>,
+  migrations: readonly MigrationDefinition[],
+): Map<string, TableHistory> {
   const out = new Map<string, { introducedBy: MigrationDefinition; changedBy: MigrationDefinition[] }>();
   let previous: SchemaDescription = { tables: {} };
   for (const m of migrations) {
@@ -74,7 +80,9 @@ function entity(name: string, table: TableDescription): string[] {
   const columns = [...table.primaryKey, ...Object.keys(table.columns).filter((c) => !table.primaryKey.includes(c))];
   for (const column of columns) {
     const c = table.columns[column]!;
-    const keys = [table.primaryKey.includes(column) ? 'PK' : '', fkColumns.has(column) ? 'FK' : ''].filter(Boolean).join(', ');
+    const keys = [table.primaryKey.includes(column) ? 'PK' : '', fkColumns.has(column) ? 'FK' : '']
+      .filter(Boolean)
+      .join(', ');
     lines.push(`    ${mermaidType(c.type)} ${column}${keys ? ` ${keys}` : ''}${c.nullable ? ' "nullable"' : ''}`);
   }
   lines.push('  }');
@@ -92,7 +100,9 @@ function relationships(name: string, table: TableDescription): string[] {
  * Index definitions as written (`describeSchema` normalizes expressions for comparison, dropping
  * their parentheses): the column list and predicate of each index's stored SQLite source.
  */
-async function indexSources(migrations: readonly MigrationDefinition[]): Promise<Map<string, { columns: string; where: string }>> {
+async function indexSources(
+  migrations: readonly MigrationDefinition[],
+): Promise<Map<string, { columns: string; where: string }>> {
   const dialect = await openSqliteDialect(':memory:');
   try {
     await new Migrator(dialect, migrations).migrate({ now: 0 });
@@ -117,7 +127,9 @@ async function indexSources(migrations: readonly MigrationDefinition[]): Promise
   }
 }
 
-export async function renderSchemaDoc(migrations: readonly MigrationDefinition[] = MIGRATIONS): Promise<{ text: string; unexplained: string[] }> {
+export async function renderSchemaDoc(
+  migrations: readonly MigrationDefinition[] = MIGRATIONS,
+): Promise<{ text: string; unexplained: string[] }> {
   const schemas = await referenceSchemas(migrations);
   const latest = migrations.at(-1)!;
   const schema = schemas.get(latest.version)!;
@@ -131,7 +143,7 @@ export async function renderSchemaDoc(migrations: readonly MigrationDefinition[]
     '<!-- Generated by `npm run docs:schema` from the migration chain; do not edit. CI runs `npm run docs:schema -- --check`. -->',
     '',
     `The schema at version ${version(latest)}: ${names.length} tables, the same on SQLite and PostgreSQL`,
-    "up to the type mapping in the README (logical types below, as `describeSchema` reports them).",
+    'up to the type mapping in the README (logical types below, as `describeSchema` reports them).',
     '`taskfence doctor` compares a live database against this schema at its recorded version.',
     '',
     '```mermaid',
@@ -155,14 +167,12 @@ export async function renderSchemaDoc(migrations: readonly MigrationDefinition[]
     '| table | index | columns | unique | where |',
     '|---|---|---|---|---|',
     ...names.flatMap((n) =>
-      Object.entries(schema.tables[n]!.indexes).map(
-        ([index, i]) => {
-          const source = sources.get(index);
-          const columns = source?.columns ?? i.columns.join(', ');
-          const where = source ? source.where : (i.where ?? '');
-          return `| \`${n}\` | \`${index}\` | \`${columns}\` | ${i.unique ? 'yes' : ''} | ${where === '' ? '' : `\`${where}\``} |`;
-        },
-      ),
+      Object.entries(schema.tables[n]!.indexes).map(([index, i]) => {
+        const source = sources.get(index);
+        const columns = source?.columns ?? i.columns.join(', ');
+        const where = source ? source.where : (i.where ?? '');
+        return `| \`${n}\` | \`${index}\` | \`${columns}\` | ${i.unique ? 'yes' : ''} | ${where === '' ? '' : `\`${where}\``} |`;
+      }),
     ),
     '',
   ];
@@ -183,7 +193,9 @@ async function main(): Promise<number> {
       // missing counts as stale
     }
     if (current !== text) {
-      console.error(`${output === DEFAULT_OUTPUT ? 'docs/schema.md' : output} is stale: run \`npm run docs:schema\` and commit the result.`);
+      console.error(
+        `${output === DEFAULT_OUTPUT ? 'docs/schema.md' : output} is stale: run \`npm run docs:schema\` and commit the result.`,
+      );
       return 1;
     }
     console.log('docs/schema.md is up to date.');

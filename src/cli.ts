@@ -74,7 +74,16 @@ interface ParsedArgs {
 
 const COMMON = ['--db', '--connect-timeout', '--verbose'];
 const ALLOWED: Record<'migrate' | 'status' | 'plan' | 'doctor' | 'prune', readonly string[]> = {
-  migrate: [...COMMON, '--to', '--baseline', '--lock-wait', '--lock-timeout', '--ddl-lock-timeout', '--allow-data-loss', '--json'],
+  migrate: [
+    ...COMMON,
+    '--to',
+    '--baseline',
+    '--lock-wait',
+    '--lock-timeout',
+    '--ddl-lock-timeout',
+    '--allow-data-loss',
+    '--json',
+  ],
   status: [...COMMON, '--json', '--check'],
   plan: [...COMMON, '--to', '--json'],
   doctor: [...COMMON, '--json'],
@@ -86,12 +95,15 @@ const FLAGS = new Set(['--json', '--check', '--verbose', '--allow-data-loss', '-
 function parseDuration(flag: string, value: string): number {
   const match = /^(\d+)(ms|s|m|h|d)?$/.exec(value);
   if (!match) throw new UsageError(`${flag} takes a duration like 30d, 12h, 90m, 45s or a number of milliseconds`);
-  const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(match[2] ?? 'ms') as 'ms' | 's' | 'm' | 'h' | 'd'];
+  const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[
+    (match[2] ?? 'ms') as 'ms' | 's' | 'm' | 'h' | 'd'
+  ];
   return Number(match[1]) * unit;
 }
 
 function parseVersion(flag: string, value: string | undefined): number {
-  if (value === undefined || !/^\d+$/.test(value)) throw new UsageError(`${flag} takes a version number, like 52 or 0052`);
+  if (value === undefined || !/^\d+$/.test(value))
+    throw new UsageError(`${flag} takes a version number, like 52 or 0052`);
   return Number(value);
 }
 
@@ -104,15 +116,25 @@ export function parseArgs(argv: readonly string[]): ParsedArgs {
   const args = [...argv];
   const base = { allowDataLoss: false, json: false, check: false, verbose: false, dryRun: false };
   if (args.includes('--version') || args.includes('-V')) return { command: 'version', ...base };
-  if (args.length === 0 || args.includes('--help') || args.includes('-h') || args[0] === 'help') return { command: 'help', ...base };
+  if (args.length === 0 || args.includes('--help') || args.includes('-h') || args[0] === 'help')
+    return { command: 'help', ...base };
   const command = args.shift()!;
-  if (command !== 'migrate' && command !== 'status' && command !== 'plan' && command !== 'doctor' && command !== 'prune') {
+  if (
+    command !== 'migrate' &&
+    command !== 'status' &&
+    command !== 'plan' &&
+    command !== 'doctor' &&
+    command !== 'prune'
+  ) {
     throw new UsageError(`unknown command "${command}"`);
   }
   const parsed: ParsedArgs = { command, ...base };
   while (args.length > 0) {
     const arg = args.shift()!;
-    const [flag, inline] = arg.startsWith('--') && arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+    const [flag, inline] =
+      arg.startsWith('--') && arg.includes('=')
+        ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)]
+        : [arg, undefined];
     if (!ALLOWED[command].includes(flag)) throw new UsageError(`"${flag}" is not an option of ${command}`);
     if (FLAGS.has(flag)) {
       if (flag === '--json') parsed.json = true;
@@ -133,12 +155,17 @@ export function parseArgs(argv: readonly string[]): ParsedArgs {
     if (flag === '--older-than') parsed.olderThanMs = parseDuration(flag, value);
     if (flag === '--batch-size') parsed.batchSize = parseMs(flag, value);
   }
-  if (command === 'prune' && parsed.olderThanMs === undefined) throw new UsageError('prune needs --older-than, like --older-than 30d');
+  if (command === 'prune' && parsed.olderThanMs === undefined)
+    throw new UsageError('prune needs --older-than, like --older-than 30d');
   return parsed;
 }
 
 /** Where the database URL comes from, and whether using the default is allowed here. */
-function resolveTarget(parsed: ParsedArgs, env: NodeJS.ProcessEnv, interactive: boolean): { url: string; note?: string } {
+function resolveTarget(
+  parsed: ParsedArgs,
+  env: NodeJS.ProcessEnv,
+  interactive: boolean,
+): { url: string; note?: string } {
   if (parsed.db !== undefined) return { url: parsed.db };
   const fromEnv = env.TASKFENCE_DATABASE_URL?.trim();
   if (fromEnv) return { url: fromEnv };
@@ -148,13 +175,19 @@ function resolveTarget(parsed: ParsedArgs, env: NodeJS.ProcessEnv, interactive: 
       `no database given: pass --db URL or set TASKFENCE_DATABASE_URL (migrate does not use the default sqlite:./taskfence.db when ${ci ? 'CI is set' : 'standard input is not a terminal'})`,
     );
   }
-  return { url: 'sqlite:./taskfence.db', note: 'no --db and no TASKFENCE_DATABASE_URL: using the default sqlite:./taskfence.db' };
+  return {
+    url: 'sqlite:./taskfence.db',
+    note: 'no --db and no TASKFENCE_DATABASE_URL: using the default sqlite:./taskfence.db',
+  };
 }
 
 function packageVersion(): string {
   for (const rel of ['../package.json', '../../package.json']) {
     try {
-      const pkg = JSON.parse(readFileSync(new URL(rel, import.meta.url), 'utf8')) as { name?: string; version?: string };
+      const pkg = JSON.parse(readFileSync(new URL(rel, import.meta.url), 'utf8')) as {
+        name?: string;
+        version?: string;
+      };
       if (pkg.name === 'taskfence' && pkg.version) return pkg.version;
     } catch {
       // try the next place
@@ -173,13 +206,16 @@ function checkSqliteFile(filename: string): 'missing' | 'ok' {
   const dir = dirname(path);
   if (!existsSync(dir)) throw new FileError(`cannot open sqlite:${filename}: the directory ${dir} does not exist`);
   if (!existsSync(path)) return 'missing';
-  if (statSync(path).isDirectory()) throw new FileError(`cannot open sqlite:${filename}: ${path} is a directory, not a database file`);
+  if (statSync(path).isDirectory())
+    throw new FileError(`cannot open sqlite:${filename}: ${path} is a directory, not a database file`);
   let fd: number;
   try {
     fd = openSync(path, 'r');
   } catch (error) {
     const code = (error as { code?: string }).code;
-    throw new FileError(`cannot open sqlite:${filename}: ${code === 'EACCES' || code === 'EPERM' ? 'permission denied (check the file and its directory)' : (error as Error).message}`);
+    throw new FileError(
+      `cannot open sqlite:${filename}: ${code === 'EACCES' || code === 'EPERM' ? 'permission denied (check the file and its directory)' : (error as Error).message}`,
+    );
   }
   try {
     const header = Buffer.alloc(16);
@@ -196,7 +232,9 @@ function checkSqliteFile(filename: string): 'missing' | 'ok' {
 /** An SQLite open failure as a sentence about the file, or undefined when it is not one. */
 function sqliteFileError(filename: string, error: unknown): FileError | undefined {
   const codeOf = (e: unknown) => (e as { code?: unknown } | null)?.code;
-  const code = [codeOf(error), codeOf((error as { cause?: unknown } | null)?.cause)].find((c): c is string => typeof c === 'string' && c.startsWith('SQLITE_'));
+  const code = [codeOf(error), codeOf((error as { cause?: unknown } | null)?.cause)].find(
+    (c): c is string => typeof c === 'string' && c.startsWith('SQLITE_'),
+  );
   if (!code) return undefined;
   const path = resolve(filename);
   if (code === 'SQLITE_READONLY_DIRECTORY') {
@@ -204,8 +242,12 @@ function sqliteFileError(filename: string, error: unknown): FileError | undefine
       `cannot use sqlite:${filename}: it is in WAL mode and the directory ${dirname(path)} is not writable for this user, so SQLite cannot create ${path}-shm; run as a user who can write that directory`,
     );
   }
-  if (code.startsWith('SQLITE_READONLY')) return new FileError(`sqlite:${filename} is read-only for this user; migrate needs to write it (check the permissions of ${path} and of its directory)`);
-  if (code.startsWith('SQLITE_CANTOPEN')) return new FileError(`cannot open sqlite:${filename}: check the permissions of ${path} and of its directory`);
+  if (code.startsWith('SQLITE_READONLY'))
+    return new FileError(
+      `sqlite:${filename} is read-only for this user; migrate needs to write it (check the permissions of ${path} and of its directory)`,
+    );
+  if (code.startsWith('SQLITE_CANTOPEN'))
+    return new FileError(`cannot open sqlite:${filename}: check the permissions of ${path} and of its directory`);
   if (code === 'SQLITE_NOTADB') return new FileError(`sqlite:${filename} is not an SQLite database`);
   return undefined;
 }
@@ -222,7 +264,10 @@ async function openDialect(url: string, parsed: ParsedArgs, note: (line: string)
       return openSqliteDialect(':memory:');
     }
     try {
-      return await openSqliteDialect(location.filename, inspecting && location.filename !== ':memory:' ? { readOnly: true } : {});
+      return await openSqliteDialect(
+        location.filename,
+        inspecting && location.filename !== ':memory:' ? { readOnly: true } : {},
+      );
     } catch (error) {
       throw sqliteFileError(location.filename, error) ?? error;
     }
@@ -232,13 +277,19 @@ async function openDialect(url: string, parsed: ParsedArgs, note: (line: string)
   let timer: NodeJS.Timeout | undefined;
   const watchdog = new Promise<never>((_, reject) => {
     timer = setTimeout(
-      () => reject(new DatabaseUnavailableError(redactDatabaseUrl(url), new Error(`no answer within ${connectTimeoutMs} ms`))),
+      () =>
+        reject(
+          new DatabaseUnavailableError(redactDatabaseUrl(url), new Error(`no answer within ${connectTimeoutMs} ms`)),
+        ),
       connectTimeoutMs + 2_000,
     );
     timer.unref();
   });
   try {
-    return await Promise.race([openPostgresDialect(location.connectionString, { connectTimeoutMs, poolSize: 3 }), watchdog]);
+    return await Promise.race([
+      openPostgresDialect(location.connectionString, { connectTimeoutMs, poolSize: 3 }),
+      watchdog,
+    ]);
   } finally {
     clearTimeout(timer);
   }
@@ -305,7 +356,8 @@ export class ProgressRenderer {
     if (this.tty) {
       const width = 24;
       const filled = pct === undefined ? 0 : Math.round((pct / 100) * width);
-      const bar = pct === undefined ? '' : `[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] ${String(pct).padStart(3)}% `;
+      const bar =
+        pct === undefined ? '' : `[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] ${String(pct).padStart(3)}% `;
       this.write(`\r\x1b[2K  ${formatVersion(event.version)} ${bar}${counts}`);
       this.#drawn = true;
       return;
@@ -402,16 +454,26 @@ async function run(parsed: ParsedArgs, io: Io): Promise<number> {
       }
       out(`database: ${shown} (${dialect.kind})`);
       out(`version:  ${formatVersion(status.currentVersion)} (latest ${formatVersion(status.latestVersion)})`);
-      if (status.baselineRequired) out('baseline required: the database has tables but no taskfence history (see migrate --baseline)');
-      for (const a of status.applied) out(`  applied  ${formatVersion(a.version)} ${a.name}  ${new Date(a.appliedAt).toISOString()}`);
+      if (status.baselineRequired)
+        out('baseline required: the database has tables but no taskfence history (see migrate --baseline)');
+      for (const a of status.applied)
+        out(`  applied  ${formatVersion(a.version)} ${a.name}  ${new Date(a.appliedAt).toISOString()}`);
       for (const p of status.pending) out(`  pending  ${formatVersion(p.version)} ${p.name}`);
-      for (const m of status.modified) out(`  MODIFIED ${formatVersion(m.version)} ${m.name} (edited after it was applied)`);
+      for (const m of status.modified)
+        out(`  MODIFIED ${formatVersion(m.version)} ${m.name} (edited after it was applied)`);
       for (const u of status.unknown) out(`  UNKNOWN  ${formatVersion(u.version)} ${u.name} (not in this taskfence)`);
       return exit;
     }
     const steps = await migrator.plan(parsed.to !== undefined ? { to: parsed.to } : {});
     if (parsed.json) {
-      out(JSON.stringify({ database: shown, dialect: dialect.kind, destructive: steps.some((s) => s.destructive.length > 0), steps }));
+      out(
+        JSON.stringify({
+          database: shown,
+          dialect: dialect.kind,
+          destructive: steps.some((s) => s.destructive.length > 0),
+          steps,
+        }),
+      );
       return 0;
     }
     printPlan(steps, out);
@@ -424,8 +486,13 @@ async function run(parsed: ParsedArgs, io: Io): Promise<number> {
 function printPlan(steps: readonly PlanStep[], out: (line: string) => void): void {
   if (steps.length === 0) out('-- nothing to do');
   for (const step of steps) {
-    const loss = step.destructive.map((l) => `${l.column ? `column ${l.table}.${l.column}` : `table ${l.table}`} (${l.rows} row${l.rows === 1 ? '' : 's'})`);
-    out(`-- ${formatVersion(step.version)} ${step.name} (${step.direction})${loss.length > 0 ? ` DESTRUCTIVE: drops ${loss.join(', ')}; needs --allow-data-loss` : ''}`);
+    const loss = step.destructive.map(
+      (l) =>
+        `${l.column ? `column ${l.table}.${l.column}` : `table ${l.table}`} (${l.rows} row${l.rows === 1 ? '' : 's'})`,
+    );
+    out(
+      `-- ${formatVersion(step.version)} ${step.name} (${step.direction})${loss.length > 0 ? ` DESTRUCTIVE: drops ${loss.join(', ')}; needs --allow-data-loss` : ''}`,
+    );
     for (const note of step.notes) out(`--   note: ${note}`);
     for (const statement of step.statements) out(`${statement};`);
   }
@@ -437,7 +504,8 @@ export function errorLine(error: unknown, verbose = false): string {
   const oneLine = (text: string) => text.replace(/\s*\n\s*/g, ' ').trim();
   if (error instanceof FileError || error instanceof TaskfenceError) return `taskfence: ${oneLine(error.message)}`;
   const code = (error as { code?: unknown } | null)?.code;
-  if (code === 'SQLITE_READONLY' || code === 'SQLITE_READONLY_DBMOVED') return 'taskfence: the SQLite file is read-only here; migrate needs to write it (check its permissions and its directory\'s)';
+  if (code === 'SQLITE_READONLY' || code === 'SQLITE_READONLY_DBMOVED')
+    return "taskfence: the SQLite file is read-only here; migrate needs to write it (check its permissions and its directory's)";
   if (code === 'SQLITE_NOTADB') return 'taskfence: the file is not an SQLite database';
   const message = error instanceof Error ? error.message : String(error);
   return `taskfence: unexpected error: ${oneLine(message)} (run with --verbose for details)`;
@@ -445,7 +513,10 @@ export function errorLine(error: unknown, verbose = false): string {
 
 /** `taskfence prune --older-than D [--dry-run] [--batch-size N]`: deletes what is finished and old, printing counts per table. */
 async function prune(url: string, shown: string, parsed: ParsedArgs, out: (line: string) => void): Promise<number> {
-  const store = await openStore({ url, ...(parsed.connectTimeoutMs !== undefined ? { connectTimeoutMs: parsed.connectTimeoutMs } : {}) });
+  const store = await openStore({
+    url,
+    ...(parsed.connectTimeoutMs !== undefined ? { connectTimeoutMs: parsed.connectTimeoutMs } : {}),
+  });
   try {
     const result = await store.maintenance.prune({
       olderThanMs: parsed.olderThanMs!,
@@ -511,7 +582,9 @@ export async function main(
 
 const invokedDirectly = (() => {
   try {
-    return process.argv[1] !== undefined && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url));
+    return (
+      process.argv[1] !== undefined && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url))
+    );
   } catch {
     return false;
   }

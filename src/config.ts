@@ -52,7 +52,8 @@ export function parseDatabaseUrl(url: string): DatabaseLocation {
     }
     const schemas = parsed.searchParams.getAll('schema');
     if (schemas.length === 0) return { dialect: 'postgres', connectionString: trimmed, url: trimmed };
-    if (schemas.length > 1 || schemas[0] === '') throw new InvalidDatabaseUrlError(url, 'give the schema parameter once, with a value');
+    if (schemas.length > 1 || schemas[0] === '')
+      throw new InvalidDatabaseUrlError(url, 'give the schema parameter once, with a value');
     // pg would pass an unknown parameter on to the server as a setting: strip it.
     parsed.searchParams.delete('schema');
     return { dialect: 'postgres', connectionString: parsed.toString(), url: trimmed, schema: schemas[0]! };

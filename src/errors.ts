@@ -194,7 +194,7 @@ export class BaselineRequiredError extends TaskfenceError {
         `but no taskfence migration history${userVersion ? ` (PRAGMA user_version = ${userVersion})` : ''}. ` +
         (suggestedVersion !== null
           ? `They match taskfence schema version ${formatVersion(suggestedVersion)}: adopt it with \`taskfence migrate --baseline ${suggestedVersion}\` (verified first).`
-          : 'They match no taskfence schema version, so this may be another application\'s database: check --db. Nothing was changed.'),
+          : "They match no taskfence schema version, so this may be another application's database: check --db. Nothing was changed."),
     );
   }
 }
@@ -283,7 +283,9 @@ export class NotFoundError extends TaskfenceError {
 export class MigrationHistoryDamagedError extends TaskfenceError {
   readonly code = 'MIGRATION_HISTORY_DAMAGED';
   constructor(readonly problem: string) {
-    super(`The migration history table taskfence_migrations is damaged: ${problem}. Nothing was changed; restore it from a backup or repair it by hand.`);
+    super(
+      `The migration history table taskfence_migrations is damaged: ${problem}. Nothing was changed; restore it from a backup or repair it by hand.`,
+    );
   }
 }
 
@@ -302,7 +304,10 @@ export class DataLossError extends TaskfenceError {
   constructor(readonly losses: readonly DataLoss[]) {
     super(
       `Refusing to drop data: ${losses
-        .map((l) => `${formatVersion(l.version)} ${l.name} drops ${l.column ? `column ${l.table}.${l.column}` : `table ${l.table}`} (${l.rows} row${l.rows === 1 ? '' : 's'})`)
+        .map(
+          (l) =>
+            `${formatVersion(l.version)} ${l.name} drops ${l.column ? `column ${l.table}.${l.column}` : `table ${l.table}`} (${l.rows} row${l.rows === 1 ? '' : 's'})`,
+        )
         .join('; ')}. Nothing was changed; back up first and pass --allow-data-loss (allowDataLoss: true) to go ahead.`,
     );
   }
@@ -365,6 +370,8 @@ export class DriverNotInstalledError extends TaskfenceError {
     readonly target: string,
     cause?: unknown,
   ) {
-    super(`${target} needs the ${driver} package, which is not installed: run \`npm install ${driver}\` in your app.`, { cause });
+    super(`${target} needs the ${driver} package, which is not installed: run \`npm install ${driver}\` in your app.`, {
+      cause,
+    });
   }
 }

@@ -31,7 +31,12 @@ export type TaskfenceEvent =
   | { readonly type: 'transaction.retry'; readonly kind: ErrorKind; readonly attempt: number; readonly delayMs: number }
   | { readonly type: 'conflict'; readonly operation: string; readonly code: string | null }
   | { readonly type: 'refused'; readonly operation: string; readonly code: string }
-  | { readonly type: 'lease.lost'; readonly operation: string; readonly code: string | null; readonly keys?: readonly string[] }
+  | {
+      readonly type: 'lease.lost';
+      readonly operation: string;
+      readonly code: string | null;
+      readonly keys?: readonly string[];
+    }
   | { readonly type: 'run.reconciled'; readonly runId: string; readonly targetKey: string | null }
   | { readonly type: 'migration'; readonly event: MigrationEvent }
   | { readonly type: 'prune'; readonly result: PruneResult };
@@ -73,12 +78,25 @@ const CONFLICT_CODES = new Set([
   'PATH_CLAIM_REFUSED',
   'ALREADY_EXISTS',
 ]);
-const REFUSED_CODES = new Set(['STALE_WORKSPACE_LOCK', 'STALE_TASK_LEASE', 'STALE_OWNERSHIP', 'CLEANUP_CLAIM_LOST', 'COORDINATOR_RUN_NOT_RUNNING']);
+const REFUSED_CODES = new Set([
+  'STALE_WORKSPACE_LOCK',
+  'STALE_TASK_LEASE',
+  'STALE_OWNERSHIP',
+  'CLEANUP_CLAIM_LOST',
+  'COORDINATOR_RUN_NOT_RUNNING',
+]);
 
 /** Counts, publishes and forwards a store's events. */
 export class EventHub {
   readonly #onEvent: ((event: TaskfenceEvent) => void) | undefined;
-  readonly counters = { transactions: 0, retries: {} as Partial<Record<ErrorKind, number>>, conflicts: 0, refusals: 0, leasesLost: 0, runsReconciled: 0 };
+  readonly counters = {
+    transactions: 0,
+    retries: {} as Partial<Record<ErrorKind, number>>,
+    conflicts: 0,
+    refusals: 0,
+    leasesLost: 0,
+    runsReconciled: 0,
+  };
 
   constructor(onEvent?: (event: TaskfenceEvent) => void) {
     this.#onEvent = onEvent;
@@ -142,7 +160,8 @@ export class EventHub {
     }
     const r = result as { status?: unknown; conflicts?: unknown; lost?: unknown; ok?: unknown };
     if (operation === 'runs.reconcileStaleRuns' && Array.isArray(result)) {
-      for (const run of result as { id: string; targetKey: string | null }[]) this.emit({ type: 'run.reconciled', runId: run.id, targetKey: run.targetKey });
+      for (const run of result as { id: string; targetKey: string | null }[])
+        this.emit({ type: 'run.reconciled', runId: run.id, targetKey: run.targetKey });
       return;
     }
     if (operation === 'maintenance.prune') {
@@ -150,7 +169,9 @@ export class EventHub {
       return;
     }
     if (r.status === 'busy') this.emit({ type: 'conflict', operation, code: null });
-    else if (Array.isArray(r.conflicts) && r.conflicts.length > 0) this.emit({ type: 'conflict', operation, code: null });
-    if (Array.isArray(r.lost) && r.lost.length > 0) this.emit({ type: 'lease.lost', operation, code: null, keys: r.lost as string[] });
+    else if (Array.isArray(r.conflicts) && r.conflicts.length > 0)
+      this.emit({ type: 'conflict', operation, code: null });
+    if (Array.isArray(r.lost) && r.lost.length > 0)
+      this.emit({ type: 'lease.lost', operation, code: null, keys: r.lost as string[] });
   }
 }

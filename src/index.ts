@@ -25,9 +25,21 @@ export {
 } from './migrator/migrator.js';
 export { MIGRATIONS, LATEST_VERSION, type MigrationDefinition, type MigrationContext } from './migrations/index.js';
 export { describeSchema } from './schema/describe-schema.js';
-export { runDoctor, formatDoctorReport, formatDoctorReportJson, type DoctorOptions, type DoctorTarget } from './doctor/index.js';
+export {
+  runDoctor,
+  formatDoctorReport,
+  formatDoctorReportJson,
+  type DoctorOptions,
+  type DoctorTarget,
+} from './doctor/index.js';
 export type { DoctorArea, DoctorCheck, DoctorReport, DoctorStatus } from './doctor/index.js';
-export type { SchemaDescription, TableDescription, ColumnDescription, IndexDescription, ForeignKeyDescription } from './schema/describe.js';
+export type {
+  SchemaDescription,
+  TableDescription,
+  ColumnDescription,
+  IndexDescription,
+  ForeignKeyDescription,
+} from './schema/describe.js';
 export * from './schema/database.js';
 export type { Clock } from './repositories/context.js';
 export type { Repositories } from './repositories/index.js';
@@ -35,7 +47,13 @@ export type { Task, CreateTaskInput, ListTasksFilter, TaskRepository } from './r
 export type { Agent, Company, Project, WorkspaceRecord, OrgRepository } from './repositories/org.js';
 export { FILESYSTEM_ROLE_PATTERN, roleImpliesFilesystem } from './domain/filesystem-roles.js';
 export type { StoreContext } from './repositories/context.js';
-export { MAX_DURATION_MS, MAX_ID_LENGTH, MAX_PAYLOAD_LENGTH, MAX_TEXT_LENGTH, MAX_WRITE_PATHS } from './repositories/validate.js';
+export {
+  MAX_DURATION_MS,
+  MAX_ID_LENGTH,
+  MAX_PAYLOAD_LENGTH,
+  MAX_TEXT_LENGTH,
+  MAX_WRITE_PATHS,
+} from './repositories/validate.js';
 // Each area's public functions, types and errors (SPEC §3–§6).
 export * from './repositories/runs.js';
 export * from './repositories/dispatches.js';

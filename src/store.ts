@@ -6,7 +6,14 @@ import { openPostgresDialect } from './dialects/postgres.js';
 import { openSqliteDialect } from './dialects/sqlite.js';
 import type { DialectOptions, StoreDialect } from './dialects/types.js';
 import { InvalidArgumentError } from './errors.js';
-import { Migrator, type MigrationEvent, type MigrateOptions, type MigrateResult, type MigrationStatus, type PlanStep } from './migrator/migrator.js';
+import {
+  Migrator,
+  type MigrationEvent,
+  type MigrateOptions,
+  type MigrateResult,
+  type MigrationStatus,
+  type PlanStep,
+} from './migrator/migrator.js';
 import type { Database } from './schema/database.js';
 import type { SchemaDescription } from './schema/describe.js';
 import { createStoreContext, type Clock, type StoreContext } from './repositories/context.js';
@@ -93,14 +100,16 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
   const migrator = new Migrator(dialect);
   const context: StoreContext = createStoreContext(dialect, options.clock ?? dialect.clock);
   const events = new EventHub(options.onEvent);
-  dialect.stats.onRetry = (kind, attempt, delayMs) => events.emit({ type: 'transaction.retry', kind, attempt, delayMs: Math.round(delayMs) });
+  dialect.stats.onRetry = (kind, attempt, delayMs) =>
+    events.emit({ type: 'transaction.retry', kind, attempt, delayMs: Math.round(delayMs) });
   return Object.freeze({
     db: dialect.db,
     dialect,
     location,
     ...guardSchemaVersion(events.observe(createRepositories(context)), dialect.db),
     migrate: async (migrateOptions?: MigrateOptions) => {
-      if (location.dialect === 'postgres' && location.schema !== undefined) await ensureSchema(dialect, location.schema);
+      if (location.dialect === 'postgres' && location.schema !== undefined)
+        await ensureSchema(dialect, location.schema);
       return migrator.migrate({
         now: context.clock.now(),
         ...migrateOptions,
@@ -111,18 +120,22 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       });
     },
     migrationStatus: () => migrator.status(),
-    doctor: (doctorOptions?: DoctorOptions) => runDoctor({ dialect, location, migrationStatus: () => migrator.status() }, doctorOptions),
+    doctor: (doctorOptions?: DoctorOptions) =>
+      runDoctor({ dialect, location, migrationStatus: () => migrator.status() }, doctorOptions),
     plan: (planOptions?: { to?: number }) => migrator.plan(planOptions),
     describeSchema: () => dialect.describeSchema(),
     transaction: <T>(fn: (tx: StoreTransaction) => Promise<T>, transactionOptions?: TransactionOptions) =>
-      dialect.writeTransaction(async (trx) => {
-        let open = true;
-        try {
-          return await fn(bindTransaction(dialect, trx, () => open, context.clock));
-        } finally {
-          open = false;
-        }
-      }, { ...transactionOptions, hostCode: true }),
+      dialect.writeTransaction(
+        async (trx) => {
+          let open = true;
+          try {
+            return await fn(bindTransaction(dialect, trx, () => open, context.clock));
+          } finally {
+            open = false;
+          }
+        },
+        { ...transactionOptions, hostCode: true },
+      ),
     withTransaction: <DB>(trx: Transaction<DB>) => {
       const joined = dialect.joinTransaction(trx as unknown as Transaction<Database>);
       return bindTransaction(dialect, joined.db, () => joined.isActive(), context.clock);
@@ -146,11 +159,17 @@ function storeLocation(options: StoreOptions): DatabaseLocation {
     const parsed = options.url === undefined ? undefined : parseDatabaseUrl(options.url);
     const fromUrl = parsed?.dialect === 'postgres' ? parsed.schema : undefined;
     const schema = mergeSchema(options.schema, fromUrl);
-    return { dialect: 'postgres', connectionString: '', url: options.url ?? 'postgres://(host pool)', ...(schema === undefined ? {} : { schema }) };
+    return {
+      dialect: 'postgres',
+      connectionString: '',
+      url: options.url ?? 'postgres://(host pool)',
+      ...(schema === undefined ? {} : { schema }),
+    };
   }
   const location = parseDatabaseUrl(options.url ?? defaultDatabaseUrl());
   if (location.dialect === 'sqlite') {
-    if (options.schema !== undefined) throw new InvalidArgumentError('schema', 'schemas are a PostgreSQL option; SQLite has one schema per file');
+    if (options.schema !== undefined)
+      throw new InvalidArgumentError('schema', 'schemas are a PostgreSQL option; SQLite has one schema per file');
     return location;
   }
   const schema = mergeSchema(options.schema, location.schema);
@@ -159,14 +178,19 @@ function storeLocation(options: StoreOptions): DatabaseLocation {
 
 function mergeSchema(option: string | undefined, fromUrl: string | undefined): string | undefined {
   if (option !== undefined && fromUrl !== undefined && option !== fromUrl) {
-    throw new InvalidArgumentError('schema', `the option says ${JSON.stringify(option)} but the URL says ${JSON.stringify(fromUrl)}`);
+    throw new InvalidArgumentError(
+      'schema',
+      `the option says ${JSON.stringify(option)} but the URL says ${JSON.stringify(fromUrl)}`,
+    );
   }
   return option ?? fromUrl;
 }
 
 /** Creates the configured PostgreSQL schema if it is missing (several deploys may race to do it). */
 async function ensureSchema(dialect: StoreDialect, schema: string): Promise<void> {
-  const { rows } = await sql<{ found: boolean }>`select exists (select 1 from pg_namespace where nspname = ${schema}) as found`.execute(dialect.db);
+  const { rows } = await sql<{
+    found: boolean;
+  }>`select exists (select 1 from pg_namespace where nspname = ${schema}) as found`.execute(dialect.db);
   if (rows[0]?.found) return;
   try {
     await sql`create schema if not exists ${sql.id(schema)}`.execute(dialect.db);

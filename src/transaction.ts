@@ -78,7 +78,9 @@ class Binding {
       result = await fn(this.trx);
     } catch (error) {
       // The transaction may be gone already (connection lost, SQLite rolled back by itself).
-      await ROLLBACK_TO.execute(this.trx).then(() => RELEASE.execute(this.trx)).catch(() => {});
+      await ROLLBACK_TO.execute(this.trx)
+        .then(() => RELEASE.execute(this.trx))
+        .catch(() => {});
       throw error;
     }
     await RELEASE.execute(this.trx);
@@ -103,7 +105,8 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
     lockKey: (trx: Transaction<Database>, key: string) => dialect.lockKey(trx, key),
     classifyError: (error: unknown) => dialect.classifyError(error),
     joinTransaction: (trx: Transaction<Database>) => dialect.joinTransaction(trx),
-    withMigrationLock: () => Promise.reject(new Error('Migrations cannot run inside a host transaction; call store.migrate().')),
+    withMigrationLock: () =>
+      Promise.reject(new Error('Migrations cannot run inside a host transaction; call store.migrate().')),
     describeSchema: () => dialect.describeSchema(),
     readUserVersion: () => dialect.readUserVersion(binding.trx),
     close: () => Promise.reject(new Error('Close the store, not a transaction.')),
@@ -157,8 +160,10 @@ export function bindTransaction(
 export function canonicalResourceNames(names: readonly string[]): string[] {
   if (!Array.isArray(names)) throw new InvalidArgumentError('resource names', 'expected an array of strings');
   for (const name of names) {
-    if (typeof name !== 'string' || name.length === 0) throw new InvalidArgumentError('resource name', 'expected a non-empty string');
-    if (name.length > RESOURCE_NAME_MAX) throw new InvalidArgumentError('resource name', `longer than ${RESOURCE_NAME_MAX} characters`);
+    if (typeof name !== 'string' || name.length === 0)
+      throw new InvalidArgumentError('resource name', 'expected a non-empty string');
+    if (name.length > RESOURCE_NAME_MAX)
+      throw new InvalidArgumentError('resource name', `longer than ${RESOURCE_NAME_MAX} characters`);
     if (name.includes('\0')) throw new InvalidArgumentError('resource name', 'contains a NUL character');
   }
   // Sorted by UTF-16 code units, the same on every process and platform.

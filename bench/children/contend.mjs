@@ -21,13 +21,25 @@ const ops = {
     await store.locks.releaseWorkspaceLock(lockWs, { token: claim.token });
   },
   pathCycle: async () => {
-    const r = await store.paths.tryAcquirePaths({ workspaceId: pathWs, holder: tag, paths: [`${tag}/src`, `${tag}/docs`], ttlMs: 60_000 });
+    const r = await store.paths.tryAcquirePaths({
+      workspaceId: pathWs,
+      holder: tag,
+      paths: [`${tag}/src`, `${tag}/docs`],
+      ttlMs: 60_000,
+    });
     if (!r.acquired) throw new Error('paths busy');
     await store.paths.releasePaths({ workspaceId: pathWs, holder: tag });
   },
   transfer: async () => {
     const [from, to] = generation % 2 === 1 ? [taskA, taskB] : [taskB, taskA];
-    generation = (await store.ownership.transferEnvironmentOwnership({ environmentId: env, expectedOwnerTaskId: from, expectedGeneration: generation, newOwnerTaskId: to })).generation;
+    generation = (
+      await store.ownership.transferEnvironmentOwnership({
+        environmentId: env,
+        expectedOwnerTaskId: from,
+        expectedGeneration: generation,
+        newOwnerTaskId: to,
+      })
+    ).generation;
   },
   deliver: async () => {
     const got = await store.messages.deliverPendingMessages(inbox, { limit: 1 });

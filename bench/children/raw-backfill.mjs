@@ -17,9 +17,15 @@ const t0 = performance.now();
 let flagged;
 if (url.startsWith('sqlite:')) {
   const db = new Database(url.slice('sqlite:'.length));
-  const roles = db.prepare('select distinct role from agents where role is not null').all().map((r) => r.role).filter((r) => PATTERN.test(r));
+  const roles = db
+    .prepare('select distinct role from agents where role is not null')
+    .all()
+    .map((r) => r.role)
+    .filter((r) => PATTERN.test(r));
   db.transaction(() => {
-    db.exec('alter table tasks add column requires_filesystem integer default 0 not null check (requires_filesystem in (0, 1))');
+    db.exec(
+      'alter table tasks add column requires_filesystem integer default 0 not null check (requires_filesystem in (0, 1))',
+    );
     db.prepare(update(roles.map(() => '?').join(', ') || 'null', () => '?')).run(now, ...roles);
   }).immediate();
   flagged = db.prepare('select count(*) as n from tasks where requires_filesystem = 1').get().n;
@@ -27,10 +33,17 @@ if (url.startsWith('sqlite:')) {
 } else {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
-  const roles = (await client.query('select distinct role from agents where role is not null')).rows.map((r) => r.role).filter((r) => PATTERN.test(r));
+  const roles = (await client.query('select distinct role from agents where role is not null')).rows
+    .map((r) => r.role)
+    .filter((r) => PATTERN.test(r));
   await client.query('begin');
-  await client.query('alter table tasks add column requires_filesystem integer default 0 not null check (requires_filesystem in (0, 1))');
-  await client.query(update(roles.map((_, i) => `$${i + 2}`).join(', ') || 'null', () => '$1'), [now, ...roles]);
+  await client.query(
+    'alter table tasks add column requires_filesystem integer default 0 not null check (requires_filesystem in (0, 1))',
+  );
+  await client.query(
+    update(roles.map((_, i) => `$${i + 2}`).join(', ') || 'null', () => '$1'),
+    [now, ...roles],
+  );
   await client.query('commit');
   flagged = Number((await client.query('select count(*) as n from tasks where requires_filesystem = 1')).rows[0].n);
   await client.end();

@@ -19,7 +19,11 @@ export function median(values: readonly number[]): number {
 }
 
 /** Runs `op` `iterations` times after `warmup` runs, one at a time, and reports throughput and latency. */
-export async function measure(op: (i: number) => Promise<unknown> | unknown, iterations: number, warmup = Math.ceil(iterations / 10)): Promise<Figures> {
+export async function measure(
+  op: (i: number) => Promise<unknown> | unknown,
+  iterations: number,
+  warmup = Math.ceil(iterations / 10),
+): Promise<Figures> {
   for (let i = 0; i < warmup; i++) await op(-1 - i);
   const latencies: number[] = new Array(iterations);
   const started = performance.now();
@@ -30,7 +34,12 @@ export async function measure(op: (i: number) => Promise<unknown> | unknown, ite
   }
   const elapsed = performance.now() - started;
   latencies.sort((a, b) => a - b);
-  return { opsPerSec: (iterations / elapsed) * 1000, p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), samples: iterations };
+  return {
+    opsPerSec: (iterations / elapsed) * 1000,
+    p50Ms: percentile(latencies, 50),
+    p99Ms: percentile(latencies, 99),
+    samples: iterations,
+  };
 }
 
 /** The median (by throughput) of several runs of `measure`, so one noisy run does not decide. */

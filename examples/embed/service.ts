@@ -70,7 +70,13 @@ export function handler(store: Store) {
       const url = new URL(req.url ?? '/', 'http://localhost');
       const boxPath = /^\/boxes\/([^/]+)(\/items)?$/.exec(url.pathname);
       if (req.method === 'GET' && boxPath && !boxPath[2]) {
-        const items = await store.db.withTables<HostTables>().selectFrom('box_items').select('item').where('box', '=', decodeURIComponent(boxPath[1]!)).orderBy('item').execute();
+        const items = await store.db
+          .withTables<HostTables>()
+          .selectFrom('box_items')
+          .select('item')
+          .where('box', '=', decodeURIComponent(boxPath[1]!))
+          .orderBy('item')
+          .execute();
         return send(res, 200, { items: items.map((r) => r.item) });
       }
       if (req.method === 'POST' && boxPath?.[2]) {
@@ -112,7 +118,9 @@ export function handler(store: Store) {
 }
 
 /** Opens the store, migrates (taskfence's chain, then the host's table) and listens on `port` (0: any free port). */
-export async function startService(options: StoreOptions & { port?: number } = {}): Promise<{ server: Server; port: number; store: Store; close(): Promise<void> }> {
+export async function startService(
+  options: StoreOptions & { port?: number } = {},
+): Promise<{ server: Server; port: number; store: Store; close(): Promise<void> }> {
   const { port = 0, ...storeOptions } = options;
   const store = await openStore(storeOptions);
   await migrateHost(store);

@@ -16,8 +16,15 @@ export function hostPool(pool: pg.Pool, types: pg.CustomTypesConfig): pg.Pool {
         get(target, property) {
           if (property === 'query') {
             return (config: unknown, ...rest: unknown[]) => {
-              const plain = typeof config === 'object' && config !== null && !('submit' in config) && (config as pg.QueryConfig).types === undefined;
-              return (target.query as (...args: unknown[]) => unknown)(plain ? { ...(config as pg.QueryConfig), types } : config, ...rest);
+              const plain =
+                typeof config === 'object' &&
+                config !== null &&
+                !('submit' in config) &&
+                (config as pg.QueryConfig).types === undefined;
+              return (target.query as (...args: unknown[]) => unknown)(
+                plain ? { ...(config as pg.QueryConfig), types } : config,
+                ...rest,
+              );
             };
           }
           const value: unknown = Reflect.get(target, property, target);

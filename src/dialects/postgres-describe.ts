@@ -21,7 +21,13 @@ const ON_DELETE: Record<string, string> = {
 /** Describes the tables of `schema` (default: the current schema) from the PostgreSQL catalogs. */
 export async function describePostgresSchema(db: Kysely<any>, schema?: string): Promise<SchemaDescription> {
   const target = schema === undefined ? sql`current_schema()` : sql`${schema}::text`;
-  const cols = await sql<{ table_name: string; column_name: string; data_type: string; is_nullable: string; column_default: string | null }>`
+  const cols = await sql<{
+    table_name: string;
+    column_name: string;
+    data_type: string;
+    is_nullable: string;
+    column_default: string | null;
+  }>`
     select table_name, column_name, data_type, is_nullable, column_default
     from information_schema.columns
     where table_schema = ${target}
@@ -37,7 +43,14 @@ export async function describePostgresSchema(db: Kysely<any>, schema?: string): 
     join pg_attribute a on a.attrelid = c.oid and a.attnum = k.attnum
     where i.indisprimary
     order by c.relname, k.ord`.execute(db);
-  const fks = await sql<{ table_name: string; conname: string; columns: string[]; ref_table: string; ref_columns: string[]; confdeltype: string }>`
+  const fks = await sql<{
+    table_name: string;
+    conname: string;
+    columns: string[];
+    ref_table: string;
+    ref_columns: string[];
+    confdeltype: string;
+  }>`
     select c.relname as table_name, con.conname,
       array(select a.attname::text from unnest(con.conkey) with ordinality k(n, o)
             join pg_attribute a on a.attrelid = con.conrelid and a.attnum = k.n order by k.o) as columns,
@@ -50,7 +63,13 @@ export async function describePostgresSchema(db: Kysely<any>, schema?: string): 
     join pg_class rc on rc.oid = con.confrelid
     join pg_namespace n on n.oid = c.relnamespace and n.nspname = ${target}
     where con.contype = 'f'`.execute(db);
-  const idx = await sql<{ table_name: string; index_name: string; unique: boolean; columns: string[]; predicate: string | null }>`
+  const idx = await sql<{
+    table_name: string;
+    index_name: string;
+    unique: boolean;
+    columns: string[];
+    predicate: string | null;
+  }>`
     select c.relname as table_name, ic.relname as index_name, i.indisunique as unique,
       array(select pg_get_indexdef(i.indexrelid, k, true) from generate_series(1, i.indnkeyatts) k order by k) as columns,
       pg_get_expr(i.indpred, i.indrelid, true) as predicate
@@ -60,7 +79,15 @@ export async function describePostgresSchema(db: Kysely<any>, schema?: string): 
     join pg_namespace n on n.oid = c.relnamespace and n.nspname = ${target}
     where not i.indisprimary`.execute(db);
 
-  const tables = new Map<string, { columns: [string, ColumnDescription][]; pk: string[]; fks: TableDescription['foreignKeys'][number][]; indexes: [string, IndexDescription][] }>();
+  const tables = new Map<
+    string,
+    {
+      columns: [string, ColumnDescription][];
+      pk: string[];
+      fks: TableDescription['foreignKeys'][number][];
+      indexes: [string, IndexDescription][];
+    }
+  >();
   const table = (name: string) => {
     let t = tables.get(name);
     if (!t) tables.set(name, (t = { columns: [], pk: [], fks: [], indexes: [] }));

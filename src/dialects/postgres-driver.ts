@@ -47,7 +47,13 @@ export function classifyPostgresError(error: unknown): ErrorKind {
     if (code === '23514' || code === '23502') return 'check_violation';
     if (code === '55P03') return 'lock_timeout';
     if (code === '57014') return 'statement_timeout';
-    if (code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03' || code === '55000' && isNotAcceptingConnections(error)) {
+    if (
+      code.startsWith('08') ||
+      code === '57P01' ||
+      code === '57P02' ||
+      code === '57P03' ||
+      (code === '55000' && isNotAcceptingConnections(error))
+    ) {
       return 'connection_lost';
     }
     if (SOCKET_CODES.has(code)) return 'connection_lost';
@@ -72,7 +78,9 @@ const CONNECTION_MESSAGES =
   /Connection terminated|Client has encountered a connection error|Client was closed and is not queryable|Query read timeout|timeout exceeded when trying to connect|Connection ended unexpectedly|connection timeout/i;
 
 function isNotAcceptingConnections(error: unknown): boolean {
-  return /not accepting connections|not currently accepting connections/i.test(error instanceof Error ? error.message : '');
+  return /not accepting connections|not currently accepting connections/i.test(
+    error instanceof Error ? error.message : '',
+  );
 }
 
 /** Thrown by the driver's COMMIT when the connection died while COMMIT was in flight (the outcome is unknown). */
@@ -98,7 +106,13 @@ export class FaultTolerantPostgresDriver implements Driver {
   /** The server's clock minus the host's (ms), measured in the BEGIN round trip of every transaction. */
   readonly #offset: ServerClockOffset;
 
-  constructor(options: { pool: pg.Pool; target: string; limits: TransactionLimits; ownsPool: boolean; offset: ServerClockOffset }) {
+  constructor(options: {
+    pool: pg.Pool;
+    target: string;
+    limits: TransactionLimits;
+    ownsPool: boolean;
+    offset: ServerClockOffset;
+  }) {
     this.#pool = options.pool;
     this.#target = options.target;
     this.#limits = options.limits;
@@ -120,7 +134,12 @@ export class FaultTolerantPostgresDriver implements Driver {
       // For the client's whole life, idle or checked out: a fault is reported by the failing query.
       client.on('error', () => {});
     }
-    return new FaultTolerantPostgresConnection(client, this.#target, clientQueryTimeoutMs(this.#limits.statementTimeoutMs), this.#offset);
+    return new FaultTolerantPostgresConnection(
+      client,
+      this.#target,
+      clientQueryTimeoutMs(this.#limits.statementTimeoutMs),
+      this.#offset,
+    );
   }
 
   async beginTransaction(connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
@@ -244,7 +263,9 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
     if (command === 'COMMIT' || command === 'ROLLBACK') return { rows: [{ command } as R] };
     return {
       numAffectedRows:
-        command === 'INSERT' || command === 'UPDATE' || command === 'DELETE' || command === 'MERGE' ? BigInt(rowCount ?? 0) : undefined,
+        command === 'INSERT' || command === 'UPDATE' || command === 'DELETE' || command === 'MERGE'
+          ? BigInt(rowCount ?? 0)
+          : undefined,
       rows: (Array.isArray(rows) ? rows : []) as R[],
     };
   }
@@ -267,7 +288,8 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
       // pg refuses to send anything on a connection it already knows is dead: such a statement never ran.
       const neverSent = NEVER_SENT.test(error instanceof Error ? error.message : '');
       // COMMIT in flight, or a write in its own implicit transaction: it may have committed.
-      const mayHaveCommitted = text === COMMIT_SQL || (!this.#inTransaction && !READ_ONLY_STATEMENT.test(text) && !/^begin\b/i.test(text));
+      const mayHaveCommitted =
+        text === COMMIT_SQL || (!this.#inTransaction && !READ_ONLY_STATEMENT.test(text) && !/^begin\b/i.test(text));
       if (mayHaveCommitted && !neverSent) {
         return new CommitOutcomeUnknownError(text === COMMIT_SQL ? 'a write transaction' : operation, error);
       }

@@ -1,9 +1,30 @@
 import pg from 'pg';
-import { CompiledQuery, Kysely, PostgresAdapter, PostgresIntrospector, PostgresQueryCompiler, sql, type Transaction } from 'kysely';
+import {
+  CompiledQuery,
+  Kysely,
+  PostgresAdapter,
+  PostgresIntrospector,
+  PostgresQueryCompiler,
+  sql,
+  type Transaction,
+} from 'kysely';
 import type { Database as Schema } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
-import { DatabaseUnavailableError, ForeignTransactionError, LockTimeoutError, MigrationLockTimeoutError, StatementTimeoutError, TaskfenceError } from '../errors.js';
-import { FaultTolerantPostgresDriver, SERVER_NOW_SQL, ServerClockOffset, classifyPostgresError, clientQueryTimeoutMs } from './postgres-driver.js';
+import {
+  DatabaseUnavailableError,
+  ForeignTransactionError,
+  LockTimeoutError,
+  MigrationLockTimeoutError,
+  StatementTimeoutError,
+  TaskfenceError,
+} from '../errors.js';
+import {
+  FaultTolerantPostgresDriver,
+  SERVER_NOW_SQL,
+  ServerClockOffset,
+  classifyPostgresError,
+  clientQueryTimeoutMs,
+} from './postgres-driver.js';
 import { redactDatabaseUrl } from '../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
 import { hostPool, int8AsNumbers } from './host-pool.js';
@@ -27,7 +48,8 @@ import {
 /** The migration lock's key: one per schema, so two schemas in one database migrate independently. */
 const MIGRATION_KEY = sql`hashtextextended('taskfence:migrate:' || current_schema(), 0)`;
 /** The migration lock key of an install in a configured schema (else `MIGRATION_KEY`: the current schema). */
-const migrationKey = (schema: string | undefined) => (schema === undefined ? MIGRATION_KEY : sql`hashtextextended(${`taskfence:migrate:${schema}`}, 0)`);
+const migrationKey = (schema: string | undefined) =>
+  schema === undefined ? MIGRATION_KEY : sql`hashtextextended(${`taskfence:migrate:${schema}`}, 0)`;
 /** Retried as a whole within the write deadline: each of these guarantees the transaction changed nothing. */
 const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['serialization', 'deadlock', 'connection_lost']);
 const INT8_OID = 20;
@@ -53,7 +75,9 @@ export function postgresClientConfig(connectionString: string, options: DialectO
     connectionTimeoutMillis: options.connectTimeoutMs ?? 10_000,
     keepAlive: true,
     keepAliveInitialDelayMillis: 10_000,
-    ...(clientQueryTimeoutMs(statementTimeoutOf(options)) > 0 ? { query_timeout: clientQueryTimeoutMs(statementTimeoutOf(options)) } : {}),
+    ...(clientQueryTimeoutMs(statementTimeoutOf(options)) > 0
+      ? { query_timeout: clientQueryTimeoutMs(statementTimeoutOf(options)) }
+      : {}),
   };
 }
 
@@ -62,7 +86,10 @@ function statementTimeoutOf(options: DialectOptions): number {
 }
 
 /** Opens a pg pool and wraps it as a `StoreDialect`; fails with `DatabaseUnavailableError` if the server does not answer. */
-export async function openPostgresDialect(connectionString: string, options: DialectOptions = {}): Promise<StoreDialect> {
+export async function openPostgresDialect(
+  connectionString: string,
+  options: DialectOptions = {},
+): Promise<StoreDialect> {
   // With the host's pool, sessions of taskfence's own (the migration lock) use the pool's settings.
   const config = options.pool ? { ...options.pool.options, types } : postgresClientConfig(connectionString, options);
   const target = options.pool ? 'postgres (host pool)' : redactDatabaseUrl(connectionString);
@@ -110,11 +137,20 @@ export async function openPostgresDialect(connectionString: string, options: Dia
     config,
     options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
     offset,
-    new PostgresWakeups(config, options.wakeFallbackMs ?? DEFAULT_WAKE_FALLBACK_MS, options.wakeNotifications ?? true, schema),
+    new PostgresWakeups(
+      config,
+      options.wakeFallbackMs ?? DEFAULT_WAKE_FALLBACK_MS,
+      options.wakeNotifications ?? true,
+      schema,
+    ),
     schema,
   );
   const counted = options.pool ?? pool;
-  dialect.connectionStats = () => ({ total: counted.totalCount, idle: counted.idleCount, waiting: counted.waitingCount });
+  dialect.connectionStats = () => ({
+    total: counted.totalCount,
+    idle: counted.idleCount,
+    waiting: counted.waitingCount,
+  });
   return dialect;
 }
 
@@ -176,11 +212,16 @@ class PostgresStoreDialect implements StoreDialect {
 
   joinTransaction(trx: Transaction<Schema>): { readonly db: Transaction<Schema>; isActive(): boolean } {
     if (!(trx as Partial<Transaction<Schema>> | null)?.isTransaction || typeof trx.withoutPlugins !== 'function') {
-      throw new ForeignTransactionError('it is not a Kysely transaction (pass the trx of db.transaction().execute(async (trx) => …))');
+      throw new ForeignTransactionError(
+        'it is not a Kysely transaction (pass the trx of db.transaction().execute(async (trx) => …))',
+      );
     }
     // The host's plugins (CamelCasePlugin, …) must not rewrite taskfence's statements.
     const db = trx.withoutPlugins().withPlugin(int8AsNumbers);
-    return { db: this.schema === undefined ? db : db.withPlugin(new TaskfenceSchemaPlugin(this.schema)), isActive: () => true };
+    return {
+      db: this.schema === undefined ? db : db.withPlugin(new TaskfenceSchemaPlugin(this.schema)),
+      isActive: () => true,
+    };
   }
 
   classifyError(error: unknown): ErrorKind {
@@ -201,7 +242,9 @@ class PostgresStoreDialect implements StoreDialect {
         let nextReport = started + reportEveryMs;
         let backoff = 20;
         for (;;) {
-          const { rows } = await sql<{ locked: boolean }>`select pg_try_advisory_xact_lock(${migrationKey(this.schema)}) as locked`.execute(trx);
+          const { rows } = await sql<{
+            locked: boolean;
+          }>`select pg_try_advisory_xact_lock(${migrationKey(this.schema)}) as locked`.execute(trx);
           if (rows[0]?.locked) break;
           const waited = Date.now() - started;
           if (waited >= options.waitMs) throw new MigrationLockTimeoutError(options.waitMs);
@@ -223,7 +266,12 @@ class PostgresStoreDialect implements StoreDialect {
 
   /** Who holds the migration lock now (`pg_locks` + `pg_stat_activity`), or null. */
   async migrationLockHolder(): Promise<MigrationLockHolder | null> {
-    const { rows } = await sql<{ pid: number; application_name: string | null; xact_start: Date | null; client_addr: string | null }>`
+    const { rows } = await sql<{
+      pid: number;
+      application_name: string | null;
+      xact_start: Date | null;
+      client_addr: string | null;
+    }>`
       select a.pid, a.application_name, a.xact_start, a.client_addr::text as client_addr
       from pg_locks l join pg_stat_activity a on a.pid = l.pid
       where l.locktype = 'advisory' and l.granted and l.objsubid = 1
@@ -232,7 +280,12 @@ class PostgresStoreDialect implements StoreDialect {
       limit 1`.execute(this.db);
     const row = rows[0];
     if (!row) return null;
-    return { pid: row.pid, application: row.application_name ?? '', since: row.xact_start ? new Date(row.xact_start).getTime() : null, clientAddress: row.client_addr };
+    return {
+      pid: row.pid,
+      application: row.application_name ?? '',
+      since: row.xact_start ? new Date(row.xact_start).getTime() : null,
+      clientAddress: row.client_addr,
+    };
   }
 
   describeSchema(): Promise<SchemaDescription> {

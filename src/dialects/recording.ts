@@ -13,8 +13,16 @@ import {
 } from 'kysely';
 import type { ColumnTypes, StoreDialect } from './types.js';
 
-export const SQLITE_COLUMN_TYPES: ColumnTypes = Object.freeze({ epochMs: 'integer', bytewiseText: 'text', integerIs64Bit: true });
-export const POSTGRES_COLUMN_TYPES: ColumnTypes = Object.freeze({ epochMs: 'bigint', bytewiseText: 'text collate "C"', integerIs64Bit: false });
+export const SQLITE_COLUMN_TYPES: ColumnTypes = Object.freeze({
+  epochMs: 'integer',
+  bytewiseText: 'text',
+  integerIs64Bit: true,
+});
+export const POSTGRES_COLUMN_TYPES: ColumnTypes = Object.freeze({
+  epochMs: 'bigint',
+  bytewiseText: 'text collate "C"',
+  integerIs64Bit: false,
+});
 
 /**
  * A Kysely instance that compiles queries exactly as the given dialect would, records them in

@@ -25,7 +25,8 @@ export async function retryTransient<T>(
       if (!retryable.has(kind)) throw error;
       const elapsed = Date.now() - started;
       // An unreachable database stays DATABASE_UNAVAILABLE; contention past the deadline is a write timeout.
-      if (elapsed >= deadlineMs) throw kind === 'connection_lost' ? error : new WriteTimeoutError(deadlineMs, attempts, error);
+      if (elapsed >= deadlineMs)
+        throw kind === 'connection_lost' ? error : new WriteTimeoutError(deadlineMs, attempts, error);
       stats.retries++;
       const wait = Math.min(backoff, deadlineMs - elapsed) * (0.5 + Math.random());
       stats.onRetry?.(kind, attempts, wait);

@@ -24,7 +24,10 @@ const SCHEMA_NAME = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
 /** Checks a PostgreSQL schema name (a plain identifier: letters, digits, `_`, `$`; at most 63 bytes). */
 export function validateSchemaName(schema: string): string {
   if (typeof schema !== 'string' || !SCHEMA_NAME.test(schema)) {
-    throw new InvalidArgumentError('schema', `${JSON.stringify(schema)} is not a plain identifier (letters, digits, _ and $, at most 63, not starting with a digit)`);
+    throw new InvalidArgumentError(
+      'schema',
+      `${JSON.stringify(schema)} is not a plain identifier (letters, digits, _ and $, at most 63, not starting with a digit)`,
+    );
   }
   return schema;
 }

@@ -34,8 +34,13 @@ export async function describeSqliteSchema(db: Kysely<any>): Promise<SchemaDescr
       .map((c) => c.name);
 
     const fkRows = await sql<{ id: number; seq: number; table: string; from: string; to: string; on_delete: string }>`
-      select id, seq, "table", "from", "to", on_delete from pragma_foreign_key_list(${name}) order by id, seq`.execute(db);
-    const fkById = new Map<number, { columns: string[]; referencedTable: string; referencedColumns: string[]; onDelete: string }>();
+      select id, seq, "table", "from", "to", on_delete from pragma_foreign_key_list(${name}) order by id, seq`.execute(
+      db,
+    );
+    const fkById = new Map<
+      number,
+      { columns: string[]; referencedTable: string; referencedColumns: string[]; onDelete: string }
+    >();
     for (const fk of fkRows.rows) {
       let entry = fkById.get(fk.id);
       if (!entry) {
@@ -49,7 +54,9 @@ export async function describeSqliteSchema(db: Kysely<any>): Promise<SchemaDescr
 
     const idxRows = await sql<{ name: string; unique: number; origin: string; sql: string | null }>`
       select il.name, il."unique", il.origin, m.sql
-      from pragma_index_list(${name}) il left join sqlite_master m on m.name = il.name and m.type = 'index'`.execute(db);
+      from pragma_index_list(${name}) il left join sqlite_master m on m.name = il.name and m.type = 'index'`.execute(
+      db,
+    );
     const indexes: [string, IndexDescription][] = [];
     for (const idx of idxRows.rows) {
       if (idx.origin === 'pk') continue;

@@ -1,11 +1,5 @@
 import type BetterSqlite3 from 'better-sqlite3';
-import {
-  CompiledQuery,
-  type DatabaseConnection,
-  type Driver,
-  type QueryCompiler,
-  type QueryResult,
-} from 'kysely';
+import { CompiledQuery, type DatabaseConnection, type Driver, type QueryCompiler, type QueryResult } from 'kysely';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { DialectOptions } from './types.js';
 import { TransactionReentryError } from '../errors.js';

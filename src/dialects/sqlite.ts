@@ -1,5 +1,17 @@
 import type Database from 'better-sqlite3';
-import { CompiledQuery, ConnectionBuilder, Kysely, SqliteAdapter, TransactionBuilder, type KyselyConfig, SqliteIntrospector, SqliteQueryCompiler, sql, type Driver, type Transaction } from 'kysely';
+import {
+  CompiledQuery,
+  ConnectionBuilder,
+  Kysely,
+  SqliteAdapter,
+  TransactionBuilder,
+  type KyselyConfig,
+  SqliteIntrospector,
+  SqliteQueryCompiler,
+  sql,
+  type Driver,
+  type Transaction,
+} from 'kysely';
 import type { Database as Schema } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
 import { describeSqliteSchema } from './sqlite-describe.js';
@@ -17,7 +29,12 @@ import {
   type WriteTransactionFn,
   type WriteTransactionOptions,
 } from './types.js';
-import { DatabaseUnavailableError, ForeignTransactionError, MigrationLockTimeoutError, WriteTimeoutError } from '../errors.js';
+import {
+  DatabaseUnavailableError,
+  ForeignTransactionError,
+  MigrationLockTimeoutError,
+  WriteTimeoutError,
+} from '../errors.js';
 import { runsOnConnection } from './direct.js';
 import { loadBetterSqlite3 } from './load-driver.js';
 
@@ -48,7 +65,11 @@ export async function openSqliteDialect(filename: string, options: DialectOption
   const BetterSqlite3 = await loadBetterSqlite3(`sqlite:${filename}`);
   let raw: Database.Database;
   try {
-    raw = new BetterSqlite3(filename, { timeout: options.busyTimeoutMs ?? 250, readonly: options.readOnly ?? false, fileMustExist: options.readOnly ?? false });
+    raw = new BetterSqlite3(filename, {
+      timeout: options.busyTimeoutMs ?? 250,
+      readonly: options.readOnly ?? false,
+      fileMustExist: options.readOnly ?? false,
+    });
   } catch (error) {
     throw new DatabaseUnavailableError(`sqlite:${filename}`, error);
   }
@@ -81,10 +102,18 @@ export async function openSqliteDialect(filename: string, options: DialectOption
     });
   const pinned = kysely(new PinnedSqliteDriver(driver));
   runsOnConnection(pinned, driver.connection);
-  return new SqliteDialect(raw, kysely(driver), driver, pinned, options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS, options.hostClock, {
-    ...(options.wakeFallbackMs !== undefined ? { fallbackMs: options.wakeFallbackMs } : {}),
-    ...(options.wakeNotifications !== undefined ? { enabled: options.wakeNotifications } : {}),
-  });
+  return new SqliteDialect(
+    raw,
+    kysely(driver),
+    driver,
+    pinned,
+    options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
+    options.hostClock,
+    {
+      ...(options.wakeFallbackMs !== undefined ? { fallbackMs: options.wakeFallbackMs } : {}),
+      ...(options.wakeNotifications !== undefined ? { enabled: options.wakeNotifications } : {}),
+    },
+  );
 }
 
 class SqliteDialect implements StoreDialect {
@@ -107,7 +136,11 @@ class SqliteDialect implements StoreDialect {
     wake: { fallbackMs?: number; enabled?: boolean } = {},
   ) {
     this.clock = hostClock;
-    this.wakeups = new SqliteWakeups(() => raw.pragma('data_version', { simple: true }) as number, wake.fallbackMs ?? DEFAULT_WAKE_FALLBACK_MS, wake.enabled ?? true);
+    this.wakeups = new SqliteWakeups(
+      () => raw.pragma('data_version', { simple: true }) as number,
+      wake.fallbackMs ?? DEFAULT_WAKE_FALLBACK_MS,
+      wake.enabled ?? true,
+    );
   }
 
   /** One attempt: hold the connection, BEGIN (IMMEDIATE for writes), run `fn` on the pinned Kysely, COMMIT (or ROLLBACK). */
@@ -148,7 +181,13 @@ class SqliteDialect implements StoreDialect {
 
   readTransaction<T>(fn: WriteTransactionFn<T>): Promise<T> {
     // Deferred: a WAL reader never waits for the writer; it reads the last committed snapshot.
-    return retryTransient(() => this.#immediate(fn, BEGIN_DEFERRED), (e) => this.classifyError(e), RETRYABLE, this.writeDeadlineMs, this.stats);
+    return retryTransient(
+      () => this.#immediate(fn, BEGIN_DEFERRED),
+      (e) => this.classifyError(e),
+      RETRYABLE,
+      this.writeDeadlineMs,
+      this.stats,
+    );
   }
 
   lockKey(_trx: Transaction<Schema>, _key: string): Promise<void> {
@@ -167,7 +206,8 @@ class SqliteDialect implements StoreDialect {
       );
     }
     const mark = this.driver.heldByCaller();
-    if (!mark) throw new ForeignTransactionError('call it inside the transaction callback, while the transaction is open');
+    if (!mark)
+      throw new ForeignTransactionError('call it inside the transaction callback, while the transaction is open');
     return { db: own ? (this.pinned as unknown as Transaction<Schema>) : trx, isActive: () => mark.active };
   }
 
@@ -189,12 +229,17 @@ class SqliteDialect implements StoreDialect {
     const started = Date.now();
     let entered = false;
     const onWaiting = options.onWaiting;
-    const timer = onWaiting ? setInterval(() => entered || onWaiting(null, Date.now() - started), options.reportEveryMs ?? 3_000) : undefined;
+    const timer = onWaiting
+      ? setInterval(() => entered || onWaiting(null, Date.now() - started), options.reportEveryMs ?? 3_000)
+      : undefined;
     try {
-      return await this.writeTransaction((trx) => {
-        entered = true;
-        return fn(trx);
-      }, { deadlineMs: options.waitMs });
+      return await this.writeTransaction(
+        (trx) => {
+          entered = true;
+          return fn(trx);
+        },
+        { deadlineMs: options.waitMs },
+      );
     } catch (error) {
       if (error instanceof WriteTimeoutError) throw new MigrationLockTimeoutError(options.waitMs);
       throw error;
@@ -249,11 +294,15 @@ function guardBuilder<B extends object>(builder: B, driver: ImmediateSqliteDrive
       if (typeof value !== 'function') return value;
       if (property === 'execute') {
         return (callback: (db: unknown) => Promise<unknown>) =>
-          (value as (cb: typeof callback) => Promise<unknown>).call(target, (db) => holdingConnection(driver, () => callback(db)));
+          (value as (cb: typeof callback) => Promise<unknown>).call(target, (db) =>
+            holdingConnection(driver, () => callback(db)),
+          );
       }
       return (...args: unknown[]) => {
         const result: unknown = (value as (...a: unknown[]) => unknown).apply(target, args);
-        return result instanceof TransactionBuilder || result instanceof ConnectionBuilder ? guardBuilder(result, driver) : result;
+        return result instanceof TransactionBuilder || result instanceof ConnectionBuilder
+          ? guardBuilder(result, driver)
+          : result;
       };
     },
   });

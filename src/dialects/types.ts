@@ -194,7 +194,12 @@ export interface DialectOptions {
    */
   readonly schema?: string;
   /** Called after every query with its SQL, parameters and duration (for debugging and benchmarks). */
-  readonly onQuery?: (query: { sql: string; parameters: readonly unknown[]; durationMs: number; error?: unknown }) => void;
+  readonly onQuery?: (query: {
+    sql: string;
+    parameters: readonly unknown[];
+    durationMs: number;
+    error?: unknown;
+  }) => void;
 }
 
 /** Kysely's `log` option for `DialectOptions.onQuery`. */

@@ -34,13 +34,19 @@ export class WaiterRegistry {
     return this.#waiters.size;
   }
 
-  subscribe(topic: string, fallbackMs: number, onFirst?: () => void): { woken: Promise<'notified' | 'fallback'>; cancel(): void } {
+  subscribe(
+    topic: string,
+    fallbackMs: number,
+    onFirst?: () => void,
+  ): { woken: Promise<'notified' | 'fallback'>; cancel(): void } {
     let settle!: (how: 'notified' | 'fallback') => void;
     const woken = new Promise<'notified' | 'fallback'>((resolve) => (settle = resolve));
     let set = this.#waiters.get(topic);
     if (!set) this.#waiters.set(topic, (set = new Set()));
     const wake = () => done('notified');
-    const timer = Number.isFinite(fallbackMs) ? setTimeout(() => done('fallback'), clampTimerMs(fallbackMs)) : undefined;
+    const timer = Number.isFinite(fallbackMs)
+      ? setTimeout(() => done('fallback'), clampTimerMs(fallbackMs))
+      : undefined;
     const done = (how: 'notified' | 'fallback') => {
       if (timer) clearTimeout(timer);
       const waiting = this.#waiters.get(topic);
@@ -55,7 +61,8 @@ export class WaiterRegistry {
 
   /** Wakes the waiters of `topic`, or of every topic when `topic` is undefined. */
   wake(topic?: string): void {
-    const sets = topic === undefined ? [...this.#waiters.values()] : [this.#waiters.get(topic)].filter((s) => s !== undefined);
+    const sets =
+      topic === undefined ? [...this.#waiters.values()] : [this.#waiters.get(topic)].filter((s) => s !== undefined);
     for (const set of sets) for (const wake of [...set]) wake();
   }
 }

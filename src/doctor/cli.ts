@@ -12,7 +12,10 @@ export const DOCTOR_EXIT = Object.freeze({ ok: 0, failed: 1 });
  *
  * @example process.exitCode = await runDoctorCommand({ db: url, json: false }, console.log);
  */
-export async function runDoctorCommand(options: { db: string; json: boolean }, out: (line: string) => void): Promise<number> {
+export async function runDoctorCommand(
+  options: { db: string; json: boolean },
+  out: (line: string) => void,
+): Promise<number> {
   let store: Store | undefined;
   try {
     store = await openStore(options.db);

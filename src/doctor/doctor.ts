@@ -53,7 +53,10 @@ export async function runDoctor(
   const live = await dialect.describeSchema();
   const checks: DoctorCheck[] = [historyCheck(status), await schemaCheck(status, live, dialect, migrations, options)];
   if (location.dialect === 'postgres') {
-    const probeOptions = { connectionWaitMs: options.connectionWaitMs ?? 5_000, clockSkewWarnMs: options.clockSkewWarnMs ?? 1_000 };
+    const probeOptions = {
+      connectionWaitMs: options.connectionWaitMs ?? 5_000,
+      clockSkewWarnMs: options.clockSkewWarnMs ?? 1_000,
+    };
     checks.push(...(await postgresGuaranteeChecks(dialect, live, probeOptions)));
     checks.push(...(await postgresEnvironmentChecks(dialect, probeOptions)));
   } else {
@@ -81,7 +84,8 @@ interface ReferenceSource {
 function sqliteReference(migrations: readonly MigrationDefinition[]): ReferenceSource {
   return {
     at: async (version) => (await referenceSchemas(migrations)).get(version),
-    chainTables: async () => new Set([...(await referenceSchemas(migrations)).values()].flatMap((s) => Object.keys(s.tables))),
+    chainTables: async () =>
+      new Set([...(await referenceSchemas(migrations)).values()].flatMap((s) => Object.keys(s.tables))),
     hasHistoryTable: true,
   };
 }
@@ -108,10 +112,15 @@ async function schemaCheck(
   options: DoctorOptions,
 ): Promise<DoctorCheck> {
   if (status.unknown.length > 0 || status.baselineRequired) {
-    return check('drift.schema', 'fail', 'not compared: the recorded history does not name a version of this chain (see drift.history)');
+    return check(
+      'drift.schema',
+      'fail',
+      'not compared: the recorded history does not name a version of this chain (see drift.history)',
+    );
   }
   const version = status.currentVersion;
-  let source = options.referenceSource === 'database' ? databaseReference(dialect, migrations) : sqliteReference(migrations);
+  let source =
+    options.referenceSource === 'database' ? databaseReference(dialect, migrations) : sqliteReference(migrations);
   let expected: SchemaDescription | undefined;
   let chainTables: Set<string>;
   try {
@@ -140,7 +149,19 @@ async function schemaCheck(
   const verdict = worst(differences.map((d) => d.severity));
   const failures = differences.filter((d) => d.severity === 'fail').length;
   const tables = Object.keys(expected.tables).length;
-  if (verdict === 'pass') return check('drift.schema', 'pass', `the schema matches version ${formatVersion(version)} (${tables} tables)`);
-  if (verdict === 'warn') return check('drift.schema', 'warn', `taskfence's ${tables} tables match version ${formatVersion(version)}; other tables present`, items);
-  return check('drift.schema', 'fail', `${failures} difference${failures === 1 ? '' : 's'} from the schema of version ${formatVersion(version)}`, items);
+  if (verdict === 'pass')
+    return check('drift.schema', 'pass', `the schema matches version ${formatVersion(version)} (${tables} tables)`);
+  if (verdict === 'warn')
+    return check(
+      'drift.schema',
+      'warn',
+      `taskfence's ${tables} tables match version ${formatVersion(version)}; other tables present`,
+      items,
+    );
+  return check(
+    'drift.schema',
+    'fail',
+    `${failures} difference${failures === 1 ? '' : 's'} from the schema of version ${formatVersion(version)}`,
+    items,
+  );
 }

@@ -1,6 +1,11 @@
 import type { MigrationStatus } from '../migrator/migrator.js';
 import { formatVersion } from '../errors.js';
-import type { ForeignKeyDescription, IndexDescription, SchemaDescription, TableDescription } from '../schema/describe.js';
+import type {
+  ForeignKeyDescription,
+  IndexDescription,
+  SchemaDescription,
+  TableDescription,
+} from '../schema/describe.js';
 import { check, type DoctorCheck } from './report.js';
 
 /** Tables the guarantee probes create for a moment (and drop); a crashed probe can leave one behind. */
@@ -18,7 +23,11 @@ export interface SchemaDifference {
  * indexes. Tables no version of the chain creates (`chainTables`) are another application's and
  * only warned about.
  */
-export function diffSchemas(expected: SchemaDescription, actual: SchemaDescription, chainTables: ReadonlySet<string>): SchemaDifference[] {
+export function diffSchemas(
+  expected: SchemaDescription,
+  actual: SchemaDescription,
+  chainTables: ReadonlySet<string>,
+): SchemaDifference[] {
   const out: SchemaDifference[] = [];
   const fail = (text: string) => out.push({ severity: 'fail', text });
   for (const [name, table] of Object.entries(expected.tables)) {
@@ -28,14 +37,21 @@ export function diffSchemas(expected: SchemaDescription, actual: SchemaDescripti
   }
   for (const name of Object.keys(actual.tables)) {
     if (name in expected.tables) continue;
-    if (name.startsWith(PROBE_TABLE_PREFIX)) out.push({ severity: 'warn', text: `extra table ${name}: a doctor probe's leftover, safe to drop` });
-    else if (chainTables.has(name)) fail(`extra table ${name}: the chain creates it at another version than the recorded one`);
+    if (name.startsWith(PROBE_TABLE_PREFIX))
+      out.push({ severity: 'warn', text: `extra table ${name}: a doctor probe's leftover, safe to drop` });
+    else if (chainTables.has(name))
+      fail(`extra table ${name}: the chain creates it at another version than the recorded one`);
     else out.push({ severity: 'warn', text: `extra table ${name}: not taskfence's (ignored)` });
   }
   return out;
 }
 
-function diffTable(name: string, expected: TableDescription, actual: TableDescription, fail: (text: string) => void): void {
+function diffTable(
+  name: string,
+  expected: TableDescription,
+  actual: TableDescription,
+  fail: (text: string) => void,
+): void {
   for (const [column, want] of Object.entries(expected.columns)) {
     const got = actual.columns[column];
     if (!got) {
@@ -67,7 +83,8 @@ function diffTable(name: string, expected: TableDescription, actual: TableDescri
   for (const [index, want] of Object.entries(expected.indexes)) {
     const got = actual.indexes[index];
     if (!got) fail(`missing index ${index} on ${name}${describeIndex(want)}`);
-    else if (describeIndex(got) !== describeIndex(want)) fail(`changed index ${index} on ${name}:${describeIndex(want)} →${describeIndex(got)}`);
+    else if (describeIndex(got) !== describeIndex(want))
+      fail(`changed index ${index} on ${name}:${describeIndex(want)} →${describeIndex(got)}`);
   }
   for (const [index, got] of Object.entries(actual.indexes)) {
     if (!(index in expected.indexes)) fail(`extra index ${index} on ${name}${describeIndex(got)}`);
@@ -82,7 +99,11 @@ function describeIndex(index: IndexDescription): string {
 export function historyCheck(status: MigrationStatus): DoctorCheck {
   const at = `recorded version ${formatVersion(status.currentVersion)}, latest ${formatVersion(status.latestVersion)}`;
   if (status.baselineRequired) {
-    return check('drift.history', 'fail', `taskfence tables without migration history: adopt the database with \`migrate --baseline <version>\` first`);
+    return check(
+      'drift.history',
+      'fail',
+      `taskfence tables without migration history: adopt the database with \`migrate --baseline <version>\` first`,
+    );
   }
   if (status.unknown.length > 0) {
     return check(
@@ -93,10 +114,20 @@ export function historyCheck(status: MigrationStatus): DoctorCheck {
     );
   }
   const items = [
-    ...status.modified.map((m) => `modified migration ${formatVersion(m.version)} ${m.name}: checksum ${m.recordedChecksum} recorded, ${m.currentChecksum} now`),
+    ...status.modified.map(
+      (m) =>
+        `modified migration ${formatVersion(m.version)} ${m.name}: checksum ${m.recordedChecksum} recorded, ${m.currentChecksum} now`,
+    ),
     ...status.pending.map((p) => `pending migration ${formatVersion(p.version)} ${p.name}`),
   ];
-  if (status.applied.length === 0) return check('drift.history', 'warn', 'no migration applied yet: run `taskfence migrate`', items);
-  if (items.length > 0) return check('drift.history', 'warn', `${at}; ${status.pending.length} pending, ${status.modified.length} modified`, items);
+  if (status.applied.length === 0)
+    return check('drift.history', 'warn', 'no migration applied yet: run `taskfence migrate`', items);
+  if (items.length > 0)
+    return check(
+      'drift.history',
+      'warn',
+      `${at}; ${status.pending.length} pending, ${status.modified.length} modified`,
+      items,
+    );
   return check('drift.history', 'pass', `${at}; no pending, modified or unknown migrations`);
 }

@@ -20,7 +20,10 @@ export function formatDoctorReport(report: DoctorReport): string {
     for (const item of c.items ?? []) lines.push(`${''.padEnd(6)}  ${''.padEnd(width)}    - ${item}`);
   }
   const count = (s: 'pass' | 'warn' | 'fail') => report.checks.filter((c) => c.status === s).length;
-  lines.push('', `${report.ok ? 'OK' : 'FAILED'}: ${count('pass')} passed, ${count('warn')} warnings, ${count('fail')} failed`);
+  lines.push(
+    '',
+    `${report.ok ? 'OK' : 'FAILED'}: ${count('pass')} passed, ${count('warn')} warnings, ${count('fail')} failed`,
+  );
   return lines.join('\n');
 }
 

@@ -4,7 +4,16 @@ import type { Database } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
 import { PROBE_TABLE_PREFIX } from './drift.js';
 import { check, type DoctorCheck } from './report.js';
-import { inRolledBackWrite, NoSecondConnectionError, onSecondConnection, oneRunningRunCheck, probeName, runProbe, scalar, taskfenceSchema } from './probe-support.js';
+import {
+  inRolledBackWrite,
+  NoSecondConnectionError,
+  onSecondConnection,
+  oneRunningRunCheck,
+  probeName,
+  runProbe,
+  scalar,
+  taskfenceSchema,
+} from './probe-support.js';
 
 export interface PostgresProbeOptions {
   /** How long to wait for the pool's second connection (default 5 000 ms). */
@@ -21,7 +30,11 @@ const COLLATION_SAMPLE = ['a/b', 'B', 'a-b', 'é', 'a', '_', 'Z', 'a0', 'A', 'ä
  * transaction or on an object it drops again, with two connections from the store's own pool
  * where a probe needs a second session.
  */
-export async function postgresGuaranteeChecks(dialect: StoreDialect, live: SchemaDescription, options: PostgresProbeOptions): Promise<DoctorCheck[]> {
+export async function postgresGuaranteeChecks(
+  dialect: StoreDialect,
+  live: SchemaDescription,
+  options: PostgresProbeOptions,
+): Promise<DoctorCheck[]> {
   const db = dialect.db;
   return [
     await runProbe('guarantee.advisory-lock', () => advisoryLockCheck(dialect, options)),
@@ -32,7 +45,10 @@ export async function postgresGuaranteeChecks(dialect: StoreDialect, live: Schem
   ];
 }
 
-export async function postgresEnvironmentChecks(dialect: StoreDialect, options: PostgresProbeOptions): Promise<DoctorCheck[]> {
+export async function postgresEnvironmentChecks(
+  dialect: StoreDialect,
+  options: PostgresProbeOptions,
+): Promise<DoctorCheck[]> {
   const db = dialect.db;
   return [
     await runProbe('environment.pooler', () => poolerCheck(db, options)),
@@ -60,8 +76,12 @@ async function advisoryLocksHeld(conn: Kysely<Database>): Promise<AdvisoryLock[]
 /** `pg_try_advisory_xact_lock` on exactly the lock `pg_locks` listed. */
 function tryLockSql(lock: AdvisoryLock) {
   return lock.objsubid === 2
-    ? sql<{ v: boolean }>`select pg_try_advisory_xact_lock(${lock.classid}::bigint::int, ${lock.objid}::bigint::int) as v`
-    : sql<{ v: boolean }>`select pg_try_advisory_xact_lock((${lock.classid}::bigint << 32) | ${lock.objid}::bigint) as v`;
+    ? sql<{
+        v: boolean;
+      }>`select pg_try_advisory_xact_lock(${lock.classid}::bigint::int, ${lock.objid}::bigint::int) as v`
+    : sql<{
+        v: boolean;
+      }>`select pg_try_advisory_xact_lock((${lock.classid}::bigint << 32) | ${lock.objid}::bigint) as v`;
 }
 
 /**
@@ -113,9 +133,17 @@ async function advisoryLockCheck(dialect: StoreDialect, options: PostgresProbeOp
     return pid !== holderPid ? tryAll(c) : onSecondConnection(dialect.db, options.connectionWaitMs, tryAll);
   });
   if (!released) {
-    return check('guarantee.advisory-lock', 'fail', 'the advisory lock was still held after its transaction ended: it is not transaction-scoped');
+    return check(
+      'guarantee.advisory-lock',
+      'fail',
+      'the advisory lock was still held after its transaction ended: it is not transaction-scoped',
+    );
   }
-  return check('guarantee.advisory-lock', 'pass', 'a transaction-scoped advisory lock excluded a second connection and was released at rollback');
+  return check(
+    'guarantee.advisory-lock',
+    'pass',
+    'a transaction-scoped advisory lock excluded a second connection and was released at rollback',
+  );
 }
 
 /**
@@ -140,19 +168,32 @@ async function readCommittedCheck(dialect: StoreDialect, options: PostgresProbeO
       await onSecondConnection(db, options.connectionWaitMs, (b) => sql`insert into ${table} values (1)`.execute(b));
       after = await scalar(trx, sql<{ v: number }>`select count(*)::int as v from ${table}`);
     });
-    if (level !== 'read committed') problems.push(`write transactions run at ${String(level).toUpperCase()}, not READ COMMITTED`);
+    if (level !== 'read committed')
+      problems.push(`write transactions run at ${String(level).toUpperCase()}, not READ COMMITTED`);
     if (before !== 0 || after !== 1) {
-      problems.push('a statement did not see a row committed after its transaction began: snapshot isolation is posing as READ COMMITTED');
+      problems.push(
+        'a statement did not see a row committed after its transaction began: snapshot isolation is posing as READ COMMITTED',
+      );
     }
   } finally {
     await sql`drop table if exists ${table}`.execute(db);
   }
-  const defaultLevel = await scalar(db, sql<{ v: string }>`select current_setting('default_transaction_isolation') as v`);
+  const defaultLevel = await scalar(
+    db,
+    sql<{ v: string }>`select current_setting('default_transaction_isolation') as v`,
+  );
   if (defaultLevel !== 'read committed') {
-    problems.push(`default_transaction_isolation is '${defaultLevel}': transactions that name no level (a host's, plain BEGIN) run at it`);
+    problems.push(
+      `default_transaction_isolation is '${defaultLevel}': transactions that name no level (a host's, plain BEGIN) run at it`,
+    );
   }
-  if (problems.length > 0) return check('guarantee.read-committed', 'fail', problems.join('; '), problems.length > 1 ? problems : undefined);
-  return check('guarantee.read-committed', 'pass', 'READ COMMITTED: a statement saw a row another connection committed after its transaction began');
+  if (problems.length > 0)
+    return check('guarantee.read-committed', 'fail', problems.join('; '), problems.length > 1 ? problems : undefined);
+  return check(
+    'guarantee.read-committed',
+    'pass',
+    'READ COMMITTED: a statement saw a row another connection committed after its transaction began',
+  );
 }
 
 /** DDL must roll back with its transaction (migrations rely on it): a table created in a rolled-back transaction must not exist afterwards. */
@@ -160,7 +201,9 @@ async function transactionalDdlCheck(dialect: StoreDialect): Promise<DoctorCheck
   const schema = await taskfenceSchema(dialect.db);
   const name = `${PROBE_TABLE_PREFIX}${probeName()}`;
   const table = sql.table(`${schema}.${name}`);
-  const lookup = sql<{ v: string | null }>`select to_regclass(quote_ident(${schema}) || '.' || quote_ident(${name}))::text as v`;
+  const lookup = sql<{
+    v: string | null;
+  }>`select to_regclass(quote_ident(${schema}) || '.' || quote_ident(${name}))::text as v`;
   let visibleInside: string | null | undefined;
   try {
     await inRolledBackWrite(dialect, async (trx) => {
@@ -168,9 +211,19 @@ async function transactionalDdlCheck(dialect: StoreDialect): Promise<DoctorCheck
       visibleInside = await scalar(trx, lookup);
     });
     const after = await scalar(dialect.db, lookup);
-    if (!visibleInside) return check('guarantee.transactional-ddl', 'fail', 'a table created in a transaction was not visible inside it');
-    if (after) return check('guarantee.transactional-ddl', 'fail', 'a table created in a rolled-back transaction still exists: DDL is not transactional');
-    return check('guarantee.transactional-ddl', 'pass', 'a table created in a rolled-back transaction was gone afterwards');
+    if (!visibleInside)
+      return check('guarantee.transactional-ddl', 'fail', 'a table created in a transaction was not visible inside it');
+    if (after)
+      return check(
+        'guarantee.transactional-ddl',
+        'fail',
+        'a table created in a rolled-back transaction still exists: DDL is not transactional',
+      );
+    return check(
+      'guarantee.transactional-ddl',
+      'pass',
+      'a table created in a rolled-back transaction was gone afterwards',
+    );
   } finally {
     await sql`drop table if exists ${table}`.execute(dialect.db);
   }
@@ -187,20 +240,31 @@ function byteOrder(values: readonly string[]): string[] {
  */
 async function bytewiseCollationCheck(db: Kysely<Database>, live: SchemaDescription): Promise<DoctorCheck> {
   const values = sql.join(COLLATION_SAMPLE.map((v) => sql`(${v}::text)`));
-  const { rows } = await sql<{ s: string }>`select s from (values ${values}) as v(s) order by s collate "C"`.execute(db);
+  const { rows } = await sql<{ s: string }>`select s from (values ${values}) as v(s) order by s collate "C"`.execute(
+    db,
+  );
   const got = rows.map((r) => r.s);
   const want = byteOrder(COLLATION_SAMPLE);
   if (got.join('\u0000') !== want.join('\u0000')) {
-    return check('guarantee.bytewise-collation', 'fail', `COLLATE "C" does not order bytewise: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+    return check(
+      'guarantee.bytewise-collation',
+      'fail',
+      `COLLATE "C" does not order bytewise: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`,
+    );
   }
-  if (!live.tables.path_leases) return check('guarantee.bytewise-collation', 'pass', 'COLLATE "C" orders bytewise (no path_leases table yet)');
+  if (!live.tables.path_leases)
+    return check('guarantee.bytewise-collation', 'pass', 'COLLATE "C" orders bytewise (no path_leases table yet)');
   const collation = await scalar(
     db,
     sql<{ v: string | null }>`select collation_name as v from information_schema.columns
       where table_schema = ${await taskfenceSchema(db)} and table_name = 'path_leases' and column_name = 'lease_key'`,
   );
   if (collation !== 'C' && collation !== 'POSIX') {
-    return check('guarantee.bytewise-collation', 'fail', `path_leases.lease_key has collation ${collation ?? 'default'}, not "C": lease conflict ranges would miss descendants`);
+    return check(
+      'guarantee.bytewise-collation',
+      'fail',
+      `path_leases.lease_key has collation ${collation ?? 'default'}, not "C": lease conflict ranges would miss descendants`,
+    );
   }
   return check('guarantee.bytewise-collation', 'pass', 'COLLATE "C" orders bytewise and path_leases.lease_key uses it');
 }
@@ -238,7 +302,8 @@ async function poolerCheck(db: Kysely<Database>, options: PostgresProbeOptions):
     const signs: string[] = [];
     if (pids.length > 1) signs.push(`one client's statements ran on backends ${pids.join(', ')}`);
     if (seen.some((s) => s.setting !== nonce)) signs.push("a session setting was gone by the client's next statement");
-    if (other && other.pid === first.pid) signs.push(`a second client ran on the first one's backend (pid ${other.pid})`);
+    if (other && other.pid === first.pid)
+      signs.push(`a second client ran on the first one's backend (pid ${other.pid})`);
     if (other && other.setting === nonce) signs.push("a second client saw the first one's session setting");
     if (signs.length > 0) {
       return check(
@@ -248,19 +313,37 @@ async function poolerCheck(db: Kysely<Database>, options: PostgresProbeOptions):
       );
     }
     const scope = other ? `a second client ran on backend ${other.pid}` : 'no second client to compare with';
-    return check('environment.pooler', 'pass', `no pooler seen: session state stays with its client (backend ${first.pid}; ${scope})`);
+    return check(
+      'environment.pooler',
+      'pass',
+      `no pooler seen: session state stays with its client (backend ${first.pid}; ${scope})`,
+    );
   });
 }
 
 async function serverVersionCheck(db: Kysely<Database>): Promise<DoctorCheck> {
-  const row = (await sql<{ version: string; num: string }>`select version() as version, current_setting('server_version_num') as num`.execute(db)).rows[0];
+  const row = (
+    await sql<{
+      version: string;
+      num: string;
+    }>`select version() as version, current_setting('server_version_num') as num`.execute(db)
+  ).rows[0];
   const version = row?.version ?? 'unknown';
   const num = Number(row?.num ?? 0);
   const short = version.split(' on ')[0] ?? version;
   if (/cockroach|yugabyte|-YB-/i.test(version)) {
-    return check('environment.server-version', 'warn', `${short}: a PostgreSQL-compatible engine; trust it only as far as the guarantee checks above pass`);
+    return check(
+      'environment.server-version',
+      'warn',
+      `${short}: a PostgreSQL-compatible engine; trust it only as far as the guarantee checks above pass`,
+    );
   }
-  if (num < 130000) return check('environment.server-version', 'warn', `${short}: older than PostgreSQL 13, which taskfence is not tested on`);
+  if (num < 130000)
+    return check(
+      'environment.server-version',
+      'warn',
+      `${short}: older than PostgreSQL 13, which taskfence is not tested on`,
+    );
   return check('environment.server-version', 'pass', short);
 }
 
@@ -270,11 +353,15 @@ async function serverVersionCheck(db: Kysely<Database>): Promise<DoctorCheck> {
  */
 async function clockSkewCheck(db: Kysely<Database>, warnMs: number): Promise<DoctorCheck> {
   const sent = Date.now();
-  const server = await scalar(db, sql<{ v: number }>`select (extract(epoch from clock_timestamp()) * 1000)::float8 as v`);
+  const server = await scalar(
+    db,
+    sql<{ v: number }>`select (extract(epoch from clock_timestamp()) * 1000)::float8 as v`,
+  );
   const received = Date.now();
   const skew = Math.round(Number(server) - (sent + received) / 2);
   const uncertainty = Math.ceil((received - sent) / 2);
   const text = `server clock ${skew >= 0 ? 'ahead of' : 'behind'} this host by ${Math.abs(skew)} ms (±${uncertainty} ms)`;
-  if (Math.abs(skew) - uncertainty > warnMs) return check('environment.clock-skew', 'warn', `${text}; above ${warnMs} ms`);
+  if (Math.abs(skew) - uncertainty > warnMs)
+    return check('environment.clock-skew', 'warn', `${text}; above ${warnMs} ms`);
   return check('environment.clock-skew', 'pass', text);
 }

@@ -15,14 +15,21 @@ class ProbeRollback extends Error {
  * Runs `fn` inside the dialect's own write transaction (the one repositories use, so the probe sees
  * what they see) and rolls it back: a probe leaves nothing behind.
  */
-export async function inRolledBackWrite(dialect: StoreDialect, fn: (trx: Transaction<Database>) => Promise<void>): Promise<void> {
+export async function inRolledBackWrite(
+  dialect: StoreDialect,
+  fn: (trx: Transaction<Database>) => Promise<void>,
+): Promise<void> {
   try {
-    await dialect.writeTransaction(async (trx) => {
-      await fn(trx);
-      throw new ProbeRollback();
-    }, { deadlineMs: 10_000 });
+    await dialect.writeTransaction(
+      async (trx) => {
+        await fn(trx);
+        throw new ProbeRollback();
+      },
+      { deadlineMs: 10_000 },
+    );
   } catch (error) {
-    if (!(error instanceof ProbeRollback) && !((error as { cause?: unknown } | null)?.cause instanceof ProbeRollback)) throw error;
+    if (!(error instanceof ProbeRollback) && !((error as { cause?: unknown } | null)?.cause instanceof ProbeRollback))
+      throw error;
   }
 }
 
@@ -38,7 +45,11 @@ export class NoSecondConnectionError extends Error {
  * `NoSecondConnectionError` if none is handed out within `waitMs`; a connection handed out later
  * is released untouched.
  */
-export async function onSecondConnection<T>(db: Kysely<Database>, waitMs: number, fn: (conn: Kysely<Database>) => Promise<T>): Promise<T> {
+export async function onSecondConnection<T>(
+  db: Kysely<Database>,
+  waitMs: number,
+  fn: (conn: Kysely<Database>) => Promise<T>,
+): Promise<T> {
   let abandoned = false;
   let acquired!: () => void;
   const gotConnection = new Promise<'acquired'>((resolve) => (acquired = () => resolve('acquired')));
@@ -50,7 +61,14 @@ export async function onSecondConnection<T>(db: Kysely<Database>, waitMs: number
   attempt.catch(() => {});
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), waitMs)));
-  const first = await Promise.race([gotConnection, attempt.then(() => 'acquired' as const, () => 'acquired' as const), timeout]);
+  const first = await Promise.race([
+    gotConnection,
+    attempt.then(
+      () => 'acquired' as const,
+      () => 'acquired' as const,
+    ),
+    timeout,
+  ]);
   clearTimeout(timer);
   if (first === 'timeout') {
     abandoned = true;
@@ -68,7 +86,10 @@ export function errorMessage(error: unknown): string {
 }
 
 /** Runs a probe; a probe that throws unexpectedly is itself a failure, with the reason. */
-export async function runProbe(id: `${'guarantee' | 'environment'}.${string}`, probe: () => Promise<DoctorCheck>): Promise<DoctorCheck> {
+export async function runProbe(
+  id: `${'guarantee' | 'environment'}.${string}`,
+  probe: () => Promise<DoctorCheck>,
+): Promise<DoctorCheck> {
   try {
     return await probe();
   } catch (error) {
@@ -88,11 +109,19 @@ export async function oneRunningRunCheck(dialect: StoreDialect, live: SchemaDesc
   const id = 'guarantee.one-running-run';
   const runs = live.tables.coordinator_runs;
   if (!runs || !('target_key' in runs.columns)) {
-    return check(id, 'warn', 'not probed: coordinator_runs has no target_key yet (the guard comes with migration 0007)');
+    return check(
+      id,
+      'warn',
+      'not probed: coordinator_runs has no target_key yet (the guard comes with migration 0007)',
+    );
   }
   const index = runs.indexes[GUARD_INDEX];
   if (!index || !index.unique || index.where === null || !index.where.includes("status='running'")) {
-    return check(id, 'fail', `the partial unique index ${GUARD_INDEX} is missing or altered: two runs could run on one target`);
+    return check(
+      id,
+      'fail',
+      `the partial unique index ${GUARD_INDEX} is missing or altered: two runs could run on one target`,
+    );
   }
   const target = `taskfence-doctor-${probeName()}`;
   const outcome: { second: 'inserted' | 'unique_violation' | 'other'; error: string } = { second: 'other', error: '' };
@@ -116,9 +145,15 @@ export async function oneRunningRunCheck(dialect: StoreDialect, live: SchemaDesc
       outcome.error = errorMessage(error);
     }
   });
-  if (outcome.second === 'unique_violation') return check(id, 'pass', `${GUARD_INDEX} rejected a second running run for one target (rolled back)`);
-  if (outcome.second === 'inserted') return check(id, 'fail', `${GUARD_INDEX} exists but accepted a second running run for one target`);
-  return check(id, 'fail', `the second running row failed with something other than a unique violation: ${outcome.error}`);
+  if (outcome.second === 'unique_violation')
+    return check(id, 'pass', `${GUARD_INDEX} rejected a second running run for one target (rolled back)`);
+  if (outcome.second === 'inserted')
+    return check(id, 'fail', `${GUARD_INDEX} exists but accepted a second running run for one target`);
+  return check(
+    id,
+    'fail',
+    `the second running row failed with something other than a unique violation: ${outcome.error}`,
+  );
 }
 
 /** `select … as v` on `db`, the first row's `v`. */
@@ -135,7 +170,11 @@ export async function scalar<T>(db: Kysely<Database>, query: ReturnType<typeof s
 export async function taskfenceSchema(db: Kysely<Database>): Promise<string> {
   const row = await db
     .selectFrom('taskfence_migrations')
-    .select(sql<string>`(select n.nspname from pg_class c join pg_namespace n on n.oid = c.relnamespace where c.oid = tableoid)`.as('schema'))
+    .select(
+      sql<string>`(select n.nspname from pg_class c join pg_namespace n on n.oid = c.relnamespace where c.oid = tableoid)`.as(
+        'schema',
+      ),
+    )
     .limit(1)
     .executeTakeFirst()
     .catch(() => undefined);

@@ -26,7 +26,12 @@ export interface DoctorReport {
   readonly checks: readonly DoctorCheck[];
 }
 
-export function check(id: `${DoctorArea}.${string}`, status: DoctorStatus, detail: string, items?: readonly string[]): DoctorCheck {
+export function check(
+  id: `${DoctorArea}.${string}`,
+  status: DoctorStatus,
+  detail: string,
+  items?: readonly string[],
+): DoctorCheck {
   const area = id.slice(0, id.indexOf('.')) as DoctorArea;
   return items && items.length > 0 ? { id, area, status, detail, items } : { id, area, status, detail };
 }

@@ -10,7 +10,11 @@ const IN_MEMORY = new Set([':memory:', '']);
  * The guarantee probes on SQLite: the connection's pragmas as they are in force, and a second
  * connection on the same file that must be refused the write lock while a write transaction holds it.
  */
-export async function sqliteGuaranteeChecks(dialect: StoreDialect, filename: string, live: SchemaDescription): Promise<DoctorCheck[]> {
+export async function sqliteGuaranteeChecks(
+  dialect: StoreDialect,
+  filename: string,
+  live: SchemaDescription,
+): Promise<DoctorCheck[]> {
   const inMemory = IN_MEMORY.has(filename) || filename.startsWith('file::memory:');
   return [
     await runProbe('guarantee.wal', () => walCheck(dialect, inMemory)),
@@ -34,21 +38,36 @@ export async function sqliteEnvironmentChecks(dialect: StoreDialect): Promise<Do
 async function walCheck(dialect: StoreDialect, inMemory: boolean): Promise<DoctorCheck> {
   const mode = await scalar(dialect.db, sql<{ v: string }>`select journal_mode as v from pragma_journal_mode`);
   if (mode === 'wal') return check('guarantee.wal', 'pass', 'journal_mode is WAL');
-  if (inMemory) return check('guarantee.wal', 'warn', `journal_mode is ${mode}: an in-memory database has no WAL (and only this connection sees it)`);
+  if (inMemory)
+    return check(
+      'guarantee.wal',
+      'warn',
+      `journal_mode is ${mode}: an in-memory database has no WAL (and only this connection sees it)`,
+    );
   return check('guarantee.wal', 'fail', `journal_mode is ${mode}, not WAL: readers and the writer block each other`);
 }
 
 /** A writer that meets the lock must wait for it (then retry) instead of failing at once. */
 async function busyTimeoutCheck(dialect: StoreDialect): Promise<DoctorCheck> {
   const timeout = await scalar(dialect.db, sql<{ v: number }>`select timeout as v from pragma_busy_timeout`);
-  if (!timeout || timeout <= 0) return check('guarantee.busy-timeout', 'fail', 'busy_timeout is 0: a writer meeting the lock fails at once with SQLITE_BUSY');
+  if (!timeout || timeout <= 0)
+    return check(
+      'guarantee.busy-timeout',
+      'fail',
+      'busy_timeout is 0: a writer meeting the lock fails at once with SQLITE_BUSY',
+    );
   return check('guarantee.busy-timeout', 'pass', `busy_timeout is ${timeout} ms`);
 }
 
 /** Cascades and references (a dispatch's task, a lease's workspace) are enforced only with foreign_keys on. */
 async function foreignKeysCheck(dialect: StoreDialect): Promise<DoctorCheck> {
   const on = await scalar(dialect.db, sql<{ v: number }>`select foreign_keys as v from pragma_foreign_keys`);
-  if (on !== 1) return check('guarantee.foreign-keys', 'fail', 'foreign_keys is OFF on this connection: references and cascades are not enforced');
+  if (on !== 1)
+    return check(
+      'guarantee.foreign-keys',
+      'fail',
+      'foreign_keys is OFF on this connection: references and cascades are not enforced',
+    );
   return check('guarantee.foreign-keys', 'pass', 'foreign_keys is ON');
 }
 
@@ -59,7 +78,11 @@ async function foreignKeysCheck(dialect: StoreDialect): Promise<DoctorCheck> {
  */
 async function beginImmediateCheck(dialect: StoreDialect, filename: string, inMemory: boolean): Promise<DoctorCheck> {
   if (inMemory) {
-    return check('guarantee.begin-immediate', 'warn', 'not probed: an in-memory database cannot be opened by a second connection (nor by a second process)');
+    return check(
+      'guarantee.begin-immediate',
+      'warn',
+      'not probed: an in-memory database cannot be opened by a second connection (nor by a second process)',
+    );
   }
   // Loaded here, not at the top: a PostgreSQL-only install has no better-sqlite3 (and never gets here).
   const { default: Database } = await import('better-sqlite3');
@@ -80,12 +103,26 @@ async function beginImmediateCheck(dialect: StoreDialect, filename: string, inMe
       whileHeld = tryBegin();
     });
     if (whileHeld === 'locked') {
-      return check('guarantee.begin-immediate', 'fail', "a second connection took the write lock while a write transaction held it: write transactions don't begin IMMEDIATE");
+      return check(
+        'guarantee.begin-immediate',
+        'fail',
+        "a second connection took the write lock while a write transaction held it: write transactions don't begin IMMEDIATE",
+      );
     }
-    if (whileHeld !== 'busy') return check('guarantee.begin-immediate', 'fail', `the second connection failed unexpectedly: ${whileHeld}`);
+    if (whileHeld !== 'busy')
+      return check('guarantee.begin-immediate', 'fail', `the second connection failed unexpectedly: ${whileHeld}`);
     const afterwards = tryBegin();
-    if (afterwards !== 'locked') return check('guarantee.begin-immediate', 'fail', `the write lock was not released when the write transaction ended (${afterwards})`);
-    return check('guarantee.begin-immediate', 'pass', 'a second connection was refused BEGIN IMMEDIATE while a write transaction held the lock');
+    if (afterwards !== 'locked')
+      return check(
+        'guarantee.begin-immediate',
+        'fail',
+        `the write lock was not released when the write transaction ended (${afterwards})`,
+      );
+    return check(
+      'guarantee.begin-immediate',
+      'pass',
+      'a second connection was refused BEGIN IMMEDIATE while a write transaction held the lock',
+    );
   } finally {
     other.close();
   }

@@ -69,7 +69,7 @@ export class WorkspaceConfigurationError extends TaskfenceError {
       reason === 'no_workspace_bound'
         ? `Task ${taskId} requires the filesystem but has no workspace: agent ${agentId} has no workspace and ` +
             (projectId === null ? 'the task has no project' : `project ${projectId} has no primary workspace`) +
-            '. Bind a workspace to the agent, set the project\'s primary workspace, or give the task an explicit workspaceId ' +
+            ". Bind a workspace to the agent, set the project's primary workspace, or give the task an explicit workspaceId " +
             '(taskfence never falls back to another workspace of the company).'
         : `Task ${taskId} resolves to workspace ${workspaceId} (from the ${describeSource(source)}), which does not exist. ` +
             `Point the ${describeSource(source)} at an existing workspace.`,
@@ -94,9 +94,16 @@ function describeSource(source: WorkspaceSource | null): string {
  * decideLockMode({ id: 't', workspaceId: null, requiresFilesystem: false, projectId: null }, { id: 'a', workspaceId: 'w' }, null);
  * // → { lockMode: 'none', workspaceId: null }
  */
-export function decideLockMode(task: LockModeTask, agent: LockModeAgent, project: LockModeProject | null): LockModeDecision {
+export function decideLockMode(
+  task: LockModeTask,
+  agent: LockModeAgent,
+  project: LockModeProject | null,
+): LockModeDecision {
   if (project !== null && project.id !== task.projectId) {
-    throw new InvalidArgumentError('project', `must be the task's project (${task.projectId ?? 'none'}), got ${project.id}`);
+    throw new InvalidArgumentError(
+      'project',
+      `must be the task's project (${task.projectId ?? 'none'}), got ${project.id}`,
+    );
   }
   if (task.workspaceId !== null) return { lockMode: 'exclusive', workspaceId: task.workspaceId, source: 'task' };
   if (!task.requiresFilesystem) return { lockMode: 'none', workspaceId: null };
@@ -119,7 +126,14 @@ export function completeResolution(
 ): WorkspaceResolution {
   if (decision.lockMode === 'none') return { lockMode: 'none', workspace: null };
   if (workspace === null || workspace.id !== decision.workspaceId) {
-    throw new WorkspaceConfigurationError(task.id, agent.id, task.projectId, 'workspace_missing', decision.workspaceId, decision.source);
+    throw new WorkspaceConfigurationError(
+      task.id,
+      agent.id,
+      task.projectId,
+      'workspace_missing',
+      decision.workspaceId,
+      decision.source,
+    );
   }
   return { lockMode: 'exclusive', workspace, source: decision.source };
 }

@@ -43,7 +43,10 @@ export class UnresolvedTargetError extends TaskfenceError {
  * resolveOrchestrationTargetKey('feature-x', (s) => worktrees.get(s)?.id); // 'worktree:7f3a…'
  * resolveOrchestrationTargetKey(undefined, lookup); // null
  */
-export function resolveOrchestrationTargetKey(selector: string | null | undefined, lookup: WorktreeLookup): string | null {
+export function resolveOrchestrationTargetKey(
+  selector: string | null | undefined,
+  lookup: WorktreeLookup,
+): string | null {
   if (selector === null || selector === undefined) return null;
   checkSelector(selector);
   let id: string | null | undefined;

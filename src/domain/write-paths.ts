@@ -57,8 +57,10 @@ export function normalizeWritePath(path: string): string {
   if (CONTROL.test(path)) throw new InvalidWritePathError(path, 'it contains a control character');
   if (LONE_SURROGATE.test(path)) throw new InvalidWritePathError(path, 'it contains an unpaired UTF-16 surrogate');
   const slashed = path.normalize('NFC').replaceAll('\\', '/');
-  if (slashed.startsWith('/')) throw new InvalidWritePathError(path, 'it is absolute; give a path relative to the workspace root');
-  if (DRIVE_LETTER.test(slashed)) throw new InvalidWritePathError(path, 'it starts with a drive letter; give a path relative to the workspace root');
+  if (slashed.startsWith('/'))
+    throw new InvalidWritePathError(path, 'it is absolute; give a path relative to the workspace root');
+  if (DRIVE_LETTER.test(slashed))
+    throw new InvalidWritePathError(path, 'it starts with a drive letter; give a path relative to the workspace root');
   const segments: string[] = [];
   for (const segment of slashed.split('/')) {
     if (segment === '' || segment === '.') continue;

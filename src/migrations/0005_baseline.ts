@@ -2,7 +2,17 @@ import { sql } from 'kysely';
 import type { MigrationDefinition } from './types.js';
 
 // Frozen with this version: later status changes need their own migration.
-const TASK_STATUSES = ['backlog', 'todo', 'ready', 'dispatched', 'in_progress', 'blocked', 'done', 'failed', 'cancelled'] as const;
+const TASK_STATUSES = [
+  'backlog',
+  'todo',
+  'ready',
+  'dispatched',
+  'in_progress',
+  'blocked',
+  'done',
+  'failed',
+  'cancelled',
+] as const;
 const inList = (values: readonly string[]) => sql.raw(values.map((v) => `'${v}'`).join(', '));
 
 /** The v5 schema the older app shipped: everything the later versions build on. */
@@ -89,10 +99,22 @@ export const migration0005: MigrationDefinition = {
       .addColumn('spec', 'text')
       .addColumn('started_at', ms, (c) => c.notNull())
       .addColumn('ended_at', ms)
-      .addCheckConstraint('coordinator_runs_status_check', sql`status in ('running', 'completed', 'failed', 'cancelled')`)
+      .addCheckConstraint(
+        'coordinator_runs_status_check',
+        sql`status in ('running', 'completed', 'failed', 'cancelled')`,
+      )
       .execute();
-    await db.schema.createIndex('coordinator_runs_handle_idx').on('coordinator_runs').column('coordinator_handle').unique().execute();
-    await db.schema.createIndex('coordinator_runs_status_idx').on('coordinator_runs').columns(['status', 'started_at']).execute();
+    await db.schema
+      .createIndex('coordinator_runs_handle_idx')
+      .on('coordinator_runs')
+      .column('coordinator_handle')
+      .unique()
+      .execute();
+    await db.schema
+      .createIndex('coordinator_runs_status_idx')
+      .on('coordinator_runs')
+      .columns(['status', 'started_at'])
+      .execute();
     await db.schema
       .createTable('dispatch_contexts')
       .addColumn('id', 'text', (c) => c.primaryKey())
@@ -104,10 +126,21 @@ export const migration0005: MigrationDefinition = {
       .addColumn('created_at', ms, (c) => c.notNull())
       .addColumn('updated_at', ms, (c) => c.notNull())
       .addColumn('ended_at', ms)
-      .addCheckConstraint('dispatch_contexts_status_check', sql`status in ('active', 'completed', 'failed', 'cancelled')`)
+      .addCheckConstraint(
+        'dispatch_contexts_status_check',
+        sql`status in ('active', 'completed', 'failed', 'cancelled')`,
+      )
       .execute();
-    await db.schema.createIndex('dispatch_contexts_terminal_idx').on('dispatch_contexts').columns(['terminal_handle', 'status']).execute();
-    await db.schema.createIndex('dispatch_contexts_task_idx').on('dispatch_contexts').columns(['task_id', 'status']).execute();
+    await db.schema
+      .createIndex('dispatch_contexts_terminal_idx')
+      .on('dispatch_contexts')
+      .columns(['terminal_handle', 'status'])
+      .execute();
+    await db.schema
+      .createIndex('dispatch_contexts_task_idx')
+      .on('dispatch_contexts')
+      .columns(['task_id', 'status'])
+      .execute();
     await db.schema
       .createTable('decision_gates')
       .addColumn('id', 'text', (c) => c.primaryKey())
@@ -132,7 +165,11 @@ export const migration0005: MigrationDefinition = {
       .addColumn('delivered_at', ms)
       .addCheckConstraint('messages_status_check', sql`status in ('pending', 'delivered')`)
       .execute();
-    await db.schema.createIndex('messages_inbox_idx').on('messages').columns(['to_handle', 'status', 'created_at', 'id']).execute();
+    await db.schema
+      .createIndex('messages_inbox_idx')
+      .on('messages')
+      .columns(['to_handle', 'status', 'created_at', 'id'])
+      .execute();
   },
   async down({ db }) {
     for (const table of [

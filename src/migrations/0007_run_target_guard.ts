@@ -23,13 +23,21 @@ export const migration0007: MigrationDefinition = {
         and exists (select 1 from ${runs} newer
                     where newer.status = 'running'
                       and (newer.started_at > coordinator_runs.started_at
-                           or (newer.started_at = coordinator_runs.started_at and newer.id > coordinator_runs.id)))`.execute(db);
+                           or (newer.started_at = coordinator_runs.started_at and newer.id > coordinator_runs.id)))`.execute(
+      db,
+    );
     if (failed.numAffectedRows && failed.numAffectedRows > 0n) {
-      progress(`0007: marked ${failed.numAffectedRows} older running coordinator runs failed (only one may run per target)`);
+      progress(
+        `0007: marked ${failed.numAffectedRows} older running coordinator runs failed (only one may run per target)`,
+      );
     }
     await sql`create unique index coordinator_runs_one_running_per_target
       on ${runs} ((coalesce(target_key, ''))) where status = 'running'`.execute(db);
-    await db.schema.createIndex('coordinator_runs_target_status_idx').on('coordinator_runs').columns(['target_key', 'status']).execute();
+    await db.schema
+      .createIndex('coordinator_runs_target_status_idx')
+      .on('coordinator_runs')
+      .columns(['target_key', 'status'])
+      .execute();
   },
   async down({ db }) {
     await db.schema.dropIndex('coordinator_runs_target_status_idx').execute();

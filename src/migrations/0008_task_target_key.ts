@@ -6,7 +6,11 @@ export const migration0008: MigrationDefinition = {
   name: 'task_target_key',
   async up({ db }) {
     await db.schema.alterTable('tasks').addColumn('target_key', 'text').execute();
-    await db.schema.createIndex('tasks_target_run_idx').on('tasks').columns(['target_key', 'coordinator_run_id']).execute();
+    await db.schema
+      .createIndex('tasks_target_run_idx')
+      .on('tasks')
+      .columns(['target_key', 'coordinator_run_id'])
+      .execute();
   },
   async down({ db }) {
     await db.schema.dropIndex('tasks_target_run_idx').execute();

@@ -32,7 +32,9 @@ export async function backfillRequiresFilesystem(db: Kysely<any>, options: Backf
   const roleChunkSize = options.roleChunkSize ?? ROLE_CHUNK;
 
   // Distinct roles are few (job titles, not tasks): read them once, test each with the one regex.
-  const roles = await sql<{ role: string }>`select distinct role from ${tableIn(db, 'agents')} where role is not null`.execute(db);
+  const roles = await sql<{
+    role: string;
+  }>`select distinct role from ${tableIn(db, 'agents')} where role is not null`.execute(db);
   const matching = roles.rows.map((r) => r.role).filter(roleImpliesFilesystem);
   const roleChunks: string[][] = [];
   for (let i = 0; i < matching.length; i += roleChunkSize) roleChunks.push(matching.slice(i, i + roleChunkSize));
@@ -85,7 +87,12 @@ export const migration0052: MigrationDefinition = {
   async up({ db, now, progress }) {
     await db.schema
       .alterTable('tasks')
-      .addColumn('requires_filesystem', 'integer', (c) => c.notNull().defaultTo(0).check(sql`requires_filesystem in (0, 1)`))
+      .addColumn('requires_filesystem', 'integer', (c) =>
+        c
+          .notNull()
+          .defaultTo(0)
+          .check(sql`requires_filesystem in (0, 1)`),
+      )
       .execute();
     await backfillRequiresFilesystem(db, { now, progress });
   },

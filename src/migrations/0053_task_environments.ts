@@ -27,7 +27,11 @@ export const migration0053: MigrationDefinition = {
       .addColumn('updated_at', ms, (c) => c.notNull())
       .addCheckConstraint('workspace_groups_status_check', sql`status in ('active', 'removed')`)
       .execute();
-    await db.schema.createIndex('workspace_groups_steward_idx').on('workspace_groups').column('steward_task_id').execute();
+    await db.schema
+      .createIndex('workspace_groups_steward_idx')
+      .on('workspace_groups')
+      .column('steward_task_id')
+      .execute();
     await db.schema
       .createTable('workspace_group_members')
       .addColumn('group_id', 'text', (c) => c.notNull().references('workspace_groups.id').onDelete('cascade'))
@@ -37,7 +41,11 @@ export const migration0053: MigrationDefinition = {
       .addPrimaryKeyConstraint('workspace_group_members_pkey', ['group_id', 'task_id'])
       .addCheckConstraint('workspace_group_members_role_check', sql`role in ('steward', 'member')`)
       .execute();
-    await db.schema.createIndex('workspace_group_members_task_idx').on('workspace_group_members').column('task_id').execute();
+    await db.schema
+      .createIndex('workspace_group_members_task_idx')
+      .on('workspace_group_members')
+      .column('task_id')
+      .execute();
     // One steward per group, enforced by the database: stewardship moves by demoting first.
     await db.schema
       .createIndex('workspace_group_members_one_steward')

@@ -15,7 +15,10 @@ export const migration0054: MigrationDefinition = {
   async up({ db, types }) {
     const ms = types.epochMs;
     for (const table of OWNED) {
-      await db.schema.alterTable(table).addColumn('ownership_generation', 'integer', (c) => c.notNull().defaultTo(1)).execute();
+      await db.schema
+        .alterTable(table)
+        .addColumn('ownership_generation', 'integer', (c) => c.notNull().defaultTo(1))
+        .execute();
       await db.schema.alterTable(table).addColumn('cleanup_claimed_by', 'text').execute();
       await db.schema.alterTable(table).addColumn('cleanup_claim_generation', 'integer').execute();
       await db.schema.alterTable(table).addColumn('cleanup_claim_expires_at', ms).execute();
@@ -43,7 +46,10 @@ export const migration0054: MigrationDefinition = {
       .addColumn('created_at', ms, (c) => c.notNull())
       .addColumn('updated_at', ms, (c) => c.notNull())
       .addCheckConstraint('cleanup_snapshots_kind_check', sql`resource_kind in ('environment', 'group')`)
-      .addCheckConstraint('cleanup_snapshots_state_check', sql`state in ('pending', 'claimed', 'completed', 'failed', 'stale')`)
+      .addCheckConstraint(
+        'cleanup_snapshots_state_check',
+        sql`state in ('pending', 'claimed', 'completed', 'failed', 'stale')`,
+      )
       .execute();
     await db.schema
       .createIndex('cleanup_snapshots_resource_idx')
@@ -51,13 +57,22 @@ export const migration0054: MigrationDefinition = {
       .columns(['task_id', 'resource_kind', 'resource_id'])
       .unique()
       .execute();
-    await db.schema.createIndex('cleanup_snapshots_state_idx').on('cleanup_snapshots').columns(['state', 'created_at']).execute();
+    await db.schema
+      .createIndex('cleanup_snapshots_state_idx')
+      .on('cleanup_snapshots')
+      .columns(['state', 'created_at'])
+      .execute();
   },
   async down({ db }) {
     await db.schema.dropTable('cleanup_snapshots').execute();
     await db.schema.dropTable('task_cleanup_admissions').execute();
     for (const table of OWNED) {
-      for (const column of ['cleanup_claim_expires_at', 'cleanup_claim_generation', 'cleanup_claimed_by', 'ownership_generation']) {
+      for (const column of [
+        'cleanup_claim_expires_at',
+        'cleanup_claim_generation',
+        'cleanup_claimed_by',
+        'ownership_generation',
+      ]) {
         await db.schema.alterTable(table).dropColumn(column).execute();
       }
     }

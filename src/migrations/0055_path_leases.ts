@@ -25,7 +25,11 @@ export const migration0055: MigrationDefinition = {
       .addColumn('expires_at', ms, (c) => c.notNull())
       .addPrimaryKeyConstraint('path_leases_pkey', ['workspace_id', 'lease_key', 'holder'])
       .execute();
-    await db.schema.createIndex('path_leases_holder_idx').on('path_leases').columns(['workspace_id', 'holder']).execute();
+    await db.schema
+      .createIndex('path_leases_holder_idx')
+      .on('path_leases')
+      .columns(['workspace_id', 'holder'])
+      .execute();
     await db.schema.createIndex('path_leases_task_idx').on('path_leases').column('task_id').execute();
   },
   async down({ db }) {

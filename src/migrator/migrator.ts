@@ -55,7 +55,12 @@ export interface MigrationStatus {
 export type MigrationEvent =
   | { readonly type: 'baseline'; readonly version: number }
   | { readonly type: 'applying' | 'reverting'; readonly version: number; readonly name: string }
-  | { readonly type: 'applied' | 'reverted'; readonly version: number; readonly name: string; readonly durationMs: number }
+  | {
+      readonly type: 'applied' | 'reverted';
+      readonly version: number;
+      readonly name: string;
+      readonly durationMs: number;
+    }
   | { readonly type: 'skipped'; readonly version: number; readonly name: string; readonly reason: string }
   | {
       readonly type: 'progress';
@@ -159,9 +164,17 @@ export class Migrator {
                 ? 'applied_at'
                 : undefined;
       if (bad) {
-        throw new MigrationHistoryDamagedError(`the row for version ${String(r.version)} has ${r[bad as keyof typeof r] === null ? 'a NULL' : 'an invalid'} ${bad}`);
+        throw new MigrationHistoryDamagedError(
+          `the row for version ${String(r.version)} has ${r[bad as keyof typeof r] === null ? 'a NULL' : 'an invalid'} ${bad}`,
+        );
       }
-      return { version, name: r.name, checksum: r.checksum, appliedAt: Number(r.applied_at), durationMs: Number(r.duration_ms) };
+      return {
+        version,
+        name: r.name,
+        checksum: r.checksum,
+        appliedAt: Number(r.applied_at),
+        durationMs: Number(r.duration_ms),
+      };
     });
   }
 
@@ -184,7 +197,12 @@ export class Migrator {
     const appliedVersions = new Set(history.map((h) => h.version));
     const modified = history
       .filter((h) => byVersion.has(h.version) && checksums.get(h.version) !== h.checksum)
-      .map((h) => ({ version: h.version, name: h.name, recordedChecksum: h.checksum, currentChecksum: checksums.get(h.version)! }));
+      .map((h) => ({
+        version: h.version,
+        name: h.name,
+        recordedChecksum: h.checksum,
+        currentChecksum: checksums.get(h.version)!,
+      }));
     const unknown = history.filter((h) => !byVersion.has(h.version)).map((h) => ({ version: h.version, name: h.name }));
     const baselineRequired =
       history.length === 0 &&
@@ -193,7 +211,9 @@ export class Migrator {
       currentVersion: history.at(-1)?.version ?? 0,
       latestVersion: this.latestVersion,
       applied: history,
-      pending: this.#migrations.filter((m) => !appliedVersions.has(m.version)).map((m) => ({ version: m.version, name: m.name })),
+      pending: this.#migrations
+        .filter((m) => !appliedVersions.has(m.version))
+        .map((m) => ({ version: m.version, name: m.name })),
       modified,
       unknown,
       baselineRequired,
@@ -204,12 +224,21 @@ export class Migrator {
   #verify(status: MigrationStatus): void {
     if (status.unknown.length > 0) throw new UnknownMigrationsError(status.unknown.map((u) => u.version));
     const first = status.modified[0];
-    if (first) throw new MigrationChecksumMismatchError(first.version, first.name, first.recordedChecksum, first.currentChecksum);
+    if (first)
+      throw new MigrationChecksumMismatchError(
+        first.version,
+        first.name,
+        first.recordedChecksum,
+        first.currentChecksum,
+      );
   }
 
   #assertKnownVersion(version: number): void {
     if (version !== 0 && !this.#migrations.some((m) => m.version === version)) {
-      throw new UnknownVersionError(version, this.#migrations.map((m) => m.version));
+      throw new UnknownVersionError(
+        version,
+        this.#migrations.map((m) => m.version),
+      );
     }
   }
 
@@ -228,7 +257,11 @@ export class Migrator {
     const now = options.now ?? Date.now();
     const applied = new Set(status.applied.map((a) => a.version));
     const steps: PlanStep[] = [];
-    const render = async (m: MigrationDefinition, direction: 'up' | 'down', destructive: readonly DataLoss[]): Promise<PlanStep> => {
+    const render = async (
+      m: MigrationDefinition,
+      direction: 'up' | 'down',
+      destructive: readonly DataLoss[],
+    ): Promise<PlanStep> => {
       let reads = 0;
       let failedReads = 0;
       const answer = async (query: CompiledQuery) => {
@@ -243,16 +276,27 @@ export class Migrator {
         }
       };
       const queries = await recordMigration(m, direction, this.#dialect.kind, { now, answer });
-      const statements = queries.filter((q) => !/^\s*select\b/i.test(q.sql)).map((q) => inlineParameters(this.#dialect.kind, q));
+      const statements = queries
+        .filter((q) => !/^\s*select\b/i.test(q.sql))
+        .map((q) => inlineParameters(this.#dialect.kind, q));
       const notes: string[] = [];
       // A statement that changes with `now` depends on the time migrate starts.
-      const later = await recordMigration(m, direction, this.#dialect.kind, { now: now + 1, answer: async () => undefined });
+      const later = await recordMigration(m, direction, this.#dialect.kind, {
+        now: now + 1,
+        answer: async () => undefined,
+      });
       const early = await recordMigration(m, direction, this.#dialect.kind, { now, answer: async () => undefined });
       if (later.some((q, i) => JSON.stringify(q.parameters) !== JSON.stringify(early[i]?.parameters))) {
-        notes.push(`uses the time migrate starts, known only at run time; shown with the time of this plan, ${new Date(now).toISOString()} (${now})`);
+        notes.push(
+          `uses the time migrate starts, known only at run time; shown with the time of this plan, ${new Date(now).toISOString()} (${now})`,
+        );
       }
-      if (reads > 0) notes.push(`values read from the database now (${reads} reads); they change if the data changes before migrate runs`);
-      if (failedReads > 0) notes.push(`${failedReads} reads need tables that earlier steps create; shown as on empty tables`);
+      if (reads > 0)
+        notes.push(
+          `values read from the database now (${reads} reads); they change if the data changes before migrate runs`,
+        );
+      if (failedReads > 0)
+        notes.push(`${failedReads} reads need tables that earlier steps create; shown as on empty tables`);
       return { version: m.version, name: m.name, direction, statements, destructive, notes };
     };
     for (const m of this.#migrations) {
@@ -281,7 +325,12 @@ export class Migrator {
     return this.#migrate(target, options, lock, emit);
   }
 
-  async #migrate(target: number, options: MigrateOptions, lock: LockSettings, emit: (event: MigrationEvent) => void): Promise<MigrateResult> {
+  async #migrate(
+    target: number,
+    options: MigrateOptions,
+    lock: LockSettings,
+    emit: (event: MigrationEvent) => void,
+  ): Promise<MigrateResult> {
     const checksums = await this.#checksumsByVersion();
     // Decide on history and tables under the migration lock: another migrator may be committing
     // version 0005 right now, and its tables and history row appear together. Nothing is created
@@ -322,12 +371,14 @@ export class Migrator {
           if (await this.#apply(m, 'up', checksums.get(m.version)!, now, emit, lock, options)) applied.push(m.version);
         },
         down: async () => {
-          if (await this.#apply(m, 'down', checksums.get(m.version)!, now, emit, lock, options)) reverted.push(m.version);
+          if (await this.#apply(m, 'down', checksums.get(m.version)!, now, emit, lock, options))
+            reverted.push(m.version);
         },
       })),
       context: {},
       storage: {
-        executed: async () => (await this.#readHistory()).map((h) => `${formatVersion(h.version)}_${h.name}`).filter((n) => byName.has(n)),
+        executed: async () =>
+          (await this.#readHistory()).map((h) => `${formatVersion(h.version)}_${h.name}`).filter((n) => byName.has(n)),
         logMigration: async () => {}, // written inside the migration's own transaction
         unlogMigration: async () => {},
       },
@@ -336,7 +387,8 @@ export class Migrator {
 
     try {
       if (upSteps.length > 0) await umzug.up({ migrations: upSteps.map(migrationName), rerun: RerunBehavior.SKIP });
-      if (downSteps.length > 0) await umzug.down({ migrations: downSteps.map(migrationName), rerun: RerunBehavior.SKIP });
+      if (downSteps.length > 0)
+        await umzug.down({ migrations: downSteps.map(migrationName), rerun: RerunBehavior.SKIP });
     } catch (error) {
       // umzug wraps what the migration threw; surface our own error.
       const cause = (error as { cause?: unknown }).cause;
@@ -349,7 +401,9 @@ export class Migrator {
   /** The error for a database with tables but no history: lists what is there, suggests only a taskfence version that fits. */
   async #baselineRequiredError(): Promise<BaselineRequiredError> {
     const actual = await this.#dialect.describeSchema();
-    const tables = Object.keys(actual.tables).filter((t) => t !== HISTORY_TABLE).sort();
+    const tables = Object.keys(actual.tables)
+      .filter((t) => t !== HISTORY_TABLE)
+      .sort();
     let suggestion: number | null = null;
     for (const m of [...this.#migrations].reverse()) {
       if ((await this.#baselineProblems(m.version, actual)).length === 0) {
@@ -364,7 +418,10 @@ export class Migrator {
   async #droppedRows(db: Kysely<Database>, m: MigrationDefinition): Promise<DataLoss[]> {
     const index = this.#migrations.indexOf(m);
     const before = await expectedTablesAt(m.version, this.#migrations);
-    const after = index > 0 ? await expectedTablesAt(this.#migrations[index - 1]!.version, this.#migrations) : new Map<string, string[]>();
+    const after =
+      index > 0
+        ? await expectedTablesAt(this.#migrations[index - 1]!.version, this.#migrations)
+        : new Map<string, string[]>();
     const existing = new Set((await db.introspection.getTables()).map((t) => t.name));
     const losses: DataLoss[] = [];
     for (const [table, columns] of before) {
@@ -376,9 +433,12 @@ export class Migrator {
       const targets = kept ? dropped : [undefined];
       for (const column of targets) {
         const counted = column === undefined ? sql`count(*)` : sql`count(${sql.ref(column)})`;
-        const { rows } = await sql<{ n: number | string }>`select ${counted} as n from ${tableIn(db, table)}`.execute(db);
+        const { rows } = await sql<{ n: number | string }>`select ${counted} as n from ${tableIn(db, table)}`.execute(
+          db,
+        );
         const count = Number(rows[0]?.n ?? 0);
-        if (count > 0) losses.push({ version: m.version, name: m.name, table, ...(column ? { column } : {}), rows: count });
+        if (count > 0)
+          losses.push({ version: m.version, name: m.name, table, ...(column ? { column } : {}), rows: count });
       }
     }
     return losses;
@@ -409,57 +469,85 @@ export class Migrator {
     let done = false;
     const started = Date.now();
     try {
-      await this.#dialect.withMigrationLock(async (trx) => {
-        done = false;
-        // Re-read under the migration lock, inside the transaction that applies: whoever held the
-        // lock before committed (or rolled back) everything, so this run is exactly-once on both
-        // dialects, whether or not an earlier migrator lost its connection.
-        await this.#createHistoryTable(trx);
-        const recorded = await trx.selectFrom(HISTORY_TABLE).select('version').where('version', '=', m.version).executeTakeFirst();
-        if (direction === 'up' ? recorded !== undefined : recorded === undefined) return;
-        if (direction === 'down' && !options.allowDataLoss) {
-          const losses = await this.#droppedRows(trx, m);
-          if (losses.length > 0) throw new DataLossError(losses);
-        }
-        emit({ type: direction === 'up' ? 'applying' : 'reverting', version: m.version, name: m.name });
-        const total = direction === 'up' && m.workRows ? await m.workRows(trx) : undefined;
-        await m[direction]({
-          db: trx,
-          types: this.#dialect.columnTypes,
-          now,
-          progress: (message, counts) =>
-            emit({
-              type: 'progress',
-              version: m.version,
-              message,
-              ...(counts ? { done: total === undefined ? counts.done : Math.min(counts.done, total) } : {}),
-              ...(counts && total !== undefined ? { total } : {}),
-            }),
-        });
-        if (direction === 'up') {
-          await trx
-            .insertInto(HISTORY_TABLE)
-            .values({ version: m.version, name: m.name, checksum, applied_at: Date.now(), duration_ms: Date.now() - started })
-            .execute();
-        } else {
-          await trx.deleteFrom(HISTORY_TABLE).where('version', '=', m.version).execute();
-        }
-        done = true;
-      }, { ...lock, bulk: true });
+      await this.#dialect.withMigrationLock(
+        async (trx) => {
+          done = false;
+          // Re-read under the migration lock, inside the transaction that applies: whoever held the
+          // lock before committed (or rolled back) everything, so this run is exactly-once on both
+          // dialects, whether or not an earlier migrator lost its connection.
+          await this.#createHistoryTable(trx);
+          const recorded = await trx
+            .selectFrom(HISTORY_TABLE)
+            .select('version')
+            .where('version', '=', m.version)
+            .executeTakeFirst();
+          if (direction === 'up' ? recorded !== undefined : recorded === undefined) return;
+          if (direction === 'down' && !options.allowDataLoss) {
+            const losses = await this.#droppedRows(trx, m);
+            if (losses.length > 0) throw new DataLossError(losses);
+          }
+          emit({ type: direction === 'up' ? 'applying' : 'reverting', version: m.version, name: m.name });
+          const total = direction === 'up' && m.workRows ? await m.workRows(trx) : undefined;
+          await m[direction]({
+            db: trx,
+            types: this.#dialect.columnTypes,
+            now,
+            progress: (message, counts) =>
+              emit({
+                type: 'progress',
+                version: m.version,
+                message,
+                ...(counts ? { done: total === undefined ? counts.done : Math.min(counts.done, total) } : {}),
+                ...(counts && total !== undefined ? { total } : {}),
+              }),
+          });
+          if (direction === 'up') {
+            await trx
+              .insertInto(HISTORY_TABLE)
+              .values({
+                version: m.version,
+                name: m.name,
+                checksum,
+                applied_at: Date.now(),
+                duration_ms: Date.now() - started,
+              })
+              .execute();
+          } else {
+            await trx.deleteFrom(HISTORY_TABLE).where('version', '=', m.version).execute();
+          }
+          done = true;
+        },
+        { ...lock, bulk: true },
+      );
     } catch (error) {
       if (error instanceof LockTimeoutError) {
         // The DDL waited for a table another session uses: name the migration's own setting.
-        throw new MigrationFailedError(m.version, m.name, direction, new Error(
-          `its DDL waited longer than ddlLockTimeoutMs (${lock.ddlLockTimeoutMs} ms, --ddl-lock-timeout) for a table lock another session holds; migrate when the table is less busy, or raise it`,
-        ));
+        throw new MigrationFailedError(
+          m.version,
+          m.name,
+          direction,
+          new Error(
+            `its DDL waited longer than ddlLockTimeoutMs (${lock.ddlLockTimeoutMs} ms, --ddl-lock-timeout) for a table lock another session holds; migrate when the table is less busy, or raise it`,
+          ),
+        );
       }
       if (error instanceof TaskfenceError) throw error;
       throw new MigrationFailedError(m.version, m.name, direction, error);
     }
     if (done) {
-      emit({ type: direction === 'up' ? 'applied' : 'reverted', version: m.version, name: m.name, durationMs: Date.now() - started });
+      emit({
+        type: direction === 'up' ? 'applied' : 'reverted',
+        version: m.version,
+        name: m.name,
+        durationMs: Date.now() - started,
+      });
     } else {
-      emit({ type: 'skipped', version: m.version, name: m.name, reason: `another migrator already ${direction === 'up' ? 'applied' : 'reverted'} it` });
+      emit({
+        type: 'skipped',
+        version: m.version,
+        name: m.name,
+        reason: `another migrator already ${direction === 'up' ? 'applied' : 'reverted'} it`,
+      });
     }
     return done;
   }
@@ -486,7 +574,8 @@ export class Migrator {
         problems.push(`table ${table} is missing`);
         continue;
       }
-      for (const column of columns) if (!(column in found.columns)) problems.push(`column ${table}.${column} is missing`);
+      for (const column of columns)
+        if (!(column in found.columns)) problems.push(`column ${table}.${column} is missing`);
     }
     // Tables that only later versions create mean the database is newer than claimed.
     const later = await expectedTablesAt(this.latestVersion, this.#migrations);
@@ -498,7 +587,11 @@ export class Migrator {
 
   /** Records versions up to `version` as applied after checking that the database has their tables and columns. */
   async #adoptBaseline(version: number, status: MigrationStatus, lock: LockSettings): Promise<void> {
-    if (version === 0) throw new UnknownVersionError(0, this.#migrations.map((m) => m.version));
+    if (version === 0)
+      throw new UnknownVersionError(
+        0,
+        this.#migrations.map((m) => m.version),
+      );
     if (status.applied.length > 0) {
       throw new BaselineMismatchError(version, [
         `the database already has migration history up to ${formatVersion(status.currentVersion)}; --baseline only adopts a database without history`,
@@ -514,7 +607,13 @@ export class Migrator {
       for (const m of this.#migrations.filter((m) => m.version <= version)) {
         await trx
           .insertInto(HISTORY_TABLE)
-          .values({ version: m.version, name: m.name, checksum: checksums.get(m.version)!, applied_at: Date.now(), duration_ms: 0 })
+          .values({
+            version: m.version,
+            name: m.name,
+            checksum: checksums.get(m.version)!,
+            applied_at: Date.now(),
+            duration_ms: 0,
+          })
           .execute();
       }
     }, lock);

@@ -10,7 +10,10 @@ const cache = new Map<string, Map<string, string[]>>();
  * needed, so a PostgreSQL-only install does not need better-sqlite3). Table and column names are
  * the same on both dialects. A table change made through raw SQL would be missed, so one throws.
  */
-export async function expectedTablesAt(version: number, migrations: readonly MigrationDefinition[]): Promise<Map<string, string[]>> {
+export async function expectedTablesAt(
+  version: number,
+  migrations: readonly MigrationDefinition[],
+): Promise<Map<string, string[]>> {
   const key = `${version}:${migrations.map((m) => m.version).join(',')}`;
   const cached = cache.get(key);
   if (cached) return cached;
@@ -36,7 +39,10 @@ function apply(tables: Map<string, string[]>, query: CompiledQuery, migration: M
     case 'CreateTableNode': {
       const name = (node.table as Named).table.identifier.name;
       if (node.ifNotExists && tables.has(name)) return;
-      tables.set(name, (node.columns as { column: ColumnRef }[]).map((c) => c.column.column.name));
+      tables.set(
+        name,
+        (node.columns as { column: ColumnRef }[]).map((c) => c.column.column.name),
+      );
       return;
     }
     case 'DropTableNode':

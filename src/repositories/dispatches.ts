@@ -1,6 +1,13 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
-import type { CoordinatorRunRow, CoordinatorRunStatus, Database, DispatchContextRow, DispatchStatus, TaskStatus } from '../schema/database.js';
+import type {
+  CoordinatorRunRow,
+  CoordinatorRunStatus,
+  Database,
+  DispatchContextRow,
+  DispatchStatus,
+  TaskStatus,
+} from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { findRunningRun, requireRunningRunIn } from './runs.js';
 import {
@@ -83,7 +90,9 @@ export class TaskNotDispatchableError extends TaskfenceError {
     readonly taskId: string,
     readonly status: TaskStatus,
   ) {
-    super(`Task ${taskId} is ${status}, not ready, so it cannot be dispatched. Dispatch it once it is ready (a failed dispatch returns it to ready).`);
+    super(
+      `Task ${taskId} is ${status}, not ready, so it cannot be dispatched. Dispatch it once it is ready (a failed dispatch returns it to ready).`,
+    );
   }
 }
 
@@ -125,7 +134,9 @@ export class DispatchNotActiveError extends TaskfenceError {
     readonly dispatchId: string,
     readonly status: DispatchStatus,
   ) {
-    super(`Dispatch ${dispatchId} is already ${status}; it was ended by someone else (for example its terminal's exit). Re-read it before acting.`);
+    super(
+      `Dispatch ${dispatchId} is already ${status}; it was ended by someone else (for example its terminal's exit). Re-read it before acting.`,
+    );
   }
 }
 
@@ -190,7 +201,10 @@ function newestActiveFor(trx: Transaction<Database> | Kysely<Database>, terminal
     .executeTakeFirst();
 }
 
-async function escalationFor(trx: Transaction<Database>, dispatch: DispatchContextRow): Promise<EscalationTarget | null> {
+async function escalationFor(
+  trx: Transaction<Database>,
+  dispatch: DispatchContextRow,
+): Promise<EscalationTarget | null> {
   const target = (run: CoordinatorRunRow, via: EscalationTarget['via']): EscalationTarget => ({
     runId: run.id,
     coordinatorHandle: run.coordinator_handle,
@@ -198,7 +212,11 @@ async function escalationFor(trx: Transaction<Database>, dispatch: DispatchConte
     via,
   });
   if (dispatch.coordinator_run_id !== null) {
-    const own = await trx.selectFrom('coordinator_runs').selectAll().where('id', '=', dispatch.coordinator_run_id).executeTakeFirst();
+    const own = await trx
+      .selectFrom('coordinator_runs')
+      .selectAll()
+      .where('id', '=', dispatch.coordinator_run_id)
+      .executeTakeFirst();
     if (own) return target(own, 'dispatch_run');
   }
   // Legacy row (written before runs were stamped): the running run of the task's target is
@@ -239,11 +257,16 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const now = ctx.clock.now();
       const row = await dialect.writeTransaction(async (trx) => {
         await dialect.lockKey(trx, taskLockKey(taskId));
-        const task = await trx.selectFrom('tasks').select(['id', 'status', 'coordinator_run_id']).where('id', '=', taskId).executeTakeFirst();
+        const task = await trx
+          .selectFrom('tasks')
+          .select(['id', 'status', 'coordinator_run_id'])
+          .where('id', '=', taskId)
+          .executeTakeFirst();
         if (!task) throw new NotFoundError('task', taskId);
         if (input.runId !== undefined) {
           await requireRunningRunIn(trx, input.runId);
-          if (task.coordinator_run_id !== input.runId) throw new DispatchRunMismatchError(taskId, input.runId, task.coordinator_run_id);
+          if (task.coordinator_run_id !== input.runId)
+            throw new DispatchRunMismatchError(taskId, input.runId, task.coordinator_run_id);
         }
         const runId = task.coordinator_run_id;
         const active = await trx
@@ -255,7 +278,10 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           .executeTakeFirst();
         if (active) throw new DispatchAlreadyActiveError(taskId, runId, active.id, active.terminal_handle);
         // The agent reference is checked before the first write, so a missing one is a NotFoundError and changes nothing.
-        if (agentId !== null && !(await trx.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst())) {
+        if (
+          agentId !== null &&
+          !(await trx.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst())
+        ) {
           throw new NotFoundError('agent', agentId);
         }
         // The conditional UPDATE is the claim: it row-locks the task and re-checks `ready`.
@@ -329,7 +355,9 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
             .returning('status')
             .executeTakeFirst();
           const taskStatus =
-            task?.status ?? (await trx.selectFrom('tasks').select('status').where('id', '=', failed.task_id).executeTakeFirstOrThrow()).status;
+            task?.status ??
+            (await trx.selectFrom('tasks').select('status').where('id', '=', failed.task_id).executeTakeFirstOrThrow())
+              .status;
           return {
             dispatch: toDispatch(failed),
             failureCount,
@@ -343,7 +371,8 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
 
     async endDispatch(dispatchId, status) {
       requireId('dispatchId', dispatchId);
-      if (status !== 'completed' && status !== 'cancelled') throw new InvalidArgumentError('status', 'must be completed or cancelled');
+      if (status !== 'completed' && status !== 'cancelled')
+        throw new InvalidArgumentError('status', 'must be completed or cancelled');
       const now = ctx.clock.now();
       const row = await dialect.writeTransaction((trx) =>
         trx

@@ -89,20 +89,36 @@ export function createGateRepository(ctx: StoreContext): GateRepository {
       const row = await dialect.writeTransaction(async (trx) => {
         let runId: string | null = null;
         if (taskId !== null) {
-          const task = await trx.selectFrom('tasks').select('coordinator_run_id').where('id', '=', taskId).executeTakeFirst();
+          const task = await trx
+            .selectFrom('tasks')
+            .select('coordinator_run_id')
+            .where('id', '=', taskId)
+            .executeTakeFirst();
           if (!task) throw new NotFoundError('task', taskId);
           runId = task.coordinator_run_id;
         }
         if (input.runId !== undefined) {
           await requireRunningRunIn(trx, input.runId);
           if (taskId !== null && runId !== input.runId) {
-            throw new InvalidArgumentError('runId', `task ${taskId} belongs to ${runId === null ? 'no run' : `run ${runId}`}, not run ${input.runId}`);
+            throw new InvalidArgumentError(
+              'runId',
+              `task ${taskId} belongs to ${runId === null ? 'no run' : `run ${runId}`}, not run ${input.runId}`,
+            );
           }
           runId = input.runId;
         }
         return trx
           .insertInto('decision_gates')
-          .values({ id, task_id: taskId, question, status: 'open', resolution: null, created_at: now, resolved_at: null, coordinator_run_id: runId })
+          .values({
+            id,
+            task_id: taskId,
+            question,
+            status: 'open',
+            resolution: null,
+            created_at: now,
+            resolved_at: null,
+            coordinator_run_id: runId,
+          })
           .returningAll()
           .executeTakeFirstOrThrow();
       });

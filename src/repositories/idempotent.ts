@@ -39,7 +39,11 @@ type ReferencedTable = 'companies' | 'workspaces' | 'agents' | 'projects' | 'tas
  *   READ COMMITTED) runs the create once more, which finds the winner's row and answers as a
  *   retry would.
  */
-export async function createOnce<T>(dialect: StoreDialect, references: readonly Reference[], attempt: () => Promise<T>): Promise<T> {
+export async function createOnce<T>(
+  dialect: StoreDialect,
+  references: readonly Reference[],
+  attempt: () => Promise<T>,
+): Promise<T> {
   for (let round = 1; ; round++) {
     try {
       return await attempt();
@@ -52,7 +56,10 @@ export async function createOnce<T>(dialect: StoreDialect, references: readonly 
 }
 
 /** Fails with `NotFoundError` for the first reference that does not exist. */
-export async function requireReferences(db: Kysely<Database> | Transaction<Database>, references: readonly Reference[]): Promise<void> {
+export async function requireReferences(
+  db: Kysely<Database> | Transaction<Database>,
+  references: readonly Reference[],
+): Promise<void> {
   for (const [entity, table, id] of references) {
     if (id === null || id === undefined) continue;
     const row = await db.selectFrom(table).select('id').where('id', '=', id).executeTakeFirst();

@@ -40,7 +40,9 @@ export type WorkspaceLockClaim =
   | { readonly status: 'busy'; readonly heldBy: WorkspaceLockHolder };
 
 /** The result of `claimTaskLease`: a grant, or the live holder it lost to. */
-export type TaskLeaseClaim = ({ readonly status: 'claimed' } & LeaseGrant) | { readonly status: 'busy'; readonly heldBy: TaskLeaseHolder };
+export type TaskLeaseClaim =
+  | ({ readonly status: 'claimed' } & LeaseGrant)
+  | { readonly status: 'busy'; readonly heldBy: TaskLeaseHolder };
 
 export interface ClaimWorkspaceLockInput {
   /** Who holds it (a process or run handle); shown to the losers. */
@@ -158,7 +160,13 @@ interface LeaseRow {
 }
 
 function currentState(row: LeaseRow | undefined): CurrentLeaseState | null {
-  return row ? { token: Number(row.token), holder: row.holder, expiresAt: row.expires_at === null ? null : Number(row.expires_at) } : null;
+  return row
+    ? {
+        token: Number(row.token),
+        holder: row.holder,
+        expiresAt: row.expires_at === null ? null : Number(row.expires_at),
+      }
+    : null;
 }
 
 /** Why `token` failed against `row` (renew requires a live lease; release does not). */
@@ -175,7 +183,10 @@ function staleReason(row: LeaseRow | undefined, token: number): StaleTokenReason
 // bumped it, so a stale holder matches nothing.
 
 const CLAIM_WORKSPACE_LOCK = prepared(
-  (db, p: { workspaceId: string; holder: string; runId: string; now: number; expiresAt: number }) => sql<{ token: number; expires_at: number }>`
+  (db, p: { workspaceId: string; holder: string; runId: string; now: number; expiresAt: number }) => sql<{
+    token: number;
+    expires_at: number;
+  }>`
     insert into ${tableIn(db, 'workspace_locks')} (workspace_id, holder, run_id, token, acquired_at, expires_at)
     values (${p.workspaceId}, ${p.holder}, ${p.runId}, 1, ${p.now}, ${p.expiresAt})
     on conflict (workspace_id) do update
@@ -200,7 +211,10 @@ const RELEASE_WORKSPACE_LOCK = prepared(
 );
 
 const CLAIM_TASK_LEASE = prepared(
-  (db, p: { taskId: string; holder: string; now: number; expiresAt: number }) => sql<{ token: number; expires_at: number }>`
+  (db, p: { taskId: string; holder: string; now: number; expiresAt: number }) => sql<{
+    token: number;
+    expires_at: number;
+  }>`
     insert into ${tableIn(db, 'task_leases')} (task_id, holder, token, acquired_at, expires_at)
     values (${p.taskId}, ${p.holder}, 1, ${p.now}, ${p.expiresAt})
     on conflict (task_id) do update
@@ -259,7 +273,12 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
             .executeTakeFirstOrThrow();
           return {
             status: 'busy',
-            heldBy: { holder: held.holder!, runId: held.run_id, token: Number(held.token), expiresAt: Number(held.expires_at) },
+            heldBy: {
+              holder: held.holder!,
+              runId: held.run_id,
+              token: Number(held.token),
+              expiresAt: Number(held.expires_at),
+            },
           };
         }),
       );
@@ -311,7 +330,9 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
         .where('holder', 'is not', null)
         .where('expires_at', '>', ctx.clock.now())
         .executeTakeFirst();
-      return row ? { holder: row.holder!, runId: row.run_id, token: Number(row.token), expiresAt: Number(row.expires_at) } : null;
+      return row
+        ? { holder: row.holder!, runId: row.run_id, token: Number(row.token), expiresAt: Number(row.expires_at) }
+        : null;
     },
 
     async claimTaskLease(taskId, input) {
@@ -331,7 +352,10 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
             .select(['holder', 'token', 'expires_at'])
             .where('task_id', '=', taskId)
             .executeTakeFirstOrThrow();
-          return { status: 'busy', heldBy: { holder: held.holder!, token: Number(held.token), expiresAt: Number(held.expires_at) } };
+          return {
+            status: 'busy',
+            heldBy: { holder: held.holder!, token: Number(held.token), expiresAt: Number(held.expires_at) },
+          };
         }),
       );
     },
@@ -345,7 +369,11 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
         const now = ctx.clock.now();
         const row = await RENEW_TASK_LEASE.first(trx, { taskId, token, now, expiresAt: now + ttlMs });
         if (row) return { token, expiresAt: Number(row.expires_at) };
-        const current = await trx.selectFrom('task_leases').select(['token', 'holder', 'expires_at']).where('task_id', '=', taskId).executeTakeFirst();
+        const current = await trx
+          .selectFrom('task_leases')
+          .select(['token', 'holder', 'expires_at'])
+          .where('task_id', '=', taskId)
+          .executeTakeFirst();
         throw new StaleTaskLeaseError(taskId, token, staleReason(current, token), currentState(current));
       });
     },
@@ -357,7 +385,11 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       await dialect.writeTransaction(async (trx) => {
         const now = ctx.clock.now();
         if (await RELEASE_TASK_LEASE.first(trx, { taskId, token, now })) return;
-        const current = await trx.selectFrom('task_leases').select(['token', 'holder', 'expires_at']).where('task_id', '=', taskId).executeTakeFirst();
+        const current = await trx
+          .selectFrom('task_leases')
+          .select(['token', 'holder', 'expires_at'])
+          .where('task_id', '=', taskId)
+          .executeTakeFirst();
         if (current && Number(current.token) === token && current.holder === null) return; // already released
         throw new StaleTaskLeaseError(taskId, token, staleReason(current, token), currentState(current));
       });

@@ -5,7 +5,13 @@ import type { StoreContext } from './context.js';
 import { tableIn } from '../dialects/schema.js';
 
 /** What `prune` may delete, table by table. */
-export type PrunableTable = 'messages' | 'decision_gates' | 'dispatch_contexts' | 'coordinator_runs' | 'cleanup_snapshots' | 'path_leases';
+export type PrunableTable =
+  | 'messages'
+  | 'decision_gates'
+  | 'dispatch_contexts'
+  | 'coordinator_runs'
+  | 'cleanup_snapshots'
+  | 'path_leases';
 
 export interface PruneOptions {
   /** Only rows finished at least this long ago (ms) are deleted; 0 = everything finished. */
@@ -50,11 +56,17 @@ const MAX_BATCH = 100_000;
 type Db = Kysely<Database> | Transaction<Database>;
 
 /** A run that is still running owns this column's row. */
-const ownedByRunningRun = (db: Db, column: 'dispatch_contexts.coordinator_run_id' | 'decision_gates.coordinator_run_id') =>
+const ownedByRunningRun = (
+  db: Db,
+  column: 'dispatch_contexts.coordinator_run_id' | 'decision_gates.coordinator_run_id',
+) =>
   sql<boolean>`exists (select 1 from ${tableIn(db, 'coordinator_runs')} r where r.id = ${sql.ref(column)} and r.status = 'running')`;
 
 /** For each table: the ids of up to `limit` prunable rows (re-checked in the delete's own transaction). */
-const candidates: Record<Exclude<PrunableTable, 'path_leases'>, (db: Db, cutoff: number, limit: number, only?: readonly string[]) => Promise<string[]>> = {
+const candidates: Record<
+  Exclude<PrunableTable, 'path_leases'>,
+  (db: Db, cutoff: number, limit: number, only?: readonly string[]) => Promise<string[]>
+> = {
   async messages(db, cutoff, limit, only) {
     const rows = await db
       .selectFrom('messages')
@@ -98,8 +110,18 @@ const candidates: Record<Exclude<PrunableTable, 'path_leases'>, (db: Db, cutoff:
       .select('r.id')
       .where('r.status', '<>', 'running')
       .where('r.ended_at', '<', cutoff)
-      .where((eb) => eb.not(eb.exists(eb.selectFrom('dispatch_contexts as d').select('d.id').whereRef('d.coordinator_run_id', '=', 'r.id'))))
-      .where((eb) => eb.not(eb.exists(eb.selectFrom('decision_gates as g').select('g.id').whereRef('g.coordinator_run_id', '=', 'r.id'))))
+      .where((eb) =>
+        eb.not(
+          eb.exists(
+            eb.selectFrom('dispatch_contexts as d').select('d.id').whereRef('d.coordinator_run_id', '=', 'r.id'),
+          ),
+        ),
+      )
+      .where((eb) =>
+        eb.not(
+          eb.exists(eb.selectFrom('decision_gates as g').select('g.id').whereRef('g.coordinator_run_id', '=', 'r.id')),
+        ),
+      )
       .$if(only !== undefined, (qb) => qb.where('r.id', 'in', only as string[]))
       .limit(limit)
       .execute();
@@ -120,7 +142,12 @@ const candidates: Record<Exclude<PrunableTable, 'path_leases'>, (db: Db, cutoff:
 };
 
 /** Deletes `ids` from `table`, re-checking each row's prunability inside the delete's transaction. */
-async function deleteBatch(trx: Transaction<Database>, table: Exclude<PrunableTable, 'path_leases'>, ids: string[], cutoff: number): Promise<number> {
+async function deleteBatch(
+  trx: Transaction<Database>,
+  table: Exclude<PrunableTable, 'path_leases'>,
+  ids: string[],
+  cutoff: number,
+): Promise<number> {
   // The candidate query again, restricted to these ids, inside the delete's transaction: a row
   // that changed since it was found (a dispatch re-activated by a new run, say) is not deleted.
   const still = await candidates[table](trx, cutoff, ids.length, ids);
@@ -141,7 +168,8 @@ export function createMaintenanceRepository(ctx: StoreContext): MaintenanceRepos
       if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > MAX_BATCH) {
         throw new InvalidArgumentError('batchSize', `must be an integer from 1 to ${MAX_BATCH}`);
       }
-      if (options.dryRun !== undefined && typeof options.dryRun !== 'boolean') throw new InvalidArgumentError('dryRun', 'must be true or false');
+      if (options.dryRun !== undefined && typeof options.dryRun !== 'boolean')
+        throw new InvalidArgumentError('dryRun', 'must be true or false');
       const dryRun = options.dryRun ?? false;
       const cutoff = ctx.clock.now() - olderThanMs;
       const deleted: Record<PrunableTable, number> = {
@@ -153,7 +181,13 @@ export function createMaintenanceRepository(ctx: StoreContext): MaintenanceRepos
         path_leases: 0,
       };
       // Dependents first: a run goes only once its dispatches and gates are gone.
-      for (const table of ['messages', 'decision_gates', 'dispatch_contexts', 'coordinator_runs', 'cleanup_snapshots'] as const) {
+      for (const table of [
+        'messages',
+        'decision_gates',
+        'dispatch_contexts',
+        'coordinator_runs',
+        'cleanup_snapshots',
+      ] as const) {
         if (dryRun) {
           deleted[table] = await countCandidates(dialect.db, table, cutoff);
           continue;
@@ -174,7 +208,11 @@ export function createMaintenanceRepository(ctx: StoreContext): MaintenanceRepos
 }
 
 /** With `dryRun`: how many rows each table would lose (runs count the dispatches and gates that would go first). */
-async function countCandidates(db: Kysely<Database>, table: Exclude<PrunableTable, 'path_leases'>, cutoff: number): Promise<number> {
+async function countCandidates(
+  db: Kysely<Database>,
+  table: Exclude<PrunableTable, 'path_leases'>,
+  cutoff: number,
+): Promise<number> {
   if (table !== 'coordinator_runs') return (await candidates[table](db, cutoff, Number.MAX_SAFE_INTEGER)).length;
   // Runs whose remaining dispatches and gates would all be pruned first.
   const rows = await db
@@ -189,7 +227,9 @@ async function countCandidates(db: Kysely<Database>, table: Exclude<PrunableTabl
             .selectFrom('dispatch_contexts as d')
             .select('d.id')
             .whereRef('d.coordinator_run_id', '=', 'r.id')
-            .where((w) => w.or([w('d.status', '=', 'active'), w(w.fn.coalesce('d.ended_at', 'd.updated_at'), '>=', cutoff)])),
+            .where((w) =>
+              w.or([w('d.status', '=', 'active'), w(w.fn.coalesce('d.ended_at', 'd.updated_at'), '>=', cutoff)]),
+            ),
         ),
       ),
     )
@@ -212,7 +252,12 @@ async function countCandidates(db: Kysely<Database>, table: Exclude<PrunableTabl
 async function prunePathLeases(ctx: StoreContext, cutoff: number, batchSize: number, dryRun: boolean): Promise<number> {
   const { dialect } = ctx;
   const select = (db: Db, limit: number) =>
-    db.selectFrom('path_leases').select(['workspace_id', 'lease_key', 'holder']).where('expires_at', '<', cutoff).limit(limit).execute();
+    db
+      .selectFrom('path_leases')
+      .select(['workspace_id', 'lease_key', 'holder'])
+      .where('expires_at', '<', cutoff)
+      .limit(limit)
+      .execute();
   if (dryRun) return (await select(dialect.db, Number.MAX_SAFE_INTEGER)).length;
   let total = 0;
   for (;;) {

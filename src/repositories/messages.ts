@@ -157,9 +157,16 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
 
     async deliverPendingMessages(handle, options) {
       requireId('handle', handle);
-      const limit = requireLimit('limit', optionalInput('options', options).limit, MAX_DELIVERY_LIMIT, DEFAULT_DELIVERY_LIMIT);
+      const limit = requireLimit(
+        'limit',
+        optionalInput('options', options).limit,
+        MAX_DELIVERY_LIMIT,
+        DEFAULT_DELIVERY_LIMIT,
+      );
       const deliver = dialect.supportsSkipLocked ? DELIVER_SKIP_LOCKED : DELIVER_SERIALIZED;
-      const rows = await dialect.writeTransaction((trx) => deliver.execute(trx, { handle, now: ctx.clock.now(), limit }));
+      const rows = await dialect.writeTransaction((trx) =>
+        deliver.execute(trx, { handle, now: ctx.clock.now(), limit }),
+      );
       return rows.sort(byAge).map(toMessage);
     },
 

@@ -42,7 +42,12 @@ export interface Project {
  */
 export interface OrgRepository {
   createCompany(input: { id?: string; name: string }): Promise<Company>;
-  createWorkspace(input: { id?: string; companyId: string; name: string; rootPath?: string | null }): Promise<WorkspaceRecord>;
+  createWorkspace(input: {
+    id?: string;
+    companyId: string;
+    name: string;
+    rootPath?: string | null;
+  }): Promise<WorkspaceRecord>;
   createAgent(input: {
     id?: string;
     companyId: string;
@@ -51,7 +56,12 @@ export interface OrgRepository {
     department?: string | null;
     workspaceId?: string | null;
   }): Promise<Agent>;
-  createProject(input: { id?: string; companyId: string; name: string; primaryWorkspaceId?: string | null }): Promise<Project>;
+  createProject(input: {
+    id?: string;
+    companyId: string;
+    name: string;
+    primaryWorkspaceId?: string | null;
+  }): Promise<Project>;
   getWorkspace(id: string): Promise<WorkspaceRecord | null>;
   getAgent(id: string): Promise<Agent | null>;
   getProject(id: string): Promise<Project | null>;
@@ -74,11 +84,22 @@ export function toAgent(row: AgentRow): Agent {
   };
 }
 export function toProject(row: ProjectRow): Project {
-  return { id: row.id, companyId: row.company_id, name: row.name, primaryWorkspaceId: row.primary_workspace_id, createdAt: row.created_at };
+  return {
+    id: row.id,
+    companyId: row.company_id,
+    name: row.name,
+    primaryWorkspaceId: row.primary_workspace_id,
+    createdAt: row.created_at,
+  };
 }
 
 /** The arguments every org create checks: the input object, its optional id, `name`, the given ids and optional texts. */
-function checkCreate(input: unknown, ids: readonly string[], optionalIds: readonly string[] = [], optionalTexts: readonly string[] = []): void {
+function checkCreate(
+  input: unknown,
+  ids: readonly string[],
+  optionalIds: readonly string[] = [],
+  optionalTexts: readonly string[] = [],
+): void {
   const record = requireInput('input', input) as Record<string, unknown>;
   optionalId('id', record.id);
   requireText('name', record.name);

@@ -157,7 +157,9 @@ export class CleanupAlreadyCompletedError extends TaskfenceError {
     readonly snapshotId: string,
     readonly completedBy: string | null,
   ) {
-    super(`Cleanup snapshot ${snapshotId} was already completed${completedBy ? ` by ${completedBy}` : ''}; nothing to do.`);
+    super(
+      `Cleanup snapshot ${snapshotId} was already completed${completedBy ? ` by ${completedBy}` : ''}; nothing to do.`,
+    );
   }
 }
 
@@ -267,7 +269,13 @@ export interface CleanupAdmission {
 
 /** What a claim lets a worker tear down. */
 export type CleanupTarget =
-  | { readonly kind: 'environment'; readonly id: string; readonly ownerTaskId: string; readonly generation: number; readonly rootPath: string }
+  | {
+      readonly kind: 'environment';
+      readonly id: string;
+      readonly ownerTaskId: string;
+      readonly generation: number;
+      readonly rootPath: string;
+    }
   | { readonly kind: 'group'; readonly id: string; readonly ownerTaskId: string; readonly generation: number };
 
 /** A held cleanup claim: pass it back to complete, fail, release or renew. */
@@ -302,7 +310,12 @@ export interface OwnershipRepository {
    * @example
    * const env = await store.ownership.createEnvironment({ ownerTaskId: task.id, rootPath: '/work/t1' });
    */
-  createEnvironment(input: { id?: string; ownerTaskId: string; rootPath: string; groupId?: string | null }): Promise<TaskEnvironment>;
+  createEnvironment(input: {
+    id?: string;
+    ownerTaskId: string;
+    rootPath: string;
+    groupId?: string | null;
+  }): Promise<TaskEnvironment>;
 
   /**
    * Creates a shared workspace group stewarded by `stewardTaskId` at generation 1 together with
@@ -482,10 +495,18 @@ async function readResource(trx: Trx, kind: OwnedResourceKind, id: string): Prom
 
 function activeClaim(state: ResourceState, now: number): ResourceCleanupClaim | null {
   if (state.claimedBy === null || state.claimExpiresAt === null || state.claimExpiresAt <= now) return null;
-  return { claimant: state.claimedBy, generation: state.claimGeneration ?? state.generation, expiresAt: state.claimExpiresAt };
+  return {
+    claimant: state.claimedBy,
+    generation: state.claimGeneration ?? state.generation,
+    expiresAt: state.claimExpiresAt,
+  };
 }
 
-function storedClaim(row: { cleanup_claimed_by: string | null; cleanup_claim_generation: number | null; cleanup_claim_expires_at: number | null }) {
+function storedClaim(row: {
+  cleanup_claimed_by: string | null;
+  cleanup_claim_generation: number | null;
+  cleanup_claim_expires_at: number | null;
+}) {
   if (row.cleanup_claimed_by === null) return null;
   return {
     claimant: row.cleanup_claimed_by,
@@ -619,7 +640,11 @@ async function requireTaskExists(trx: Trx, taskId: string): Promise<void> {
 }
 
 const FIND_ADMISSION = prepared((db, p: { ids: readonly string[] }, n: number) =>
-  db.selectFrom('task_cleanup_admissions').select(['task_id', 'kind']).where('task_id', 'in', elements(p.ids, n)).orderBy('task_id'),
+  db
+    .selectFrom('task_cleanup_admissions')
+    .select(['task_id', 'kind'])
+    .where('task_id', 'in', elements(p.ids, n))
+    .orderBy('task_id'),
 );
 
 /** @internal The first admitted cleanup among `taskIds`, if any (call with their barrier keys held). */
@@ -649,7 +674,9 @@ async function moveStewardRole(trx: Trx, groupId: string, from: string, to: stri
     .execute();
 }
 
-type FencedOutcome<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: TaskfenceError };
+type FencedOutcome<T> =
+  | { readonly ok: true; readonly value: T }
+  | { readonly ok: false; readonly error: TaskfenceError };
 
 /** Builds `store.ownership` on a store's context; every guarantee is stated on `OwnershipRepository`. */
 export function createOwnershipRepository(ctx: StoreContext): OwnershipRepository {
@@ -695,7 +722,12 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
   }
 
   /** Marks a snapshot stale (never a completed one) and builds the error to throw after commit. */
-  async function markStale(trx: Trx, snapshot: CleanupSnapshot, current: ResourceState | null, now: number): Promise<StaleOwnershipError> {
+  async function markStale(
+    trx: Trx,
+    snapshot: CleanupSnapshot,
+    current: ResourceState | null,
+    now: number,
+  ): Promise<StaleOwnershipError> {
     const error = new StaleOwnershipError(
       snapshot.id,
       snapshot.resourceKind,
@@ -715,7 +747,10 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
   }
 
   const movedSince = (snapshot: CleanupSnapshot, state: ResourceState | null) =>
-    !state || state.status !== 'active' || state.owner !== snapshot.ownerTaskId || state.generation !== snapshot.generation;
+    !state ||
+    state.status !== 'active' ||
+    state.owner !== snapshot.ownerTaskId ||
+    state.generation !== snapshot.generation;
 
   /**
    * The common fence of complete / fail / release / renew: under the snapshot and resource keys,
@@ -749,7 +784,11 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       }
       const state = await readResource(trx, snapshot.resourceKind, snapshot.resourceId);
       if (movedSince(snapshot, state)) return { ok: false, error: await markStale(trx, snapshot, state, now) };
-      if (snapshot.state !== 'claimed' || snapshot.claimedBy !== claim.claimant || state!.claimedBy !== claim.claimant) {
+      if (
+        snapshot.state !== 'claimed' ||
+        snapshot.claimedBy !== claim.claimant ||
+        state!.claimedBy !== claim.claimant
+      ) {
         return { ok: false, error: new CleanupClaimLostError(snapshot.id, claim.claimant, state!.claimedBy) };
       }
       const value = await apply(trx, snapshot, now);
@@ -779,7 +818,13 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
    * Ends the caller's claim on the resource, fenced on (owner, generation, claimant); with
    * `remove` the resource becomes `removed`. Returns false if the row did not match.
    */
-  async function endResourceClaim(trx: Trx, snapshot: CleanupSnapshot, claimant: string, now: number, remove: boolean): Promise<boolean> {
+  async function endResourceClaim(
+    trx: Trx,
+    snapshot: CleanupSnapshot,
+    claimant: string,
+    now: number,
+    remove: boolean,
+  ): Promise<boolean> {
     const { table, owner } = RESOURCE_TABLE[snapshot.resourceKind];
     const status = remove ? sql`'removed'` : sql`status`;
     const { rows } = await sql<{ id: string }>`
@@ -830,13 +875,25 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       const moved = await GUARDED_TRANSFER.first(trx, { id, expectedOwner, expectedGeneration, newOwner, now }, kind);
       if (moved) {
         if (kind === 'group') await moveStewardRole(trx, id, expectedOwner, newOwner, now);
-        return { resourceKind: kind, resourceId: id, ownerTaskId: newOwner, generation: Number(moved.generation), changed: true };
+        return {
+          resourceKind: kind,
+          resourceId: id,
+          ownerTaskId: newOwner,
+          generation: Number(moved.generation),
+          changed: true,
+        };
       }
       // Nothing moved: find out why, checking in the documented order (the keys above are held).
       const current = await readResource(trx, kind, id);
       if (!current || current.status !== 'active') throw new NotFoundError(`active ${RESOURCE_LABEL[kind]}`, id);
       if (current.owner === newOwner && current.owner === expectedOwner && current.generation === expectedGeneration) {
-        return { resourceKind: kind, resourceId: id, ownerTaskId: newOwner, generation: current.generation, changed: false };
+        return {
+          resourceKind: kind,
+          resourceId: id,
+          ownerTaskId: newOwner,
+          generation: current.generation,
+          changed: false,
+        };
       }
       await requireTaskExists(trx, newOwner);
       const admitted = await findAdmission(trx, [newOwner]);
@@ -844,7 +901,11 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       if (kind === 'group') {
         // A task belongs to at most one active group (task creation joins "the" group of a parent).
         const other = await activeGroupOf(trx, newOwner);
-        if (other && other !== id) throw new InvalidArgumentError('newStewardTaskId', `task ${newOwner} already belongs to workspace group ${other}`);
+        if (other && other !== id)
+          throw new InvalidArgumentError(
+            'newStewardTaskId',
+            `task ${newOwner} already belongs to workspace group ${other}`,
+          );
       }
       return explainTransferMiss(trx, kind, id, expectedOwner, expectedGeneration, now);
     });
@@ -874,34 +935,47 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       const ownerTaskId = requireText('ownerTaskId', input.ownerTaskId);
       const rootPath = requireText('rootPath', input.rootPath);
       const id = input.id ?? ctx.newId();
-      return createOnce(dialect, [], () => dialect.writeTransaction(async (trx) => {
-        const now = ctx.clock.now();
-        if (input.id !== undefined) {
-          // A retry of this create (e.g. after COMMIT_OUTCOME_UNKNOWN) gets the stored environment.
-          const existing = await loadEnvironment(trx, id);
-          if (existing) {
-            requireSameCreate('task environment', id, {
-              ownerTaskId: [ownerTaskId, existing.ownerTaskId],
-              rootPath: [rootPath, existing.rootPath],
-              groupId: [input.groupId ?? null, existing.groupId],
-            });
-            return existing;
+      return createOnce(dialect, [], () =>
+        dialect.writeTransaction(async (trx) => {
+          const now = ctx.clock.now();
+          if (input.id !== undefined) {
+            // A retry of this create (e.g. after COMMIT_OUTCOME_UNKNOWN) gets the stored environment.
+            const existing = await loadEnvironment(trx, id);
+            if (existing) {
+              requireSameCreate('task environment', id, {
+                ownerTaskId: [ownerTaskId, existing.ownerTaskId],
+                rootPath: [rootPath, existing.rootPath],
+                groupId: [input.groupId ?? null, existing.groupId],
+              });
+              return existing;
+            }
           }
-        }
-        await lockBarriers(ctx, trx, [ownerTaskId]);
-        await requireTaskExists(trx, ownerTaskId);
-        const admitted = await findAdmission(trx, [ownerTaskId]);
-        if (admitted) throw new CleanupBarrierError('create', ownerTaskId, admitted.task_id, admitted.kind);
-        if (input.groupId) {
-          const group = await trx.selectFrom('workspace_groups').select('status').where('id', '=', input.groupId).executeTakeFirst();
-          if (!group || group.status !== 'active') throw new NotFoundError('active workspace group', input.groupId);
-        }
-        await trx
-          .insertInto('task_environments')
-          .values({ id, task_id: ownerTaskId, group_id: input.groupId ?? null, root_path: rootPath, created_at: now, updated_at: now })
-          .execute();
-        return (await loadEnvironment(trx, id))!;
-      }));
+          await lockBarriers(ctx, trx, [ownerTaskId]);
+          await requireTaskExists(trx, ownerTaskId);
+          const admitted = await findAdmission(trx, [ownerTaskId]);
+          if (admitted) throw new CleanupBarrierError('create', ownerTaskId, admitted.task_id, admitted.kind);
+          if (input.groupId) {
+            const group = await trx
+              .selectFrom('workspace_groups')
+              .select('status')
+              .where('id', '=', input.groupId)
+              .executeTakeFirst();
+            if (!group || group.status !== 'active') throw new NotFoundError('active workspace group', input.groupId);
+          }
+          await trx
+            .insertInto('task_environments')
+            .values({
+              id,
+              task_id: ownerTaskId,
+              group_id: input.groupId ?? null,
+              root_path: rootPath,
+              created_at: now,
+              updated_at: now,
+            })
+            .execute();
+          return (await loadEnvironment(trx, id))!;
+        }),
+      );
     },
 
     async createWorkspaceGroup(input) {
@@ -910,25 +984,37 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       requireId('stewardTaskId', input.stewardTaskId);
       const stewardTaskId = requireText('stewardTaskId', input.stewardTaskId);
       const id = input.id ?? ctx.newId();
-      return createOnce(dialect, [], () => dialect.writeTransaction(async (trx) => {
-        const now = ctx.clock.now();
-        if (input.id !== undefined) {
-          const existing = await loadGroup(trx, id);
-          if (existing) {
-            requireSameCreate('workspace group', id, { stewardTaskId: [stewardTaskId, existing.stewardTaskId] });
-            return existing;
+      return createOnce(dialect, [], () =>
+        dialect.writeTransaction(async (trx) => {
+          const now = ctx.clock.now();
+          if (input.id !== undefined) {
+            const existing = await loadGroup(trx, id);
+            if (existing) {
+              requireSameCreate('workspace group', id, { stewardTaskId: [stewardTaskId, existing.stewardTaskId] });
+              return existing;
+            }
           }
-        }
-        await lockBarriers(ctx, trx, [stewardTaskId]);
-        await requireTaskExists(trx, stewardTaskId);
-        const admitted = await findAdmission(trx, [stewardTaskId]);
-        if (admitted) throw new CleanupBarrierError('create', stewardTaskId, admitted.task_id, admitted.kind);
-        const existing = await activeGroupOf(trx, stewardTaskId);
-        if (existing) throw new InvalidArgumentError('stewardTaskId', `task ${stewardTaskId} already belongs to workspace group ${existing}`);
-        await trx.insertInto('workspace_groups').values({ id, steward_task_id: stewardTaskId, created_at: now, updated_at: now }).execute();
-        await trx.insertInto('workspace_group_members').values({ group_id: id, task_id: stewardTaskId, role: 'steward', joined_at: now }).execute();
-        return (await loadGroup(trx, id))!;
-      }));
+          await lockBarriers(ctx, trx, [stewardTaskId]);
+          await requireTaskExists(trx, stewardTaskId);
+          const admitted = await findAdmission(trx, [stewardTaskId]);
+          if (admitted) throw new CleanupBarrierError('create', stewardTaskId, admitted.task_id, admitted.kind);
+          const existing = await activeGroupOf(trx, stewardTaskId);
+          if (existing)
+            throw new InvalidArgumentError(
+              'stewardTaskId',
+              `task ${stewardTaskId} already belongs to workspace group ${existing}`,
+            );
+          await trx
+            .insertInto('workspace_groups')
+            .values({ id, steward_task_id: stewardTaskId, created_at: now, updated_at: now })
+            .execute();
+          await trx
+            .insertInto('workspace_group_members')
+            .values({ group_id: id, task_id: stewardTaskId, role: 'steward', joined_at: now })
+            .execute();
+          return (await loadGroup(trx, id))!;
+        }),
+      );
     },
 
     getEnvironment: async (id) => loadEnvironment(db, requireId('id', id)),
@@ -958,7 +1044,8 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
 
     async admitTaskCleanup(taskId, kind = 'archive') {
       requireId('taskId', taskId);
-      if (kind !== 'archive' && kind !== 'delete') throw new InvalidArgumentError('kind', "must be 'archive' or 'delete'");
+      if (kind !== 'archive' && kind !== 'delete')
+        throw new InvalidArgumentError('kind', "must be 'archive' or 'delete'");
       return dialect.writeTransaction(async (trx) => {
         const now = ctx.clock.now();
         await lockBarriers(ctx, trx, [taskId]);
@@ -970,7 +1057,11 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
           .returning(['kind', 'admitted_at'])
           .executeTakeFirst();
         if (!inserted) {
-          const admission = await trx.selectFrom('task_cleanup_admissions').selectAll().where('task_id', '=', taskId).executeTakeFirstOrThrow();
+          const admission = await trx
+            .selectFrom('task_cleanup_admissions')
+            .selectAll()
+            .where('task_id', '=', taskId)
+            .executeTakeFirstOrThrow();
           return {
             taskId,
             kind: admission.kind,
@@ -1016,7 +1107,8 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
     async listPendingCleanups(input) {
       const options = optionalInput('options', input);
       const taskId = optionalIdFilter('taskId', options.taskId);
-      const limit = options.limit === undefined ? undefined : requireLimit('limit', options.limit, MAX_PENDING_CLEANUPS_LIMIT);
+      const limit =
+        options.limit === undefined ? undefined : requireLimit('limit', options.limit, MAX_PENDING_CLEANUPS_LIMIT);
       const now = ctx.clock.now();
       let query = db
         .selectFrom('cleanup_snapshots')
@@ -1044,7 +1136,8 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
         if (!snapshot) throw new NotFoundError('cleanup snapshot', snapshotId);
         await dialect.lockKey(trx, resourceKey(snapshot.resourceKind, snapshot.resourceId));
         const state = await readResource(trx, snapshot.resourceKind, snapshot.resourceId);
-        if (snapshot.state === 'completed') return { ok: false, error: new CleanupAlreadyCompletedError(snapshot.id, snapshot.claimedBy) };
+        if (snapshot.state === 'completed')
+          return { ok: false, error: new CleanupAlreadyCompletedError(snapshot.id, snapshot.claimedBy) };
         if (snapshot.state === 'stale') return { ok: false, error: staleError(snapshot, state) };
         if (movedSince(snapshot, state)) return { ok: false, error: await markStale(trx, snapshot, state, now) };
         const expiresAt = now + ttlMs;
@@ -1061,10 +1154,20 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
           returning id`.execute(trx);
         if (rows.length === 0) {
           const claim = activeClaim(state!, now);
-          if (claim) return { ok: false, error: new CleanupInProgressError(snapshot.resourceKind, snapshot.resourceId, claim.claimant, claim.expiresAt) };
+          if (claim)
+            return {
+              ok: false,
+              error: new CleanupInProgressError(
+                snapshot.resourceKind,
+                snapshot.resourceId,
+                claim.claimant,
+                claim.expiresAt,
+              ),
+            };
           throw new CleanupClaimLostError(snapshot.id, claimant, state!.claimedBy);
         }
-        const reclaim = snapshot.state === 'claimed' && snapshot.claimedBy === claimant && (snapshot.claimExpiresAt ?? 0) > now;
+        const reclaim =
+          snapshot.state === 'claimed' && snapshot.claimedBy === claimant && (snapshot.claimExpiresAt ?? 0) > now;
         await trx
           .updateTable('cleanup_snapshots')
           .set((eb) => ({
@@ -1079,8 +1182,19 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
         const attempts = reclaim ? snapshot.attempts : snapshot.attempts + 1;
         const target: CleanupTarget =
           snapshot.resourceKind === 'environment'
-            ? { kind: 'environment', id: snapshot.resourceId, ownerTaskId: snapshot.ownerTaskId, generation: snapshot.generation, rootPath: state!.rootPath! }
-            : { kind: 'group', id: snapshot.resourceId, ownerTaskId: snapshot.ownerTaskId, generation: snapshot.generation };
+            ? {
+                kind: 'environment',
+                id: snapshot.resourceId,
+                ownerTaskId: snapshot.ownerTaskId,
+                generation: snapshot.generation,
+                rootPath: state!.rootPath!,
+              }
+            : {
+                kind: 'group',
+                id: snapshot.resourceId,
+                ownerTaskId: snapshot.ownerTaskId,
+                generation: snapshot.generation,
+              };
         return { ok: true, value: { snapshotId: snapshot.id, claimant, expiresAt, attempt: attempts, target } };
       });
       if (!outcome.ok) throw outcome.error;
@@ -1103,7 +1217,11 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
                and cleanup_claimed_by = ${claim.claimant}
             returning id`.execute(trx);
           if (rows.length === 0) return null;
-          await trx.updateTable('cleanup_snapshots').set({ claim_expires_at: expiresAt, updated_at: now }).where('id', '=', snapshot.id).execute();
+          await trx
+            .updateTable('cleanup_snapshots')
+            .set({ claim_expires_at: expiresAt, updated_at: now })
+            .where('id', '=', snapshot.id)
+            .execute();
           return { ...claim, expiresAt };
         },
       );
@@ -1115,7 +1233,11 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
         (snapshot) => (snapshot.claimedBy === claim.claimant ? { ok: true, value: snapshot } : null),
         async (trx, snapshot, now) => {
           if (!(await endResourceClaim(trx, snapshot, claim.claimant, now, true))) return null;
-          return settleSnapshot(trx, snapshot, claim.claimant, now, { state: 'completed', last_error: null, keepClaimant: true });
+          return settleSnapshot(trx, snapshot, claim.claimant, now, {
+            state: 'completed',
+            last_error: null,
+            keepClaimant: true,
+          });
         },
       );
     },
@@ -1151,7 +1273,11 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       return dialect.writeTransaction<DetachResult>(async (trx) => {
         const now = ctx.clock.now();
         await lockBarriers(ctx, trx, [taskId, expectedParentId]);
-        const task = await trx.selectFrom('tasks').select(['id', 'parent_id']).where('id', '=', taskId).executeTakeFirst();
+        const task = await trx
+          .selectFrom('tasks')
+          .select(['id', 'parent_id'])
+          .where('id', '=', taskId)
+          .executeTakeFirst();
         if (!task) throw new NotFoundError('task', taskId);
         if (task.parent_id === null) return { outcome: 'already_root', taskId };
         if (task.parent_id !== expectedParentId) throw new ParentChangedError(taskId, expectedParentId, task.parent_id);
@@ -1179,9 +1305,19 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
             if (steward.owner === seen!.owner) break;
           }
           const stewardAdmitted = await findAdmission(trx, [steward.owner]);
-          if (stewardAdmitted) throw new CleanupBarrierError('detach', taskId, stewardAdmitted.task_id, stewardAdmitted.kind);
-          const generation = await casTransfer(trx, 'group', membership.id, steward.owner, steward.generation, taskId, now);
-          if (generation === null) await explainTransferMiss(trx, 'group', membership.id, steward.owner, steward.generation, now);
+          if (stewardAdmitted)
+            throw new CleanupBarrierError('detach', taskId, stewardAdmitted.task_id, stewardAdmitted.kind);
+          const generation = await casTransfer(
+            trx,
+            'group',
+            membership.id,
+            steward.owner,
+            steward.generation,
+            taskId,
+            now,
+          );
+          if (generation === null)
+            await explainTransferMiss(trx, 'group', membership.id, steward.owner, steward.generation, now);
           await moveStewardRole(trx, membership.id, steward.owner, taskId, now);
           group = { id: membership.id, formerStewardTaskId: steward.owner, generation: generation! };
 
@@ -1197,7 +1333,8 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
             await dialect.lockKey(trx, resourceKey('environment', id));
             const env = (await readResource(trx, 'environment', id))!;
             const envGeneration = await casTransfer(trx, 'environment', id, steward.owner, env.generation, taskId, now);
-            if (envGeneration === null) await explainTransferMiss(trx, 'environment', id, steward.owner, env.generation, now);
+            if (envGeneration === null)
+              await explainTransferMiss(trx, 'environment', id, steward.owner, env.generation, now);
             environments.push({ id, generation: envGeneration! });
           }
         }

@@ -285,19 +285,33 @@ interface ConflictParams {
 }
 
 function conflictParams(workspaceId: string, holder: string, keys: readonly string[], now: number): ConflictParams {
-  return { workspaceId, holder, now, ancestors: [...new Set(keys.flatMap(storedPathAncestorKeys))], ...descendantRanges(keys) };
+  return {
+    workspaceId,
+    holder,
+    now,
+    ancestors: [...new Set(keys.flatMap(storedPathAncestorKeys))],
+    ...descendantRanges(keys),
+  };
 }
 
 function conflictSql(db: Kysely<Database> | undefined, p: ConflictParams) {
   const live = sql`workspace_id = ${p.workspaceId} and holder <> ${p.holder} and expires_at > ${p.now}`;
   const branches: RawBuilder<unknown>[] = [];
   if (p.ancestors.length > 0) {
-    branches.push(sql`select lease_key, holder, expires_at from ${tableIn(db, 'path_leases')} where ${live} and lease_key in (${sql.join(p.ancestors)})`);
+    branches.push(
+      sql`select lease_key, holder, expires_at from ${tableIn(db, 'path_leases')} where ${live} and lease_key in (${sql.join(p.ancestors)})`,
+    );
   }
   p.froms.forEach((from, i) => {
-    branches.push(sql`select lease_key, holder, expires_at from ${tableIn(db, 'path_leases')} where ${live} and lease_key >= ${from} and lease_key < ${p.tos[i]}`);
+    branches.push(
+      sql`select lease_key, holder, expires_at from ${tableIn(db, 'path_leases')} where ${live} and lease_key >= ${from} and lease_key < ${p.tos[i]}`,
+    );
   });
-  return sql<{ lease_key: string; holder: string; expires_at: number }>`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`;
+  return sql<{
+    lease_key: string;
+    holder: string;
+    expires_at: number;
+  }>`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`;
 }
 
 /** The conflict check, prepared per (number of ancestors, number of keys). */
@@ -314,17 +328,29 @@ const FIND_CONFLICTS = prepared((db, p: ConflictParams, shape: string) => {
 });
 
 /** Expired leases of any holder on exactly these keys: garbage once a new holder takes them. */
-const PRUNE_EXPIRED = prepared((db, p: { workspaceId: string; stored: readonly string[]; holder: string; now: number }, n: number) =>
-  db
-    .deleteFrom('path_leases')
-    .where('workspace_id', '=', p.workspaceId)
-    .where('lease_key', 'in', elements(p.stored, n))
-    .where('holder', '<>', p.holder)
-    .where('expires_at', '<=', p.now),
+const PRUNE_EXPIRED = prepared(
+  (db, p: { workspaceId: string; stored: readonly string[]; holder: string; now: number }, n: number) =>
+    db
+      .deleteFrom('path_leases')
+      .where('workspace_id', '=', p.workspaceId)
+      .where('lease_key', 'in', elements(p.stored, n))
+      .where('holder', '<>', p.holder)
+      .where('expires_at', '<=', p.now),
 );
 
 const INSERT_LEASES = prepared(
-  (db, p: { workspaceId: string; stored: readonly string[]; holder: string; taskId: string | null; now: number; expiresAt: number }, n: number) =>
+  (
+    db,
+    p: {
+      workspaceId: string;
+      stored: readonly string[];
+      holder: string;
+      taskId: string | null;
+      now: number;
+      expiresAt: number;
+    },
+    n: number,
+  ) =>
     db
       .insertInto('path_leases')
       .values(
@@ -348,14 +374,27 @@ const INSERT_LEASES = prepared(
 );
 
 /** A holder's leases in a workspace, all of them (shape -1) or those on or below n keys. */
-const RELEASE = prepared((db, p: { workspaceId: string; holder: string; froms: readonly string[]; tos: readonly string[] }, n: number) => {
-  const query = db.deleteFrom('path_leases').where('workspace_id', '=', p.workspaceId).where('holder', '=', p.holder);
-  return (n < 0 ? query : query.where(onOrBelow(elements(p.froms, n), elements(p.tos, n)))).returning('lease_key');
-});
+const RELEASE = prepared(
+  (db, p: { workspaceId: string; holder: string; froms: readonly string[]; tos: readonly string[] }, n: number) => {
+    const query = db.deleteFrom('path_leases').where('workspace_id', '=', p.workspaceId).where('holder', '=', p.holder);
+    return (n < 0 ? query : query.where(onOrBelow(elements(p.froms, n), elements(p.tos, n)))).returning('lease_key');
+  },
+);
 
 /** Extends a holder's live leases on or below n keys. */
 const RENEW = prepared(
-  (db, p: { workspaceId: string; holder: string; now: number; expiresAt: number; froms: readonly string[]; tos: readonly string[] }, n: number) =>
+  (
+    db,
+    p: {
+      workspaceId: string;
+      holder: string;
+      now: number;
+      expiresAt: number;
+      froms: readonly string[];
+      tos: readonly string[];
+    },
+    n: number,
+  ) =>
     db
       .updateTable('path_leases')
       .set({ expires_at: p.expiresAt })
@@ -379,7 +418,13 @@ const RENEW = prepared(
  * const { rows } = await buildPathConflictQuery(workspaceId, 'agent-1', ['src'], Date.now(), store.db).execute(store.db);
  * // (pass the Kysely it runs on, so a PostgreSQL `schema` qualifies the table)
  */
-export function buildPathConflictQuery(workspaceId: string, holder: string, keys: readonly string[], now: number, db?: Kysely<Database>) {
+export function buildPathConflictQuery(
+  workspaceId: string,
+  holder: string,
+  keys: readonly string[],
+  now: number,
+  db?: Kysely<Database>,
+) {
   return conflictSql(db, conflictParams(workspaceId, holder, keys, now));
 }
 
@@ -408,7 +453,11 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     const seen = new Set<string>();
     const conflicts: PathLeaseConflict[] = [];
     // One statement for an ordinary set; a large one is checked chunk by chunk, stopping at the report limit.
-    for (let i = 0; i < Math.max(ancestorChunks.length, keyChunks.length) && conflicts.length < PATH_CONFLICT_REPORT_LIMIT; i++) {
+    for (
+      let i = 0;
+      i < Math.max(ancestorChunks.length, keyChunks.length) && conflicts.length < PATH_CONFLICT_REPORT_LIMIT;
+      i++
+    ) {
       const ancestors = ancestorChunks[i] ?? [];
       const chunkKeys = keyChunks[i] ?? [];
       if (ancestors.length === 0 && chunkKeys.length === 0) continue;
@@ -418,7 +467,11 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
         const id = `${row.lease_key}\u0000${row.holder}`;
         if (seen.has(id) || conflicts.length >= PATH_CONFLICT_REPORT_LIMIT) continue;
         seen.add(id);
-        conflicts.push({ key: decodePathLeaseKey(row.lease_key), holder: row.holder, expiresAt: Number(row.expires_at) });
+        conflicts.push({
+          key: decodePathLeaseKey(row.lease_key),
+          holder: row.holder,
+          expiresAt: Number(row.expires_at),
+        });
       }
     }
     return conflicts;
@@ -445,7 +498,13 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       // Expired leases of any holder on exactly these keys are garbage from now on.
       await PRUNE_EXPIRED.run(trx, { workspaceId, stored, holder, now }, stored.length);
       try {
-        rows.push(...(await INSERT_LEASES.execute(trx, { workspaceId, stored, holder, taskId, now, expiresAt: now + ttlMs }, stored.length)));
+        rows.push(
+          ...(await INSERT_LEASES.execute(
+            trx,
+            { workspaceId, stored, holder, taskId, now, expiresAt: now + ttlMs },
+            stored.length,
+          )),
+        );
       } catch (error) {
         if (dialect.classifyError(error) === 'foreign_key_violation') throw new NotFoundError('workspace', workspaceId);
         throw error;
@@ -484,10 +543,12 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       for (;;) {
         // Subscribe before trying: a release committed between the try and the wait still wakes us.
         const wake = dialect.wakeups.subscribe(pathsTopic(workspaceId), maxPollMs);
-        const result = await dialect.writeTransaction((trx) => acquireKeys(trx, workspaceId, holder, keys, ttlMs, taskId)).catch((error: unknown) => {
-          wake.cancel();
-          throw error;
-        });
+        const result = await dialect
+          .writeTransaction((trx) => acquireKeys(trx, workspaceId, holder, keys, ttlMs, taskId))
+          .catch((error: unknown) => {
+            wake.cancel();
+            throw error;
+          });
         if (result.acquired) {
           wake.cancel();
           return result.leases;
@@ -515,7 +576,9 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
         if (keys === null) return RELEASE.execute(trx, { workspaceId, holder, froms: [], tos: [] }, -1);
         const released: { lease_key: string }[] = [];
         for (const chunk of chunked(keys, RANGE_CHUNK)) {
-          released.push(...(await RELEASE.execute(trx, { workspaceId, holder, ...descendantRanges(chunk) }, chunk.length)));
+          released.push(
+            ...(await RELEASE.execute(trx, { workspaceId, holder, ...descendantRanges(chunk) }, chunk.length)),
+          );
         }
         return released;
       });
@@ -528,7 +591,10 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       const holder = requireId('holder', input.holder);
       const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
       if (input.paths === undefined || input.paths === null) {
-        throw new InvalidArgumentError('paths', 'is required: pass the paths the holder expects to hold, so that renewal can report the ones it lost');
+        throw new InvalidArgumentError(
+          'paths',
+          'is required: pass the paths the holder expects to hold, so that renewal can report the ones it lost',
+        );
       }
       const keys = leaseKeys(requirePathList('paths', input.paths));
       if (keys.length === 0) return { renewed: [], lost: [] };
@@ -569,7 +635,10 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
         .where('expires_at', '>', ctx.clock.now());
       if (holder !== undefined) query = query.where('holder', '=', holder);
       const rows = await query.orderBy('lease_key').orderBy('holder').execute();
-      if (rows.length === 0 && !(await dialect.db.selectFrom('workspaces').select('id').where('id', '=', workspaceId).executeTakeFirst())) {
+      if (
+        rows.length === 0 &&
+        !(await dialect.db.selectFrom('workspaces').select('id').where('id', '=', workspaceId).executeTakeFirst())
+      ) {
         throw new NotFoundError('workspace', workspaceId);
       }
       return rows.map(toPathLease);
@@ -578,7 +647,11 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     async pruneExpiredPaths(workspaceId) {
       requireId('workspaceId', workspaceId);
       const result = await dialect.writeTransaction((trx) =>
-        trx.deleteFrom('path_leases').where('workspace_id', '=', workspaceId).where('expires_at', '<=', ctx.clock.now()).executeTakeFirst(),
+        trx
+          .deleteFrom('path_leases')
+          .where('workspace_id', '=', workspaceId)
+          .where('expires_at', '<=', ctx.clock.now())
+          .executeTakeFirst(),
       );
       return Number(result.numDeletedRows);
     },
@@ -588,20 +661,33 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       requireId('holder', holder);
       const ttlMs = requirePositiveMs('ttlMs', optionalInput('options', options).ttlMs ?? DEFAULT_PATH_LEASE_TTL_MS);
       return dialect.writeTransaction(async (trx): Promise<PathClaimResult> => {
-        const task = await trx.selectFrom('tasks').select(['workspace_id', 'writes', 'status']).where('id', '=', taskId).executeTakeFirst();
+        const task = await trx
+          .selectFrom('tasks')
+          .select(['workspace_id', 'writes', 'status'])
+          .where('id', '=', taskId)
+          .executeTakeFirst();
         if (!task) throw new NotFoundError('task', taskId);
         if (FINISHED.includes(task.status)) {
           throw new PathClaimRefusedError(taskId, holder, 'task_finished', `it is already ${task.status}`);
         }
         if (task.workspace_id === null) {
-          throw new PathClaimRefusedError(taskId, holder, 'task_has_no_workspace', 'it has no workspace to lease paths in');
+          throw new PathClaimRefusedError(
+            taskId,
+            holder,
+            'task_has_no_workspace',
+            'it has no workspace to lease paths in',
+          );
         }
         const writes = task.writes === null ? null : (JSON.parse(task.writes) as string[]);
         const mode: TaskWriteMode = writes === null ? 'whole-workspace' : writes.length === 0 ? 'dynamic' : 'paths';
         const keys = writes === null ? [WHOLE_WORKSPACE_KEY] : leaseKeys(writes);
         const result = await acquireKeys(trx, task.workspace_id, holder, keys, ttlMs, taskId);
         if (!result.acquired) return { claimed: false, mode, conflicts: result.conflicts };
-        await trx.updateTable('tasks').set({ status: 'in_progress', updated_at: ctx.clock.now() }).where('id', '=', taskId).execute();
+        await trx
+          .updateTable('tasks')
+          .set({ status: 'in_progress', updated_at: ctx.clock.now() })
+          .where('id', '=', taskId)
+          .execute();
         return { claimed: true, mode, leases: result.leases };
       });
     },
@@ -610,9 +696,14 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       requireId('taskId', taskId);
       requireId('holder', holder);
       const status = requireInput('result', result).status;
-      if (status !== 'done' && status !== 'failed') throw new InvalidArgumentError('result.status', "must be 'done' or 'failed'");
+      if (status !== 'done' && status !== 'failed')
+        throw new InvalidArgumentError('result.status', "must be 'done' or 'failed'");
       return dialect.writeTransaction(async (trx) => {
-        const task = await trx.selectFrom('tasks').select(['workspace_id', 'status']).where('id', '=', taskId).executeTakeFirst();
+        const task = await trx
+          .selectFrom('tasks')
+          .select(['workspace_id', 'status'])
+          .where('id', '=', taskId)
+          .executeTakeFirst();
         if (!task) throw new NotFoundError('task', taskId);
         if (FINISHED.includes(task.status)) {
           throw new PathClaimRefusedError(taskId, holder, 'task_finished', `it is already ${task.status}`);
@@ -634,8 +725,13 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
             `holder ${JSON.stringify(other.holder)} holds its lease on ${showKey(decodePathLeaseKey(other.lease_key))}`,
           );
         }
-        const released = await trx.deleteFrom('path_leases').where('task_id', '=', taskId).returning('lease_key').execute();
-        if (released.length > 0 && task.workspace_id !== null) await dialect.wakeups.notify(trx, pathsTopic(task.workspace_id));
+        const released = await trx
+          .deleteFrom('path_leases')
+          .where('task_id', '=', taskId)
+          .returning('lease_key')
+          .execute();
+        if (released.length > 0 && task.workspace_id !== null)
+          await dialect.wakeups.notify(trx, pathsTopic(task.workspace_id));
         await trx.updateTable('tasks').set({ status, updated_at: now }).where('id', '=', taskId).execute();
         return { status, released: released.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
       });

@@ -64,7 +64,9 @@ type Build<P, R, S> = (db: Kysely<Database>, p: P, shape: S) => Compilable<R> | 
  * const selectTask = prepared((db, p: { id: string }) => db.selectFrom('tasks').selectAll().where('id', '=', p.id));
  * const task = await selectTask.first(trx, { id });
  */
-export function prepared<P extends object, R, S extends string | number | void = void>(build: Build<P, R, S>): PreparedQuery<P, R, S> {
+export function prepared<P extends object, R, S extends string | number | void = void>(
+  build: Build<P, R, S>,
+): PreparedQuery<P, R, S> {
   // Keyed by the Kysely instance's adapter (transactions share their Kysely's adapter), then by
   // its PostgreSQL schema: a host's Kysely joined with store.withTransaction may serve several.
   const cache = new WeakMap<object, Map<string | undefined, Map<S, Compiled>>>();
@@ -89,7 +91,9 @@ export function prepared<P extends object, R, S extends string | number | void =
 
   const run = (db: Kysely<Database>, params: P, shape: S): QueryResult<R> | Promise<QueryResult<R>> => {
     const { query, slots } = compile(db, shape);
-    const parameters = slots.map((slot) => (slot instanceof Placeholder ? bind(params as Record<string, unknown>, slot) : slot));
+    const parameters = slots.map((slot) =>
+      slot instanceof Placeholder ? bind(params as Record<string, unknown>, slot) : slot,
+    );
     const compiled = { ...query, parameters };
     const direct = connectionOf(db);
     return direct ? direct.executeSync<R>(compiled) : db.executeQuery<R>(compiled);
@@ -112,7 +116,8 @@ function bind(params: Record<string, unknown>, { name, element }: Placeholder): 
   if (!(name in params)) throw new TypeError(`Prepared query parameter "${name}" was not given.`);
   const value = params[name];
   if (!element) {
-    if (Array.isArray(value)) throw new TypeError(`Prepared query parameter "${name}" is a list; pass it through elements().`);
+    if (Array.isArray(value))
+      throw new TypeError(`Prepared query parameter "${name}" is a list; pass it through elements().`);
     return value;
   }
   if (!Array.isArray(value) || value.length !== element.length) {

@@ -168,13 +168,19 @@ export function toCoordinatorRun(row: CoordinatorRunRow): CoordinatorRun {
 export function checkTargetKey(targetKey: unknown): string | null {
   if (targetKey === null) return null;
   if (typeof targetKey !== 'string' || targetKey.trim() === '') {
-    throw new InvalidArgumentError('targetKey', 'must be null (the shared null target) or a non-empty key such as worktree:<id>');
+    throw new InvalidArgumentError(
+      'targetKey',
+      'must be null (the shared null target) or a non-empty key such as worktree:<id>',
+    );
   }
   return requireId('targetKey', targetKey);
 }
 
 /** @internal The running run of a target (at most one: the unique index), read in `db` (a transaction or the store). */
-export async function findRunningRun(db: Transaction<Database> | StoreContext['dialect']['db'], targetKey: string | null) {
+export async function findRunningRun(
+  db: Transaction<Database> | StoreContext['dialect']['db'],
+  targetKey: string | null,
+) {
   return db
     .selectFrom('coordinator_runs')
     .selectAll()
@@ -188,15 +194,27 @@ export async function findRunningRun(db: Transaction<Database> | StoreContext['d
  * running run. Each UPDATE is one statement, so under READ COMMITTED it sees every run that
  * committed before it; a run that is running can only lose tasks after it stops.
  */
-export async function adoptUnownedTasksIn(trx: Transaction<Database>, runId: string, targetKey: string | null, now: number): Promise<number> {
-  const adopted = await ADOPT_TASKS.run(trx, { runId, targetKey: targetKey ?? '', now }, targetKey === null ? 'null' : 'key');
+export async function adoptUnownedTasksIn(
+  trx: Transaction<Database>,
+  runId: string,
+  targetKey: string | null,
+  now: number,
+): Promise<number> {
+  const adopted = await ADOPT_TASKS.run(
+    trx,
+    { runId, targetKey: targetKey ?? '', now },
+    targetKey === null ? 'null' : 'key',
+  );
   // The run's tasks' dispatches and gates follow them (unless a live run holds them).
   await ADOPT_DISPATCHES.run(trx, { runId });
   await ADOPT_GATES.run(trx, { runId });
   return Number(adopted.numAffectedRows ?? 0n);
 }
 
-type RunOwnedColumn = 'tasks.coordinator_run_id' | 'dispatch_contexts.coordinator_run_id' | 'decision_gates.coordinator_run_id';
+type RunOwnedColumn =
+  | 'tasks.coordinator_run_id'
+  | 'dispatch_contexts.coordinator_run_id'
+  | 'decision_gates.coordinator_run_id';
 
 const notOwnedByRunningRun = (db: Kysely<Database>, column: RunOwnedColumn) =>
   sql<boolean>`(${sql.ref(column)} is null or not exists (
@@ -222,13 +240,23 @@ const adoptFollowers = (table: 'dispatch_contexts' | 'decision_gates') =>
 const ADOPT_DISPATCHES = adoptFollowers('dispatch_contexts');
 const ADOPT_GATES = adoptFollowers('decision_gates');
 
-const INSERT_RUN = prepared((db, p: { id: string; handle: string; spec: string | null; now: number; targetKey: string | null }) =>
-  db
-    .insertInto('coordinator_runs')
-    .values({ id: p.id, coordinator_handle: p.handle, status: 'running', spec: p.spec, started_at: p.now, ended_at: null, target_key: p.targetKey, heartbeat_at: p.now }),
+const INSERT_RUN = prepared(
+  (db, p: { id: string; handle: string; spec: string | null; now: number; targetKey: string | null }) =>
+    db.insertInto('coordinator_runs').values({
+      id: p.id,
+      coordinator_handle: p.handle,
+      status: 'running',
+      spec: p.spec,
+      started_at: p.now,
+      ended_at: null,
+      target_key: p.targetKey,
+      heartbeat_at: p.now,
+    }),
 );
 
-const SELECT_RUN = prepared((db, p: { id: string }) => db.selectFrom('coordinator_runs').selectAll().where('id', '=', p.id));
+const SELECT_RUN = prepared((db, p: { id: string }) =>
+  db.selectFrom('coordinator_runs').selectAll().where('id', '=', p.id),
+);
 
 /** @internal Reads the run in `trx` and fails unless it is running (the fence for run-scoped writes). */
 export async function requireRunningRunIn(trx: Transaction<Database>, runId: string): Promise<CoordinatorRunRow> {
@@ -265,7 +293,8 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
       optionalId('coordinatorHandle', input.coordinatorHandle);
       optionalString('spec', input.spec);
       const targetKey = checkTargetKey(input.targetKey);
-      const chosenHandle = input.coordinatorHandle === undefined ? null : requireText('coordinatorHandle', input.coordinatorHandle);
+      const chosenHandle =
+        input.coordinatorHandle === undefined ? null : requireText('coordinatorHandle', input.coordinatorHandle);
       const spec = input.spec ?? null;
       const chosenId = input.id === undefined ? null : requireText('id', input.id);
       /** The caller's own run, when a run with the chosen id exists: the same start → that run; another → AlreadyExistsError. */
@@ -318,7 +347,11 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
           const running = await findRunningRun(db, targetKey);
           if (running) throw new CoordinatorRunConflictError(targetKey, running.id, running.coordinator_handle);
           if (chosenHandle !== null) {
-            const owner = await db.selectFrom('coordinator_runs').select('id').where('coordinator_handle', '=', chosenHandle).executeTakeFirst();
+            const owner = await db
+              .selectFrom('coordinator_runs')
+              .select('id')
+              .where('coordinator_handle', '=', chosenHandle)
+              .executeTakeFirst();
             if (owner) throw new CoordinatorHandleTakenError(chosenHandle, owner.id);
           }
           // The winner stopped before we looked (or a random handle collided): try again.
@@ -334,7 +367,10 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
         await dialect.lockKey(trx, runTargetLockKey(target));
         const run = await requireRunningRunIn(trx, runId);
         if ((run.target_key ?? null) !== target) {
-          throw new InvalidArgumentError('targetKey', `run ${runId} runs on ${JSON.stringify(run.target_key)}, not ${JSON.stringify(target)}; a run adopts only its own target's tasks`);
+          throw new InvalidArgumentError(
+            'targetKey',
+            `run ${runId} runs on ${JSON.stringify(run.target_key)}, not ${JSON.stringify(target)}; a run adopts only its own target's tasks`,
+          );
         }
         return adoptUnownedTasksIn(trx, runId, target, ctx.clock.now());
       });

@@ -15,7 +15,13 @@ import {
   type WorkspaceSource,
 } from '../domain/lock-mode.js';
 import type { StoreContext } from './context.js';
-import { createLockRepository, StaleTaskLeaseError, type LeaseGrant, type TaskLeaseHolder, type WorkspaceLockHolder } from './locks.js';
+import {
+  createLockRepository,
+  StaleTaskLeaseError,
+  type LeaseGrant,
+  type TaskLeaseHolder,
+  type WorkspaceLockHolder,
+} from './locks.js';
 import { toProject, toWorkspace, type WorkspaceRecord } from './org.js';
 import { toTask } from './tasks.js';
 import { optionalId, requireBoolean, requireId, requireInput, requirePositiveMs } from './validate.js';
@@ -124,10 +130,16 @@ export function createSchedulerRepository(ctx: StoreContext): SchedulerRepositor
   async function resolve(task: LockModeTask, agent: LockModeAgent): Promise<WorkspaceResolution> {
     // The project is the only lookup the decision needs up front; the workspace row is read after.
     const projectRow =
-      task.projectId === null ? undefined : await db.selectFrom('projects').selectAll().where('id', '=', task.projectId).executeTakeFirst();
+      task.projectId === null
+        ? undefined
+        : await db.selectFrom('projects').selectAll().where('id', '=', task.projectId).executeTakeFirst();
     const decision = decideLockMode(task, agent, projectRow ? toProject(projectRow) : null);
     if (decision.lockMode === 'none') return completeResolution(task, agent, decision, null);
-    const workspaceRow = await db.selectFrom('workspaces').selectAll().where('id', '=', decision.workspaceId).executeTakeFirst();
+    const workspaceRow = await db
+      .selectFrom('workspaces')
+      .selectAll()
+      .where('id', '=', decision.workspaceId)
+      .executeTakeFirst();
     return completeResolution(task, agent, decision, workspaceRow ? toWorkspace(workspaceRow) : null);
   }
 
@@ -154,8 +166,10 @@ export function createSchedulerRepository(ctx: StoreContext): SchedulerRepositor
       }
       const ttlMs = input.ttlMs === undefined ? DEFAULT_DISPATCH_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
       // Refusals come before the first write: a missing agent or task must not bump the task lease's token.
-      if (!(await db.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst())) throw new NotFoundError('agent', agentId);
-      if (!(await db.selectFrom('tasks').select('id').where('id', '=', taskId).executeTakeFirst())) throw new NotFoundError('task', taskId);
+      if (!(await db.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst()))
+        throw new NotFoundError('agent', agentId);
+      if (!(await db.selectFrom('tasks').select('id').where('id', '=', taskId).executeTakeFirst()))
+        throw new NotFoundError('task', taskId);
 
       const lease = await locks.claimTaskLease(taskId, { holder: runId, ttlMs });
       if (lease.status === 'busy') return { outcome: 'skipped', reason: 'task_leased', heldBy: lease.heldBy };
@@ -172,7 +186,11 @@ export function createSchedulerRepository(ctx: StoreContext): SchedulerRepositor
         // Read after the lease is ours, so the resolution sees the task as the lease holder does.
         const taskRow = await db.selectFrom('tasks').selectAll().where('id', '=', taskId).executeTakeFirst();
         if (!taskRow) throw new NotFoundError('task', taskId);
-        const agentRow = await db.selectFrom('agents').select(['id', 'workspace_id']).where('id', '=', agentId).executeTakeFirst();
+        const agentRow = await db
+          .selectFrom('agents')
+          .select(['id', 'workspace_id'])
+          .where('id', '=', agentId)
+          .executeTakeFirst();
         if (!agentRow) throw new NotFoundError('agent', agentId);
         const task = toTask(taskRow);
         let resolution: WorkspaceResolution;
@@ -181,7 +199,8 @@ export function createSchedulerRepository(ctx: StoreContext): SchedulerRepositor
         } catch (error) {
           if (!(error instanceof WorkspaceConfigurationError)) throw error;
           await releaseLease();
-          if (input.mode === 'task-runner') throw new WorkspaceUnresolvedError(taskId, agentId, task.projectId, runId, error);
+          if (input.mode === 'task-runner')
+            throw new WorkspaceUnresolvedError(taskId, agentId, task.projectId, runId, error);
           return { outcome: 'skipped', reason: 'workspace_unresolved', error };
         }
         if (resolution.lockMode === 'none') {
@@ -190,7 +209,12 @@ export function createSchedulerRepository(ctx: StoreContext): SchedulerRepositor
           const claim = await locks.claimWorkspaceLock(resolution.workspace.id, { holder: runId, runId, ttlMs });
           if (claim.status === 'busy') {
             await releaseLease();
-            return { outcome: 'cancelled', reason: 'workspace_busy', workspace: resolution.workspace, heldBy: claim.heldBy };
+            return {
+              outcome: 'cancelled',
+              reason: 'workspace_busy',
+              workspace: resolution.workspace,
+              heldBy: claim.heldBy,
+            };
           }
           result = {
             outcome: 'dispatched',

@@ -43,7 +43,9 @@ export function guardSchemaVersion(repositories: Repositories, db: Kysely<Databa
 /** The highest applied migration version, 0 when there is no history table (or it cannot be read). */
 export async function readSchemaVersion(db: Kysely<Database>): Promise<number> {
   try {
-    const { rows } = await sql<{ version: number | string | null }>`select max(version) as version from ${tableIn(db, 'taskfence_migrations')}`.execute(db);
+    const { rows } = await sql<{
+      version: number | string | null;
+    }>`select max(version) as version from ${tableIn(db, 'taskfence_migrations')}`.execute(db);
     return Number(rows[0]?.version ?? 0);
   } catch {
     return 0;

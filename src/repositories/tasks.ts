@@ -111,7 +111,10 @@ export function toTask(row: TaskRow): Task {
 function validateWrites(writes: unknown): readonly string[] | null {
   if (writes === undefined || writes === null) return null;
   if (!Array.isArray(writes) || writes.some((w) => typeof w !== 'string')) {
-    throw new InvalidArgumentError('writes', 'must be an array of path strings, [] for dynamic, or null for the whole workspace');
+    throw new InvalidArgumentError(
+      'writes',
+      'must be an array of path strings, [] for dynamic, or null for the whole workspace',
+    );
   }
   return (writes as string[]).map(normalizeWritePath);
 }
@@ -130,7 +133,8 @@ function checkCreateTaskInput(input: CreateTaskInput): void {
   requireBoolean('requiresFilesystem', input.requiresFilesystem);
   optionalId('targetKey', input.targetKey);
   optionalId('parentId', input.parentId);
-  if (input.workspaceMode !== undefined && input.workspaceMode !== null) requireOneOf('workspaceMode', input.workspaceMode, ['isolated', 'shared']);
+  if (input.workspaceMode !== undefined && input.workspaceMode !== null)
+    requireOneOf('workspaceMode', input.workspaceMode, ['isolated', 'shared']);
   if (input.writes !== undefined && input.writes !== null) requirePathList('writes', input.writes);
 }
 
@@ -141,7 +145,8 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
       checkCreateTaskInput(input);
       const requiresFilesystem = requireBoolean('requiresFilesystem', input.requiresFilesystem);
       const status = input.status ?? 'backlog';
-      if (!TASK_STATUSES.includes(status)) throw new InvalidArgumentError('status', `must be one of ${TASK_STATUSES.join(', ')}`);
+      if (!TASK_STATUSES.includes(status))
+        throw new InvalidArgumentError('status', `must be one of ${TASK_STATUSES.join(', ')}`);
       if (input.targetKey === '') throw new InvalidArgumentError('targetKey', 'must be null or a non-empty key');
       const writes = validateWrites(input.writes);
       const id = input.id ?? ctx.newId();
@@ -154,81 +159,96 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
         ['assignee agent', 'agents', input.assigneeAgentId],
         ['workspace', 'workspaces', input.workspaceId],
       ] as const;
-      return createOnce(dialect, references, () => dialect.writeTransaction(async (trx): Promise<Task> => {
-        if (input.id !== undefined) {
-          const existing = await trx.selectFrom('tasks').selectAll().where('id', '=', id).executeTakeFirst();
-          if (existing) {
-            // A retry of this create (e.g. after COMMIT_OUTCOME_UNKNOWN): the same input gets the stored task.
-            requireSameCreate('task', id, {
-              companyId: [companyId, existing.company_id],
-              title: [title, existing.title],
-              description: [input.description ?? null, existing.description],
-              projectId: [input.projectId ?? null, existing.project_id],
-              assigneeAgentId: [input.assigneeAgentId ?? null, existing.assignee_agent_id],
-              workspaceId: [input.workspaceId ?? null, existing.workspace_id],
-              requiresFilesystem: [requiresFilesystem ? 1 : 0, existing.requires_filesystem],
-              targetKey: [input.targetKey ?? null, existing.target_key],
-              parentId: [input.parentId ?? null, existing.parent_id],
-              workspaceMode: [input.workspaceMode ?? null, existing.workspace_mode],
-              writes: [writes === null ? null : JSON.stringify(writes), existing.writes],
-            });
-            return toTask(existing);
-          }
-        }
-        // Run start takes the same key after inserting its run: whichever commits first, the
-        // task ends up in the run (stamped here, or adopted there).
-        await dialect.lockKey(trx, runTargetLockKey(input.targetKey ?? null));
-        const runId = (await findRunningRun(trx, input.targetKey ?? null))?.id ?? null;
-        let groupId: string | null = null;
-        if (input.parentId) {
-          // The parent's cleanup barrier: once its cleanup is admitted its inventory is fixed,
-          // so no child may join it.
-          await lockBarriers(ctx, trx, [input.parentId]);
-          const parent = await trx.selectFrom('tasks').select('id').where('id', '=', input.parentId).executeTakeFirst();
-          if (!parent) throw new NotFoundError('parent task', input.parentId);
-          const admitted = await findAdmission(trx, [input.parentId]);
-          if (admitted) throw new CleanupBarrierError('create', id, admitted.task_id, admitted.kind);
-          if (input.workspaceMode === 'shared') {
-            const membership = await trx
-              .selectFrom('workspace_group_members as m')
-              .innerJoin('workspace_groups as g', 'g.id', 'm.group_id')
-              .select('g.id')
-              .where('m.task_id', '=', input.parentId)
-              .where('g.status', '=', 'active')
-              .executeTakeFirst();
-            if (!membership) {
-              throw new InvalidArgumentError('workspaceMode', `parent task ${input.parentId} has no shared workspace group to join`);
+      return createOnce(dialect, references, () =>
+        dialect.writeTransaction(async (trx): Promise<Task> => {
+          if (input.id !== undefined) {
+            const existing = await trx.selectFrom('tasks').selectAll().where('id', '=', id).executeTakeFirst();
+            if (existing) {
+              // A retry of this create (e.g. after COMMIT_OUTCOME_UNKNOWN): the same input gets the stored task.
+              requireSameCreate('task', id, {
+                companyId: [companyId, existing.company_id],
+                title: [title, existing.title],
+                description: [input.description ?? null, existing.description],
+                projectId: [input.projectId ?? null, existing.project_id],
+                assigneeAgentId: [input.assigneeAgentId ?? null, existing.assignee_agent_id],
+                workspaceId: [input.workspaceId ?? null, existing.workspace_id],
+                requiresFilesystem: [requiresFilesystem ? 1 : 0, existing.requires_filesystem],
+                targetKey: [input.targetKey ?? null, existing.target_key],
+                parentId: [input.parentId ?? null, existing.parent_id],
+                workspaceMode: [input.workspaceMode ?? null, existing.workspace_mode],
+                writes: [writes === null ? null : JSON.stringify(writes), existing.writes],
+              });
+              return toTask(existing);
             }
-            groupId = membership.id;
           }
-        } else if (input.workspaceMode === 'shared') {
-          throw new InvalidArgumentError('workspaceMode', 'a shared task needs a parentId whose workspace group it joins');
-        }
-        const row: TaskRow = {
-          id,
-          company_id: companyId,
-          project_id: input.projectId ?? null,
-          assignee_agent_id: input.assigneeAgentId ?? null,
-          workspace_id: input.workspaceId ?? null,
-          title,
-          description: input.description ?? null,
-          status,
-          created_at: now,
-          updated_at: now,
-          coordinator_run_id: runId,
-          target_key: input.targetKey ?? null,
-          requires_filesystem: requiresFilesystem ? 1 : 0,
-          parent_id: input.parentId ?? null,
-          workspace_mode: input.workspaceMode ?? null,
-          writes: writes === null ? null : JSON.stringify(writes),
-        };
-        await trx.insertInto('tasks').values(row).execute();
-        if (groupId) {
-          await trx.insertInto('workspace_group_members').values({ group_id: groupId, task_id: id, role: 'member', joined_at: now }).execute();
-        }
-        // What the transaction wrote, not a read after it: a connection lost after COMMIT must not turn a created task into a failure.
-        return toTask(row);
-      }));
+          // Run start takes the same key after inserting its run: whichever commits first, the
+          // task ends up in the run (stamped here, or adopted there).
+          await dialect.lockKey(trx, runTargetLockKey(input.targetKey ?? null));
+          const runId = (await findRunningRun(trx, input.targetKey ?? null))?.id ?? null;
+          let groupId: string | null = null;
+          if (input.parentId) {
+            // The parent's cleanup barrier: once its cleanup is admitted its inventory is fixed,
+            // so no child may join it.
+            await lockBarriers(ctx, trx, [input.parentId]);
+            const parent = await trx
+              .selectFrom('tasks')
+              .select('id')
+              .where('id', '=', input.parentId)
+              .executeTakeFirst();
+            if (!parent) throw new NotFoundError('parent task', input.parentId);
+            const admitted = await findAdmission(trx, [input.parentId]);
+            if (admitted) throw new CleanupBarrierError('create', id, admitted.task_id, admitted.kind);
+            if (input.workspaceMode === 'shared') {
+              const membership = await trx
+                .selectFrom('workspace_group_members as m')
+                .innerJoin('workspace_groups as g', 'g.id', 'm.group_id')
+                .select('g.id')
+                .where('m.task_id', '=', input.parentId)
+                .where('g.status', '=', 'active')
+                .executeTakeFirst();
+              if (!membership) {
+                throw new InvalidArgumentError(
+                  'workspaceMode',
+                  `parent task ${input.parentId} has no shared workspace group to join`,
+                );
+              }
+              groupId = membership.id;
+            }
+          } else if (input.workspaceMode === 'shared') {
+            throw new InvalidArgumentError(
+              'workspaceMode',
+              'a shared task needs a parentId whose workspace group it joins',
+            );
+          }
+          const row: TaskRow = {
+            id,
+            company_id: companyId,
+            project_id: input.projectId ?? null,
+            assignee_agent_id: input.assigneeAgentId ?? null,
+            workspace_id: input.workspaceId ?? null,
+            title,
+            description: input.description ?? null,
+            status,
+            created_at: now,
+            updated_at: now,
+            coordinator_run_id: runId,
+            target_key: input.targetKey ?? null,
+            requires_filesystem: requiresFilesystem ? 1 : 0,
+            parent_id: input.parentId ?? null,
+            workspace_mode: input.workspaceMode ?? null,
+            writes: writes === null ? null : JSON.stringify(writes),
+          };
+          await trx.insertInto('tasks').values(row).execute();
+          if (groupId) {
+            await trx
+              .insertInto('workspace_group_members')
+              .values({ group_id: groupId, task_id: id, role: 'member', joined_at: now })
+              .execute();
+          }
+          // What the transaction wrote, not a read after it: a connection lost after COMMIT must not turn a created task into a failure.
+          return toTask(row);
+        }),
+      );
     },
 
     async getTask(id) {

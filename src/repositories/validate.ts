@@ -31,14 +31,17 @@ export const MAX_WRITE_PATHS = 10_000;
 type WellFormed = { isWellFormed(): boolean };
 
 function checkString(field: string, value: string, max: number): void {
-  if (value.length > max) throw new InvalidArgumentError(field, `must be at most ${max} characters long (got ${value.length})`);
+  if (value.length > max)
+    throw new InvalidArgumentError(field, `must be at most ${max} characters long (got ${value.length})`);
   if (value.includes('\u0000')) throw new InvalidArgumentError(field, 'must not contain a NUL character');
-  if (!(value as unknown as WellFormed).isWellFormed()) throw new InvalidArgumentError(field, 'must not contain an unpaired UTF-16 surrogate');
+  if (!(value as unknown as WellFormed).isWellFormed())
+    throw new InvalidArgumentError(field, 'must not contain an unpaired UTF-16 surrogate');
 }
 
 /** A non-empty (not only whitespace) string of at most `max` characters, without NUL or lone surrogates. */
 export function requireText(field: string, value: unknown, max: number = MAX_TEXT_LENGTH): string {
-  if (typeof value !== 'string' || value.trim() === '') throw new InvalidArgumentError(field, 'must be a non-empty string');
+  if (typeof value !== 'string' || value.trim() === '')
+    throw new InvalidArgumentError(field, 'must be a non-empty string');
   checkString(field, value, max);
   return value;
 }
@@ -72,7 +75,8 @@ export function requireString(field: string, value: unknown, max: number = MAX_T
 
 /** The input object of a call (`{ … }`); anything else is refused before a property is read. */
 export function requireInput<T>(field: string, value: T): NonNullable<T> {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new InvalidArgumentError(field, 'must be an object');
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new InvalidArgumentError(field, 'must be an object');
   return value as NonNullable<T>;
 }
 
@@ -85,7 +89,10 @@ export function optionalInput<T extends object>(field: string, value: T | undefi
 /** An integer number of milliseconds from `min` (default 1) to `MAX_DURATION_MS`. */
 export function requirePositiveMs(field: string, value: unknown, min = 1): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > MAX_DURATION_MS) {
-    throw new InvalidArgumentError(field, `must be an integer number of milliseconds from ${min} to ${MAX_DURATION_MS} (10 years)`);
+    throw new InvalidArgumentError(
+      field,
+      `must be an integer number of milliseconds from ${min} to ${MAX_DURATION_MS} (10 years)`,
+    );
   }
   return value;
 }
@@ -122,7 +129,11 @@ export function requireOneOf<T extends string>(field: string, value: unknown, al
 }
 
 /** A status filter: one known status or an array of them (deduplicated). `undefined` → null (no filter). */
-export function optionalStatusFilter<T extends string>(field: string, value: unknown, allowed: readonly T[]): T[] | null {
+export function optionalStatusFilter<T extends string>(
+  field: string,
+  value: unknown,
+  allowed: readonly T[],
+): T[] | null {
   if (value === undefined) return null;
   if (typeof value === 'string') return [requireOneOf(field, value, allowed)];
   if (!Array.isArray(value) || value.length > allowed.length * 4) {
@@ -148,10 +159,18 @@ export function requireJson(field: string, value: unknown): string | null {
   try {
     json = JSON.stringify(value);
   } catch (error) {
-    throw new InvalidArgumentError(field, `must be a JSON-serializable value (${error instanceof Error ? error.message : String(error)})`);
+    throw new InvalidArgumentError(
+      field,
+      `must be a JSON-serializable value (${error instanceof Error ? error.message : String(error)})`,
+    );
   }
-  if (json === undefined) throw new InvalidArgumentError(field, 'must be a JSON-serializable value (got a function, symbol or undefined)');
-  if (json.length > MAX_PAYLOAD_LENGTH) throw new InvalidArgumentError(field, `must be at most ${MAX_PAYLOAD_LENGTH} characters as JSON (got ${json.length})`);
+  if (json === undefined)
+    throw new InvalidArgumentError(field, 'must be a JSON-serializable value (got a function, symbol or undefined)');
+  if (json.length > MAX_PAYLOAD_LENGTH)
+    throw new InvalidArgumentError(
+      field,
+      `must be at most ${MAX_PAYLOAD_LENGTH} characters as JSON (got ${json.length})`,
+    );
   return json;
 }
 
@@ -159,7 +178,10 @@ export function requireJson(field: string, value: unknown): string | null {
 export function requirePathList(field: string, value: unknown): readonly string[] {
   if (!Array.isArray(value)) throw new InvalidArgumentError(field, 'must be an array of path strings');
   if (value.length > MAX_WRITE_PATHS) {
-    throw new InvalidArgumentError(field, `must hold at most ${MAX_WRITE_PATHS} paths (got ${value.length}); split the work into smaller write sets`);
+    throw new InvalidArgumentError(
+      field,
+      `must hold at most ${MAX_WRITE_PATHS} paths (got ${value.length}); split the work into smaller write sets`,
+    );
   }
   return value as readonly string[];
 }

@@ -31,7 +31,17 @@ export type EpochMs = number;
 /** A 0/1 flag. */
 export type Flag = 0 | 1;
 
-export const TASK_STATUSES = ['backlog', 'todo', 'ready', 'dispatched', 'in_progress', 'blocked', 'done', 'failed', 'cancelled'] as const;
+export const TASK_STATUSES = [
+  'backlog',
+  'todo',
+  'ready',
+  'dispatched',
+  'in_progress',
+  'blocked',
+  'done',
+  'failed',
+  'cancelled',
+] as const;
 export type TaskStatus = (typeof TASK_STATUSES)[number];
 /** "In flight" in the seeds' sense. */
 export const IN_FLIGHT_STATUSES = ['dispatched', 'in_progress'] as const satisfies readonly TaskStatus[];

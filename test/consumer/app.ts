@@ -45,7 +45,9 @@ try {
   if ((await store.locks.getWorkspaceLock(ws.id))?.holder !== 'app') throw new Error('the committed claim is missing');
   const one = await sql<{ one: number }>`select 1 as one`.execute(store.db);
   if (Number(one.rows[0]?.one) !== 1) throw new Error('raw sql through the app kysely failed');
-  console.log(`consumer app on ${url.split(':')[0]}: ok, store.transaction commits and rolls back with the host (schema ${(await store.migrationStatus()).currentVersion})`);
+  console.log(
+    `consumer app on ${url.split(':')[0]}: ok, store.transaction commits and rolls back with the host (schema ${(await store.migrationStatus()).currentVersion})`,
+  );
 } finally {
   await store.close();
 }

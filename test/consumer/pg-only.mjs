@@ -24,7 +24,11 @@ try {
   try {
     await store.migrate();
     const company = await store.org.createCompany({ name: 'Acme' });
-    const row = await store.db.selectFrom('companies').select('name').where('id', '=', company.id).executeTakeFirstOrThrow();
+    const row = await store.db
+      .selectFrom('companies')
+      .select('name')
+      .where('id', '=', company.id)
+      .executeTakeFirstOrThrow();
     assert.equal(row.name, 'Acme');
     // store.transaction on PostgreSQL: a thrown callback leaves neither the host write nor the claim.
     const ws = await store.org.createWorkspace({ companyId: company.id, name: 'main' });
@@ -38,8 +42,14 @@ try {
       /host rollback/,
     );
     assert.equal(await store.locks.getWorkspaceLock(ws.id), null);
-    assert.equal((await store.db.selectFrom('companies').select('name').where('id', '=', company.id).executeTakeFirstOrThrow()).name, 'Acme');
-    console.log(`PostgreSQL-only app: ok (schema ${(await store.migrationStatus()).currentVersion}, sqlite: URL -> DRIVER_NOT_INSTALLED)`);
+    assert.equal(
+      (await store.db.selectFrom('companies').select('name').where('id', '=', company.id).executeTakeFirstOrThrow())
+        .name,
+      'Acme',
+    );
+    console.log(
+      `PostgreSQL-only app: ok (schema ${(await store.migrationStatus()).currentVersion}, sqlite: URL -> DRIVER_NOT_INSTALLED)`,
+    );
   } finally {
     await store.close();
   }

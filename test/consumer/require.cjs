@@ -21,7 +21,11 @@ assert.equal(typeof taskfence.LATEST_VERSION, 'number', 'LATEST_VERSION is expor
       const status = await store.migrationStatus();
       assert.equal(status.currentVersion, taskfence.LATEST_VERSION);
       const company = await store.org.createCompany({ name: 'Acme' });
-      const row = await store.db.selectFrom('companies').select('name').where('id', '=', company.id).executeTakeFirstOrThrow();
+      const row = await store.db
+        .selectFrom('companies')
+        .select('name')
+        .where('id', '=', company.id)
+        .executeTakeFirstOrThrow();
       assert.equal(row.name, 'Acme');
       console.log(`require('taskfence') on Node ${process.version}: ok (schema version ${status.currentVersion})`);
     } finally {

@@ -21,7 +21,9 @@ import { fileURLToPath } from 'node:url';
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const nodeMajor = Number(process.versions.node.split('.')[0]);
-const kyselyLines = (process.env.KYSELY_VERSIONS ?? (nodeMajor >= 22 ? '0.28,0.29' : '0.28.0,0.28')).split(',').map((s) => s.trim());
+const kyselyLines = (process.env.KYSELY_VERSIONS ?? (nodeMajor >= 22 ? '0.28,0.29' : '0.28.0,0.28'))
+  .split(',')
+  .map((s) => s.trim());
 const pgUrl = process.env.TEST_PG_URL;
 const keep = process.env.KEEP_CONSUMER_APPS === '1';
 
@@ -29,13 +31,19 @@ const npm = (args, cwd) => run('npm', args, cwd);
 function run(cmd, args, cwd, env = {}) {
   console.log(`  $ ${cmd} ${args.join(' ')}`);
   try {
-    return execFileSync(cmd, args, { cwd, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, ...env }, encoding: 'utf8' });
+    return execFileSync(cmd, args, {
+      cwd,
+      stdio: ['ignore', 'pipe', 'inherit'],
+      env: { ...process.env, ...env },
+      encoding: 'utf8',
+    });
   } catch (error) {
     process.stdout.write(error.stdout ?? '');
     throw new Error(`${cmd} ${args.join(' ')} failed (exit ${error.status ?? error.signal})`);
   }
 }
-const installedVersion = (dir, name) => JSON.parse(readFileSync(join(dir, 'node_modules', name, 'package.json'), 'utf8')).version;
+const installedVersion = (dir, name) =>
+  JSON.parse(readFileSync(join(dir, 'node_modules', name, 'package.json'), 'utf8')).version;
 
 const work = mkdtempSync(join(tmpdir(), 'taskfence-consumer-'));
 console.log(`== consumer test on Node ${process.version}, kysely ${kyselyLines.join(' and ')}, in ${work}`);
@@ -60,7 +68,11 @@ try {
       name: 'consumer-app',
       private: true,
       type: 'module',
-      dependencies: { taskfence: `file:${tarball}`, kysely: line.split('.').length === 3 ? line : `~${line}.0`, 'better-sqlite3': sqliteVersion },
+      dependencies: {
+        taskfence: `file:${tarball}`,
+        kysely: line.split('.').length === 3 ? line : `~${line}.0`,
+        'better-sqlite3': sqliteVersion,
+      },
       // A Node backend has Node's types; taskfence itself needs no other @types package.
       devDependencies: { '@types/node': installedVersion(repo, '@types/node') },
     });
@@ -81,7 +93,9 @@ try {
     copyFileSync(join(repo, 'test/consumer/require.cjs'), join(app, 'require.cjs'));
     npm(['install', '--ignore-scripts', '--no-audit', '--no-fund'], app);
     // The better-sqlite3 binary this repository built for this Node (same version): no compile here.
-    cpSync(join(repo, 'node_modules/better-sqlite3/build'), join(app, 'node_modules/better-sqlite3/build'), { recursive: true });
+    cpSync(join(repo, 'node_modules/better-sqlite3/build'), join(app, 'node_modules/better-sqlite3/build'), {
+      recursive: true,
+    });
     const kysely = installedVersion(app, 'kysely');
     if (!`${kysely}.`.startsWith(`${line}.`)) throw new Error(`installed kysely ${kysely}, wanted ${line}.x`);
     // One kysely copy: taskfence must resolve the app's.
@@ -97,9 +111,15 @@ try {
   console.log('-- PostgreSQL-only app (no better-sqlite3)');
   const pgApp = join(work, 'app-pg-only');
   mkdirSync(pgApp);
-  writeJson(join(pgApp, 'package.json'), { name: 'pg-only-app', private: true, type: 'module', dependencies: { taskfence: `file:${tarball}` } });
+  writeJson(join(pgApp, 'package.json'), {
+    name: 'pg-only-app',
+    private: true,
+    type: 'module',
+    dependencies: { taskfence: `file:${tarball}` },
+  });
   npm(['install', '--ignore-scripts', '--no-audit', '--no-fund'], pgApp);
-  if (existsDir(join(pgApp, 'node_modules/better-sqlite3'))) throw new Error('better-sqlite3 was installed for a PostgreSQL-only app');
+  if (existsDir(join(pgApp, 'node_modules/better-sqlite3')))
+    throw new Error('better-sqlite3 was installed for a PostgreSQL-only app');
   copyFileSync(join(repo, 'test/consumer/pg-only.mjs'), join(pgApp, 'pg-only.mjs'));
   if (!pgUrl) throw new Error('TEST_PG_URL is not set: the PostgreSQL-only app needs a server');
   process.stdout.write(run(process.execPath, ['pg-only.mjs'], pgApp));

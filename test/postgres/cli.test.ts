@@ -32,7 +32,9 @@ describe('CLI faults on PostgreSQL', () => {
     const port = (server.address() as { port: number }).port;
     try {
       const started = Date.now();
-      const results = await Promise.all(['status', 'migrate', 'plan'].map((c) => runCli([c, '--db', `postgres://postgres@127.0.0.1:${port}/silent`])));
+      const results = await Promise.all(
+        ['status', 'migrate', 'plan'].map((c) => runCli([c, '--db', `postgres://postgres@127.0.0.1:${port}/silent`])),
+      );
       const elapsed = Date.now() - started;
       for (const result of results) {
         expect(result.code).toBe(1);
@@ -110,7 +112,9 @@ describe('CLI faults on PostgreSQL', () => {
       const result = await runCli(['migrate', '--db', url, '--ddl-lock-timeout', '500']);
       expect(result.code).toBe(1);
       expectOneLine(result);
-      expect(result.err).toMatch(/Migration 0052 requires_filesystem failed \(up\): its DDL waited longer than ddlLockTimeoutMs \(500 ms, --ddl-lock-timeout\)/);
+      expect(result.err).toMatch(
+        /Migration 0052 requires_filesystem failed \(up\): its DDL waited longer than ddlLockTimeoutMs \(500 ms, --ddl-lock-timeout\)/,
+      );
       expect(await historyVersions(app)).toEqual(VERSIONS.filter((v) => v <= 8));
     } finally {
       clearTimeout(ends);
@@ -128,11 +132,14 @@ describe('CLI faults on PostgreSQL', () => {
     const held = new Promise<void>((resolve) => (release = resolve));
     let locked!: (pid: number) => void;
     const isLocked = new Promise<number>((resolve) => (locked = resolve));
-    const holding = holder.dialect.withMigrationLock(async (trx) => {
-      const { rows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(trx);
-      locked(rows[0]!.pid);
-      await held;
-    }, { waitMs: 10_000 });
+    const holding = holder.dialect.withMigrationLock(
+      async (trx) => {
+        const { rows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(trx);
+        locked(rows[0]!.pid);
+        await held;
+      },
+      { waitMs: 10_000 },
+    );
     const pid = await isLocked;
     try {
       const result = await runCli(['migrate', '--db', url, '--lock-wait', '7000']);
@@ -141,7 +148,11 @@ describe('CLI faults on PostgreSQL', () => {
       expect(result.err).toMatch(/held the migration lock for more than 7000 ms/);
       const waiting = result.out.split('\n').filter((l) => l.startsWith('waiting'));
       expect(waiting.length).toBeGreaterThanOrEqual(2);
-      expect(waiting[0]).toMatch(new RegExp(`^waiting \\d+ s for the migration lock, held by pid ${pid} \\(application "taskfence".*, since \\d{4}-`));
+      expect(waiting[0]).toMatch(
+        new RegExp(
+          `^waiting \\d+ s for the migration lock, held by pid ${pid} \\(application "taskfence".*, since \\d{4}-`,
+        ),
+      );
     } finally {
       release();
       await holding;

@@ -39,7 +39,9 @@ describe('the database clock', () => {
         await new Promise((resolve) => setTimeout(resolve, 15));
         const to = performance.now();
         held.push({ who, from, to });
-        await store.locks.releaseWorkspaceLock(ws.id, { token: claim.token }).catch((e: { code?: string }) => staleReleases.push(`${who}: ${e.code}`));
+        await store.locks
+          .releaseWorkspaceLock(ws.id, { token: claim.token })
+          .catch((e: { code?: string }) => staleReleases.push(`${who}: ${e.code}`));
       }
     };
     await Promise.all([0, 1, 2, 3].flatMap((i) => [worker(behind, `behind-${i}`), worker(ahead, `ahead-${i}`)]));
@@ -48,7 +50,9 @@ describe('the database clock', () => {
     held.sort((a, b) => a.from - b.from);
     for (let i = 1; i < held.length; i++) {
       // Each observed holding interval ends before the next one starts.
-      expect(held[i]!.from, `${held[i - 1]!.who} and ${held[i]!.who} held the lock at once`).toBeGreaterThanOrEqual(held[i - 1]!.to);
+      expect(held[i]!.from, `${held[i - 1]!.who} and ${held[i]!.who} held the lock at once`).toBeGreaterThanOrEqual(
+        held[i - 1]!.to,
+      );
     }
     expect(new Set(held.map((h) => h.who.split('-')[0]))).toEqual(new Set(['behind', 'ahead']));
   });

@@ -15,7 +15,8 @@ describe('bulk transactions (PostgreSQL)', () => {
   });
   afterAll(() => fx.cleanup());
 
-  const jitSetting = async (db: Kysely<any>) => (await sql<{ jit: string }>`select current_setting('jit') as jit`.execute(db)).rows[0]?.jit;
+  const jitSetting = async (db: Kysely<any>) =>
+    (await sql<{ jit: string }>`select current_setting('jit') as jit`.execute(db)).rows[0]?.jit;
 
   it('turn JIT off for their own transaction only', async () => {
     const seed = await fx.freshStore({ to: 5 });
@@ -32,18 +33,19 @@ describe('bulk transactions (PostgreSQL)', () => {
     const store = await fx.open(seed.location.url, { poolSize: 1 });
     await sql`set jit = on`.execute(store.db);
     const seen: string[] = [];
-    const observed = MIGRATIONS.map((m): MigrationDefinition =>
-      m.version !== 52
-        ? m
-        : {
-            ...m,
-            async up(ctx) {
-              // The checksum pass records this statement without running it (no rows come back).
-              const jit = await jitSetting(ctx.db);
-              if (jit !== undefined) seen.push(jit);
-              await m.up(ctx);
+    const observed = MIGRATIONS.map(
+      (m): MigrationDefinition =>
+        m.version !== 52
+          ? m
+          : {
+              ...m,
+              async up(ctx) {
+                // The checksum pass records this statement without running it (no rows come back).
+                const jit = await jitSetting(ctx.db);
+                if (jit !== undefined) seen.push(jit);
+                await m.up(ctx);
+              },
             },
-          },
     );
     await new Migrator(store.dialect, observed).migrate({ to: 52 });
     expect(seen).toEqual(['off']);

@@ -7,7 +7,10 @@ import { pgbouncerInstalled, startPgbouncer } from '../support/pgbouncer.js';
 
 // In CI PgBouncer must be there (.ci/run installs it); elsewhere a missing binary skips this file, saying so.
 const runHere = pgbouncerInstalled() || process.env.CI !== undefined;
-if (!runHere) console.warn('[taskfence tests] pgbouncer is not installed: doctor-pgbouncer.test.ts skipped (apt-get install -y pgbouncer)');
+if (!runHere)
+  console.warn(
+    '[taskfence tests] pgbouncer is not installed: doctor-pgbouncer.test.ts skipped (apt-get install -y pgbouncer)',
+  );
 
 describe.runIf(runHere)('doctor through PgBouncer in transaction mode', () => {
   const fx = postgresFixture();
@@ -33,7 +36,8 @@ describe.runIf(runHere)('doctor through PgBouncer in transaction mode', () => {
       detail: expect.stringMatching(/^a transaction-mode pooler sits in the path/),
     });
     expect(report.checks.filter((c) => c.status === 'fail')).toEqual([]);
-    for (const c of report.checks.filter((c) => c.area === 'guarantee' || c.area === 'drift')) expect(c.status, c.id).toBe('pass');
+    for (const c of report.checks.filter((c) => c.area === 'guarantee' || c.area === 'drift'))
+      expect(c.status, c.id).toBe('pass');
     const lines: string[] = [];
     expect(await runDoctorCommand({ db: url, json: false }, (l) => lines.push(l))).toBe(0);
     expect(lines.join('\n')).toMatch(/^WARN +environment\.pooler +a transaction-mode pooler/m);

@@ -29,6 +29,8 @@ describe('doctor on a PostgreSQL-only install (no better-sqlite3)', () => {
     await sql`drop index path_leases_task_idx`.execute(store.db);
     const drifted = await store.doctor();
     expect(drifted.ok).toBe(false);
-    expect(drifted.checks.find((c) => c.id === 'drift.schema')?.items).toEqual(['missing index path_leases_task_idx on path_leases (task_id)']);
+    expect(drifted.checks.find((c) => c.id === 'drift.schema')?.items).toEqual([
+      'missing index path_leases_task_idx on path_leases (task_id)',
+    ]);
   });
 });

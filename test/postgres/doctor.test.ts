@@ -1,6 +1,14 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { Kysely, PostgresAdapter, PostgresIntrospector, PostgresQueryCompiler, sql, type DatabaseConnection, type Driver } from 'kysely';
+import {
+  Kysely,
+  PostgresAdapter,
+  PostgresIntrospector,
+  PostgresQueryCompiler,
+  sql,
+  type DatabaseConnection,
+  type Driver,
+} from 'kysely';
 import { runDoctor, type Database, type DoctorReport } from '../../src/index.js';
 import { runDoctorCommand } from '../../src/doctor/cli.js';
 import { defineDoctorSuite } from '../suites/doctor.suite.js';
@@ -60,7 +68,9 @@ describe('doctor on PostgreSQL sessions', () => {
     const store = await fx.open(seed.location.url);
     const report = await store.doctor();
     expect(failing(report)).toEqual(['guarantee.read-committed']);
-    expect(find(report, 'guarantee.read-committed')?.detail).toMatch(/default_transaction_isolation is 'repeatable read'/);
+    expect(find(report, 'guarantee.read-committed')?.detail).toMatch(
+      /default_transaction_isolation is 'repeatable read'/,
+    );
     const lines: string[] = [];
     expect(await runDoctorCommand({ db: seed.location.url, json: false }, (l) => lines.push(l))).toBe(1);
     expect(lines.join('\n')).toMatch(/^FAIL +guarantee\.read-committed /m);
@@ -100,7 +110,10 @@ describe('doctor on PostgreSQL sessions', () => {
     const report = await store.doctor({ connectionWaitMs: 300 });
     expect(report.ok).toBe(true);
     for (const id of ['guarantee.advisory-lock', 'guarantee.read-committed']) {
-      expect(find(report, id), id).toMatchObject({ status: 'warn', detail: expect.stringMatching(/^not probed: no second connection/) });
+      expect(find(report, id), id).toMatchObject({
+        status: 'warn',
+        detail: expect.stringMatching(/^not probed: no second connection/),
+      });
     }
     // The abandoned request got its connection later and released it: the store still works.
     await store.org.createCompany({ id: 'c1', name: 'after doctor' });
@@ -110,11 +123,18 @@ describe('doctor on PostgreSQL sessions', () => {
   it('names a changed and a missing foreign key', async () => {
     const store = await fx.freshStore();
     const fk = async (table: string) =>
-      (await sql<{ conname: string }>`select conname from pg_constraint where conrelid = ${table}::regclass and contype = 'f'`.execute(store.db)).rows.map((r) => r.conname);
+      (
+        await sql<{
+          conname: string;
+        }>`select conname from pg_constraint where conrelid = ${table}::regclass and contype = 'f'`.execute(store.db)
+      ).rows.map((r) => r.conname);
     const [leaseFk] = await fk('path_leases');
     await sql`alter table path_leases drop constraint ${sql.id(leaseFk!)}`.execute(store.db);
-    await sql`alter table path_leases add foreign key (workspace_id) references workspaces (id) on delete restrict`.execute(store.db);
-    for (const name of await fk('task_leases')) await sql`alter table task_leases drop constraint ${sql.id(name)}`.execute(store.db);
+    await sql`alter table path_leases add foreign key (workspace_id) references workspaces (id) on delete restrict`.execute(
+      store.db,
+    );
+    for (const name of await fk('task_leases'))
+      await sql`alter table task_leases drop constraint ${sql.id(name)}`.execute(store.db);
     const drift = find(await store.doctor(), 'drift.schema');
     expect(drift?.status).toBe('fail');
     expect(drift?.items).toEqual([
@@ -125,7 +145,9 @@ describe('doctor on PostgreSQL sessions', () => {
 
   it('builds the reference in a rolled-back scratch schema on the live database when asked (PostgreSQL-only installs do by themselves)', async () => {
     const schemas = async (db: Kysely<Database>) =>
-      (await sql<{ n: string }>`select nspname as n from pg_namespace order by nspname`.execute(db)).rows.map((r) => r.n);
+      (await sql<{ n: string }>`select nspname as n from pg_namespace order by nspname`.execute(db)).rows.map(
+        (r) => r.n,
+      );
     const store = await fx.freshStore();
     const before = await schemas(store.db);
     const clean = await store.doctor({ referenceSource: 'database' });
@@ -136,7 +158,10 @@ describe('doctor on PostgreSQL sessions', () => {
     await sql`drop index path_leases_task_idx`.execute(store.db);
     await sql`create table path_leases_copy (x integer)`.execute(store.db);
     const drifted = find(await store.doctor({ referenceSource: 'database' }), 'drift.schema');
-    expect(drifted?.items).toEqual(['missing index path_leases_task_idx on path_leases (task_id)', "extra table path_leases_copy: not taskfence's (ignored)"]);
+    expect(drifted?.items).toEqual([
+      'missing index path_leases_task_idx on path_leases (task_id)',
+      "extra table path_leases_copy: not taskfence's (ignored)",
+    ]);
 
     const older = await fx.freshStore({ to: 53 });
     await sql`alter table task_environments drop column root_path`.execute(older.db);

@@ -2,7 +2,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { CamelCasePlugin, Kysely, PostgresDialect } from 'kysely';
-import { InvalidArgumentError, InvalidDatabaseUrlError, LATEST_VERSION, openStore, parseDatabaseUrl, type Database as Schema, type Store } from '../../src/index.js';
+import {
+  InvalidArgumentError,
+  InvalidDatabaseUrlError,
+  LATEST_VERSION,
+  openStore,
+  parseDatabaseUrl,
+  type Database as Schema,
+  type Store,
+} from '../../src/index.js';
 import { createHostTables, defineEmbedSuite } from '../suites/embed.suite.js';
 import { defineHostMigrationSuite } from '../suites/host-migrations.suite.js';
 import type { HostTables } from '../suites/embed.ops.js';
@@ -47,20 +55,32 @@ describe('PostgreSQL: the host pool and the host transaction', () => {
 
   it("store.withTransaction joins the host's own Kysely transaction; the host's rollback undoes the claim", async () => {
     // The host's Kysely, with a plugin taskfence must not be affected by.
-    const plain = new Kysely<HostTables & Schema>({ dialect: new PostgresDialect({ pool }), plugins: [new CamelCasePlugin()] });
+    const plain = new Kysely<HostTables & Schema>({
+      dialect: new PostgresDialect({ pool }),
+      plugins: [new CamelCasePlugin()],
+    });
     // The host's tables of this test live beside taskfence's (in TEST_PG_SCHEMA when set).
     const schema = store.location.dialect === 'postgres' ? store.location.schema : undefined;
     const hostDb = schema === undefined ? plain : plain.withSchema(schema);
     await expect(
       hostDb.transaction().execute(async (trx) => {
         await trx.insertInto('host_orders').values({ id: 'host-tx', contender: 0 }).execute();
-        const claim = await store.withTransaction(trx).locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'rh', ttlMs: 60_000 });
+        const claim = await store
+          .withTransaction(trx)
+          .locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'rh', ttlMs: 60_000 });
         expect(claim).toEqual({ status: 'claimed', token: 2, expiresAt: expect.any(Number) });
         throw new Error('host rollback');
       }),
     ).rejects.toThrow('host rollback');
     expect(await store.locks.getWorkspaceLock(ws)).toBeNull();
-    expect(await store.db.withTables<HostTables>().selectFrom('host_orders').selectAll().where('id', '=', 'host-tx').execute()).toEqual([]);
+    expect(
+      await store.db
+        .withTables<HostTables>()
+        .selectFrom('host_orders')
+        .selectAll()
+        .where('id', '=', 'host-tx')
+        .execute(),
+    ).toEqual([]);
     await hostDb.transaction().execute(async (trx) => {
       await trx.insertInto('host_orders').values({ id: 'host-tx', contender: 0 }).execute();
       await store.withTransaction(trx).locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'rh', ttlMs: 60_000 });
@@ -69,7 +89,14 @@ describe('PostgreSQL: the host pool and the host transaction', () => {
       expect(typeof read?.createdAt).toBe('number');
     });
     expect(await store.locks.getWorkspaceLock(ws)).toMatchObject({ holder: 'h', token: 2 });
-    expect(await store.db.withTables<HostTables>().selectFrom('host_orders').select('id').where('id', '=', 'host-tx').execute()).toHaveLength(1);
+    expect(
+      await store.db
+        .withTables<HostTables>()
+        .selectFrom('host_orders')
+        .select('id')
+        .where('id', '=', 'host-tx')
+        .execute(),
+    ).toHaveLength(1);
     // Not hostDb.destroy(): that would end the pool, which belongs to the host (ended in afterAll).
   });
 });
@@ -136,7 +163,11 @@ describe('PostgreSQL: schemas', () => {
       await expect(fx.open(`${base}?schema=tf_a`, { schema: 'tf_b' })).rejects.toBeInstanceOf(InvalidArgumentError);
       await Promise.all([a.migrate(), b.migrate()]);
       for (const store of [a, b]) {
-        expect(await store.migrationStatus()).toMatchObject({ currentVersion: LATEST_VERSION, baselineRequired: false, unknown: [] });
+        expect(await store.migrationStatus()).toMatchObject({
+          currentVersion: LATEST_VERSION,
+          baselineRequired: false,
+          unknown: [],
+        });
       }
       expect(await a.describeSchema()).toEqual(await b.describeSchema());
       const { rows } = await admin.query<{ table_schema: string; n: number }>(
@@ -148,7 +179,10 @@ describe('PostgreSQL: schemas', () => {
       for (const store of [a, b]) {
         const co = await store.org.createCompany({ id: 'co', name: 'Acme' });
         await store.org.createWorkspace({ id: 'ws', companyId: co.id, name: 'main' });
-        expect(await store.locks.claimWorkspaceLock('ws', { holder: 'h', runId: 'r', ttlMs: 60_000 })).toMatchObject({ status: 'claimed', token: 1 });
+        expect(await store.locks.claimWorkspaceLock('ws', { holder: 'h', runId: 'r', ttlMs: 60_000 })).toMatchObject({
+          status: 'claimed',
+          token: 1,
+        });
         await store.transaction(async (tx) => tx.lockResources(['box:shared']));
       }
       await a.migrate({ to: 0, allowDataLoss: true });

@@ -72,18 +72,25 @@ describe('a service looping every area while its backends are terminated every 1
     const url = await fx.freshUrl();
     const migrator = await fx.open(url);
     await migrator.migrate();
-    const child = fork(FAULT_LOOP, [], { execArgv: ['--import', TSX], env: { ...process.env, FAULT_URL: url }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const child = fork(FAULT_LOOP, [], {
+      execArgv: ['--import', TSX],
+      env: { ...process.env, FAULT_URL: url },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     const messages: { type: string; report?: any; message?: string }[] = [];
     const next = (type: string) =>
       new Promise<any>((resolve, reject) => {
         const check = () => {
           const found = messages.find((m) => m.type === type || m.type === 'fatal');
-          if (found) return found.type === 'fatal' ? reject(new Error(`fault loop failed: ${found.message}`)) : resolve(found);
+          if (found)
+            return found.type === 'fatal' ? reject(new Error(`fault loop failed: ${found.message}`)) : resolve(found);
           setTimeout(check, 20);
         };
         check();
-        void exited.then((code) => reject(new Error(`the fault loop process exited (code ${code}) before "${type}": it crashed`)));
+        void exited.then((code) =>
+          reject(new Error(`the fault loop process exited (code ${code}) before "${type}": it crashed`)),
+        );
       });
     child.on('message', (m: any) => messages.push(m));
     await next('ready');
@@ -115,17 +122,27 @@ describe('a service looping every area while its backends are terminated every 1
       expect(report.finalRound).toEqual([]);
       expect(report.iterations).toBeGreaterThan(0);
       for (const code of Object.keys(report.failures)) {
-        expect(['DATABASE_UNAVAILABLE', 'COMMIT_OUTCOME_UNKNOWN', 'STALE_WORKSPACE_LOCK', 'GATE_ALREADY_RESOLVED', 'STALE_OWNERSHIP', 'OWNERSHIP_CHANGED', 'COORDINATOR_RUN_NOT_RUNNING']).toContain(code);
+        expect([
+          'DATABASE_UNAVAILABLE',
+          'COMMIT_OUTCOME_UNKNOWN',
+          'STALE_WORKSPACE_LOCK',
+          'GATE_ALREADY_RESOLVED',
+          'STALE_OWNERSHIP',
+          'OWNERSHIP_CHANGED',
+          'COORDINATOR_RUN_NOT_RUNNING',
+        ]).toContain(code);
       }
       // Every create that was retried under its id exists exactly once.
       const tasks = await c.query('select id from tasks where id = any($1)', [report.ids.tasks]);
       expect(tasks.rows.length).toBe(new Set(report.ids.tasks).size);
-      const runs = await c.query("select id, status from coordinator_runs where id = any($1)", [report.ids.runs]);
+      const runs = await c.query('select id, status from coordinator_runs where id = any($1)', [report.ids.runs]);
       expect(runs.rows.length).toBe(new Set(report.ids.runs).size);
       expect(runs.rows.every((r) => r.status === 'completed')).toBe(true);
       const envs = await c.query('select id from task_environments where id = any($1)', [report.ids.environments]);
       expect(envs.rows.length).toBe(new Set(report.ids.environments).size);
-      console.log(`[faults] ${report.iterations} rounds, ${terminated} backends terminated, failures seen by the caller: ${JSON.stringify(report.failures)}`);
+      console.log(
+        `[faults] ${report.iterations} rounds, ${terminated} backends terminated, failures seen by the caller: ${JSON.stringify(report.failures)}`,
+      );
     });
     expect(terminated).toBeGreaterThan(0);
     expect(stillOpenInTransaction).toBe(0);
@@ -150,24 +167,33 @@ describe('connections cut by a proxy', () => {
     const { companyId, workspaceId } = await seed(store);
 
     proxy.cutAfterNextCommit();
-    expect(await codeOf(store.tasks.createTask({ id: 't-commit', companyId, title: 'A', requiresFilesystem: false }))).toBe('COMMIT_OUTCOME_UNKNOWN');
+    expect(
+      await codeOf(store.tasks.createTask({ id: 't-commit', companyId, title: 'A', requiresFilesystem: false })),
+    ).toBe('COMMIT_OUTCOME_UNKNOWN');
     const task = await store.tasks.createTask({ id: 't-commit', companyId, title: 'A', requiresFilesystem: false });
     expect(task.id).toBe('t-commit');
     expect((await store.tasks.listTasks()).filter((t) => t.id === 't-commit')).toHaveLength(1);
 
     proxy.cutAfterNextCommit();
-    expect(await codeOf(store.runs.startCoordinatorRun({ id: 'r-commit', targetKey: 'worktree:commit' }))).toBe('COMMIT_OUTCOME_UNKNOWN');
+    expect(await codeOf(store.runs.startCoordinatorRun({ id: 'r-commit', targetKey: 'worktree:commit' }))).toBe(
+      'COMMIT_OUTCOME_UNKNOWN',
+    );
     const run = await store.runs.startCoordinatorRun({ id: 'r-commit', targetKey: 'worktree:commit' });
     expect(run).toMatchObject({ id: 'r-commit', status: 'running', targetKey: 'worktree:commit' });
 
     proxy.cutAfterNextCommit();
     expect(await codeOf(store.org.createCompany({ id: 'c-commit', name: 'Once' }))).toBe('COMMIT_OUTCOME_UNKNOWN');
-    expect(await store.org.createCompany({ id: 'c-commit', name: 'Once' })).toMatchObject({ id: 'c-commit', name: 'Once' });
+    expect(await store.org.createCompany({ id: 'c-commit', name: 'Once' })).toMatchObject({
+      id: 'c-commit',
+      name: 'Once',
+    });
     expect(await codeOf(store.org.createCompany({ id: 'c-commit', name: 'Other' }))).toBe('ALREADY_EXISTS');
 
     // A claim: read the holder and token back, as the README says.
     proxy.cutAfterNextCommit();
-    expect(await codeOf(store.locks.claimWorkspaceLock(workspaceId, { holder: 'me', runId: run.id, ttlMs: 60_000 }))).toBe('COMMIT_OUTCOME_UNKNOWN');
+    expect(
+      await codeOf(store.locks.claimWorkspaceLock(workspaceId, { holder: 'me', runId: run.id, ttlMs: 60_000 })),
+    ).toBe('COMMIT_OUTCOME_UNKNOWN');
     const held = await store.locks.getWorkspaceLock(workspaceId);
     expect(held).toMatchObject({ holder: 'me', runId: run.id });
     expect(proxy.commitCuts).toBe(4);
@@ -182,7 +208,9 @@ describe('connections cut by a proxy', () => {
     expect(rows.filter((t) => t.id === task.id)).toHaveLength(1);
     proxy.cutBeforeNext('insert into "coordinator_runs"');
     const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:cut-before' });
-    expect((await store.runs.listCoordinatorRuns()).filter((r) => r.targetKey === 'worktree:cut-before')).toEqual([expect.objectContaining({ id: run.id })]);
+    expect((await store.runs.listCoordinatorRuns()).filter((r) => r.targetKey === 'worktree:cut-before')).toEqual([
+      expect.objectContaining({ id: run.id }),
+    ]);
   });
 
   it('under random cuts of every connection, each call succeeds, fails typed with nothing written, or is COMMIT_OUTCOME_UNKNOWN; retries converge to one row per id', async () => {
@@ -222,7 +250,9 @@ describe('a network gone silent', () => {
       const companyId = (await store.org.createCompany({ name: 'Quiet' })).id;
 
       proxy.silence();
-      expect(await codeOf(store.tasks.createTask({ companyId, title: 'x', requiresFilesystem: false }))).toBe('DATABASE_UNAVAILABLE');
+      expect(await codeOf(store.tasks.createTask({ companyId, title: 'x', requiresFilesystem: false }))).toBe(
+        'DATABASE_UNAVAILABLE',
+      );
       expect(await codeOf(store.tasks.listTasks())).toBe('DATABASE_UNAVAILABLE');
       expect(await codeOf(openStore({ url, ...options }))).toBe('DATABASE_UNAVAILABLE');
 
@@ -247,15 +277,22 @@ describe('a database that stops accepting connections', () => {
     await admin(adminUrl.toString(), async (c) => {
       await c.query(`alter database ${name} allow_connections false`);
       try {
-        await c.query("select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()", [name]);
-        expect(await codeOf(store.tasks.createTask({ id: 'closed-1', companyId, title: 'x', requiresFilesystem: false }))).toBe('DATABASE_UNAVAILABLE');
+        await c.query(
+          'select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()',
+          [name],
+        );
+        expect(
+          await codeOf(store.tasks.createTask({ id: 'closed-1', companyId, title: 'x', requiresFilesystem: false })),
+        ).toBe('DATABASE_UNAVAILABLE');
         expect(await codeOf(store.tasks.getTask('closed-1'))).toBe('DATABASE_UNAVAILABLE');
       } finally {
         await c.query(`alter database ${name} allow_connections true`);
       }
     });
     expect(await store.tasks.getTask('closed-1')).toBeNull();
-    expect((await store.tasks.createTask({ id: 'closed-1', companyId, title: 'x', requiresFilesystem: false })).id).toBe('closed-1');
+    expect(
+      (await store.tasks.createTask({ id: 'closed-1', companyId, title: 'x', requiresFilesystem: false })).id,
+    ).toBe('closed-1');
   });
 });
 
@@ -274,7 +311,9 @@ describe('lock and statement timeouts', () => {
       await c.query('begin');
       await c.query('select * from workspace_locks where workspace_id = $1 for update', [workspaceId]);
       try {
-        const error = await impatient.locks.claimWorkspaceLock(workspaceId, { holder: 'b', runId: run.id, ttlMs: 1 }).catch((e: unknown) => e);
+        const error = await impatient.locks
+          .claimWorkspaceLock(workspaceId, { holder: 'b', runId: run.id, ttlMs: 1 })
+          .catch((e: unknown) => e);
         expect(error).toMatchObject({ code: 'LOCK_TIMEOUT', driverCode: '55P03', retrySafe: true });
       } finally {
         await c.query('rollback');
@@ -287,9 +326,11 @@ describe('lock and statement timeouts', () => {
     await admin(url, async (c) => {
       await c.query('begin');
       await c.query('select * from tasks for update');
-      await c.query("lock table tasks in exclusive mode");
+      await c.query('lock table tasks in exclusive mode');
       try {
-        const error = await slow.tasks.createTask({ id: 'slow-1', companyId, title: 'x', requiresFilesystem: false }).catch((e: unknown) => e);
+        const error = await slow.tasks
+          .createTask({ id: 'slow-1', companyId, title: 'x', requiresFilesystem: false })
+          .catch((e: unknown) => e);
         expect(error).toMatchObject({ code: 'STATEMENT_TIMEOUT', driverCode: '57014' });
       } finally {
         await c.query('rollback');

@@ -16,7 +16,8 @@ describe('parallel inbox consumers', () => {
     const url = await fx.freshUrl();
     const store = await fx.open(url);
     await store.migrate();
-    for (let i = 0; i < 10; i++) await store.messages.sendMessage({ from: 'w', to: 'inbox', kind: 'k', payload: { i } });
+    for (let i = 0; i < 10; i++)
+      await store.messages.sendMessage({ from: 'w', to: 'inbox', kind: 'k', payload: { i } });
     const admin = new pg.Client({ connectionString: url });
     await admin.connect();
     try {
@@ -45,7 +46,9 @@ describe('parallel inbox consumers', () => {
       expect(got).toHaveLength(5);
       expect(got.every((m) => !heldIds.has(m.id))).toBe(true);
       // The held ones are still pending and go to the next call.
-      expect((await store.messages.deliverPendingMessages('inbox')).map((m) => m.id).sort()).toEqual([...heldIds].sort());
+      expect((await store.messages.deliverPendingMessages('inbox')).map((m) => m.id).sort()).toEqual(
+        [...heldIds].sort(),
+      );
     } finally {
       await admin.end();
     }

@@ -52,7 +52,10 @@ describe('workspace lock claims under READ COMMITTED (deterministic interleaving
     try {
       // Transaction A: the holder's release, row-locked and not yet committed.
       await other.query('begin');
-      await other.query(`update workspace_locks set holder = null, run_id = null where workspace_id = $1 and token = 1`, [ws]);
+      await other.query(
+        `update workspace_locks set holder = null, run_id = null where workspace_id = $1 and token = 1`,
+        [ws],
+      );
       const claim = store.locks.claimWorkspaceLock(ws, { holder: 'b', runId: 'rb', ttlMs: 60_000 });
       await waitUntilBlocked(other);
       await other.query('commit');
@@ -86,7 +89,9 @@ describe('workspace lock claims under READ COMMITTED (deterministic interleaving
       await waitUntilBlocked(other);
       await other.query('commit');
       expect(await claim).toMatchObject({ status: 'busy', heldBy: { holder: 'c', runId: 'rc', token: 2 } });
-      expect(await store.db.selectFrom('workspace_locks').select(['holder', 'token']).execute()).toEqual([{ holder: 'c', token: 2 }]);
+      expect(await store.db.selectFrom('workspace_locks').select(['holder', 'token']).execute()).toEqual([
+        { holder: 'c', token: 2 },
+      ]);
     } finally {
       await other.end();
     }

@@ -15,7 +15,9 @@ describe('migration lock on SQLite', () => {
 
   it('while another writer holds the file, migrate says every few seconds that it waits, then times out with one line', async () => {
     const store = await fx.freshStore({ to: 8 });
-    const lock = await holdWriteLock(store, (trx) => trx.insertInto('companies').values({ id: 'held', name: 'held', created_at: 1 }).execute());
+    const lock = await holdWriteLock(store, (trx) =>
+      trx.insertInto('companies').values({ id: 'held', name: 'held', created_at: 1 }).execute(),
+    );
     try {
       const result = await runCli(['migrate', '--db', store.location.url, '--lock-wait', '7000']);
       expect(result.code).toBe(1);
@@ -23,7 +25,9 @@ describe('migration lock on SQLite', () => {
       expect(result.err).toMatch(/held the migration lock for more than 7000 ms/);
       const waiting = result.out.split('\n').filter((l) => l.startsWith('waiting'));
       expect(waiting.length).toBeGreaterThanOrEqual(2);
-      expect(waiting[0]).toMatch(/^waiting \d+ s for the migration lock, held by another migrator \(SQLite: another writer\)$/);
+      expect(waiting[0]).toMatch(
+        /^waiting \d+ s for the migration lock, held by another migrator \(SQLite: another writer\)$/,
+      );
     } finally {
       await lock.release();
     }
@@ -90,7 +94,7 @@ describe('SQLite file errors speak of the file', () => {
   it('status and plan open the file read-only: a rollback-journal file is left byte for byte as it was (no switch to WAL)', async () => {
     const path = join(dir, 'journal.db');
     const raw = new Database(path);
-    raw.exec('create table notes (id integer primary key, body text); insert into notes (body) values (\'x\');');
+    raw.exec("create table notes (id integer primary key, body text); insert into notes (body) values ('x');");
     expect(raw.pragma('journal_mode', { simple: true })).toBe('delete');
     raw.close();
     const before = readFileSync(path);

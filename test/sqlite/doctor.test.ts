@@ -25,7 +25,10 @@ describe('doctor on SQLite connections', () => {
     await sql`pragma journal_mode = delete`.execute(store.db);
     await sql`pragma busy_timeout = 0`.execute(store.db);
     const report = await store.doctor();
-    expect(report.checks.filter((c) => c.status === 'fail').map((c) => c.id)).toEqual(['guarantee.wal', 'guarantee.busy-timeout']);
+    expect(report.checks.filter((c) => c.status === 'fail').map((c) => c.id)).toEqual([
+      'guarantee.wal',
+      'guarantee.busy-timeout',
+    ]);
   });
 
   it('warns (and still passes) on an in-memory database, where no second connection can look', async () => {
@@ -35,7 +38,10 @@ describe('doctor on SQLite connections', () => {
       const report = await store.doctor();
       expect(report.ok).toBe(true);
       expect(statusOf(report, 'guarantee.wal')).toBe('warn');
-      expect(report.checks.find((c) => c.id === 'guarantee.begin-immediate')).toMatchObject({ status: 'warn', detail: expect.stringMatching(/^not probed: an in-memory database/) });
+      expect(report.checks.find((c) => c.id === 'guarantee.begin-immediate')).toMatchObject({
+        status: 'warn',
+        detail: expect.stringMatching(/^not probed: an in-memory database/),
+      });
       expect(statusOf(report, 'drift.schema')).toBe('pass');
     } finally {
       await store.close();

@@ -1,7 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import Database from 'better-sqlite3';
 import { Kysely, SqliteDialect } from 'kysely';
-import { ForeignTransactionError, TransactionReentryError, type Database as Schema, type Store } from '../../src/index.js';
+import {
+  ForeignTransactionError,
+  TransactionReentryError,
+  type Database as Schema,
+  type Store,
+} from '../../src/index.js';
 import { createHostTables, defineEmbedSuite } from '../suites/embed.suite.js';
 import { defineHostMigrationSuite } from '../suites/host-migrations.suite.js';
 import type { HostTables } from '../suites/embed.ops.js';
@@ -11,9 +16,17 @@ defineEmbedSuite(sqliteFixture);
 defineHostMigrationSuite(sqliteFixture);
 
 /** Settles `promise`, or reports that it was still pending after the event loop went idle for a while. */
-async function settleOrHang<T>(promise: Promise<T>): Promise<{ settled: true; value?: T; error?: unknown } | { settled: false }> {
+async function settleOrHang<T>(
+  promise: Promise<T>,
+): Promise<{ settled: true; value?: T; error?: unknown } | { settled: false }> {
   const hang = new Promise<{ settled: false }>((resolve) => setTimeout(() => resolve({ settled: false }), 2000));
-  return Promise.race([promise.then((value) => ({ settled: true as const, value }), (error: unknown) => ({ settled: true as const, error })), hang]);
+  return Promise.race([
+    promise.then(
+      (value) => ({ settled: true as const, value }),
+      (error: unknown) => ({ settled: true as const, error }),
+    ),
+    hang,
+  ]);
 }
 
 describe('SQLite: calls that would wait for their own connection throw instead of hanging', () => {
@@ -30,19 +43,25 @@ describe('SQLite: calls that would wait for their own connection throw instead o
 
   it('a store call inside store.db.transaction()', async () => {
     const outcome = await settleOrHang(
-      store.db.transaction().execute(() => store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 1000 })),
+      store.db
+        .transaction()
+        .execute(() => store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 1000 })),
     );
     expect(outcome).toMatchObject({ settled: true, error: expect.any(TransactionReentryError) });
     expect(await store.locks.getWorkspaceLock(ws)).toBeNull();
   });
 
   it('a non-tx store call or a store.db query inside store.transaction', async () => {
-    const claim = await settleOrHang(store.transaction(() => store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 1000 })));
+    const claim = await settleOrHang(
+      store.transaction(() => store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 1000 })),
+    );
     expect(claim).toMatchObject({ settled: true, error: expect.any(TransactionReentryError) });
     const read = await settleOrHang(store.transaction(() => store.db.selectFrom('tasks').selectAll().execute()));
     expect(read).toMatchObject({ settled: true, error: expect.any(TransactionReentryError) });
     // The store still works afterwards.
-    expect(await store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 1000 })).toMatchObject({ status: 'claimed' });
+    expect(await store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 1000 })).toMatchObject({
+      status: 'claimed',
+    });
     await store.locks.releaseWorkspaceLock(ws, { token: 1 });
   });
 
@@ -58,13 +77,22 @@ describe('SQLite: calls that would wait for their own connection throw instead o
     await expect(
       store.db.transaction().execute(async (trx) => {
         await trx.withTables<HostTables>().insertInto('host_orders').values({ id: 'joined', contender: 0 }).execute();
-        const claim = await store.withTransaction(trx).locks.claimWorkspaceLock(ws, { holder: 'j', runId: 'rj', ttlMs: 60_000 });
+        const claim = await store
+          .withTransaction(trx)
+          .locks.claimWorkspaceLock(ws, { holder: 'j', runId: 'rj', ttlMs: 60_000 });
         expect(claim).toMatchObject({ status: 'claimed' });
         throw new Error('host rollback');
       }),
     ).rejects.toThrow('host rollback');
     expect(await store.locks.getWorkspaceLock(ws)).toBeNull();
-    expect(await store.db.withTables<HostTables>().selectFrom('host_orders').selectAll().where('id', '=', 'joined').execute()).toEqual([]);
+    expect(
+      await store.db
+        .withTables<HostTables>()
+        .selectFrom('host_orders')
+        .selectAll()
+        .where('id', '=', 'joined')
+        .execute(),
+    ).toEqual([]);
     await store.db.transaction().execute(async (trx) => {
       await store.withTransaction(trx).locks.claimWorkspaceLock(ws, { holder: 'j', runId: 'rj', ttlMs: 60_000 });
     });
@@ -72,7 +100,11 @@ describe('SQLite: calls that would wait for their own connection throw instead o
   });
 
   it('refuses a transaction of another connection, and one used outside its callback', async () => {
-    const other = new Kysely<Schema>({ dialect: new SqliteDialect({ database: new Database(store.location.dialect === 'sqlite' ? store.location.filename : '') }) });
+    const other = new Kysely<Schema>({
+      dialect: new SqliteDialect({
+        database: new Database(store.location.dialect === 'sqlite' ? store.location.filename : ''),
+      }),
+    });
     try {
       await other.transaction().execute(async (trx) => {
         expect(() => store.withTransaction(trx)).toThrow(ForeignTransactionError);

@@ -34,7 +34,9 @@ describe('SQLite faults', () => {
     await store.migrate();
     const { child, died } = await startHolder(url);
     // The child really holds the write lock with its rows written...
-    expect(await store.org.createCompany({ name: 'too early' }).catch((e: { code?: string }) => e.code)).toBe('WRITE_TIMEOUT');
+    expect(await store.org.createCompany({ name: 'too early' }).catch((e: { code?: string }) => e.code)).toBe(
+      'WRITE_TIMEOUT',
+    );
     child.kill('SIGKILL');
     expect(await died).toBe('SIGKILL');
 

@@ -15,13 +15,18 @@ describe('workspace lock claims behind an open SQLite writer (deterministic inte
     await store.migrate();
     const company = (await store.org.createCompany({ name: 'Acme' })).id;
     const ws = (await store.org.createWorkspace({ companyId: company, name: 'repo' })).id;
-    expect(await store.locks.claimWorkspaceLock(ws, { holder: 'a', runId: 'ra', ttlMs: 60_000 })).toMatchObject({ status: 'claimed', token: 1 });
+    expect(await store.locks.claimWorkspaceLock(ws, { holder: 'a', runId: 'ra', ttlMs: 60_000 })).toMatchObject({
+      status: 'claimed',
+      token: 1,
+    });
 
     // Another connection holds the write lock with the holder's release not yet committed.
     const other = new Database(url.slice('sqlite:'.length));
     try {
       other.exec('BEGIN IMMEDIATE');
-      other.prepare('update workspace_locks set holder = null, run_id = null where workspace_id = ? and token = 1').run(ws);
+      other
+        .prepare('update workspace_locks set holder = null, run_id = null where workspace_id = ? and token = 1')
+        .run(ws);
       const retriesBefore = store.dialect.stats.retries;
       const claim = store.locks.claimWorkspaceLock(ws, { holder: 'b', runId: 'rb', ttlMs: 60_000 });
       // Commit only after the claim has met the write lock at least once (SQLITE_BUSY, then retried).

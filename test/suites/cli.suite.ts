@@ -25,14 +25,21 @@ export interface CliResult {
 /** Runs dist/cli.js with stdin a closed pipe (not a terminal), without TASKFENCE_DATABASE_URL unless given. */
 export function runCli(
   args: readonly string[],
-  options: { env?: Record<string, string | undefined>; cwd?: string; onStdout?: (chunk: string) => void; asUser?: string } = {},
+  options: {
+    env?: Record<string, string | undefined>;
+    cwd?: string;
+    onStdout?: (chunk: string) => void;
+    asUser?: string;
+  } = {},
 ): Promise<CliResult> {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries({ ...process.env, TASKFENCE_DATABASE_URL: undefined, ...options.env })) {
     if (v !== undefined) env[k] = v;
   }
   return new Promise((resolve, reject) => {
-    const command = options.asUser ? ['runuser', '-u', options.asUser, '--', process.execPath, CLI, ...args] : [process.execPath, CLI, ...args];
+    const command = options.asUser
+      ? ['runuser', '-u', options.asUser, '--', process.execPath, CLI, ...args]
+      : [process.execPath, CLI, ...args];
     const child = spawn(command[0]!, command.slice(1), { env, cwd: options.cwd, stdio: ['pipe', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
@@ -69,7 +76,9 @@ export async function insertManyTasks(store: Store, n: number): Promise<void> {
   await sql`insert into companies (id, name, created_at) values ('bulk', 'bulk', 1)`.execute(store.db);
   if (store.dialect.kind === 'postgres') {
     await sql`insert into tasks (id, company_id, title, status, created_at, updated_at)
-      select 't' || lpad(i::text, 8, '0'), 'bulk', 't', 'todo', 1, 1 from generate_series(1, ${n}) as i`.execute(store.db);
+      select 't' || lpad(i::text, 8, '0'), 'bulk', 't', 'todo', 1, 1 from generate_series(1, ${n}) as i`.execute(
+      store.db,
+    );
   } else {
     await sql`with recursive s(i) as (select 1 union all select i + 1 from s where i < ${n})
       insert into tasks (id, company_id, title, status, created_at, updated_at)
@@ -128,7 +137,9 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
 
   describe('gateable commands', () => {
     it('--version prints the package version', async () => {
-      const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+      const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+        version: string;
+      };
       const result = await runCli(['--version']);
       expect(result).toMatchObject({ code: 0, out: `taskfence ${pkg.version}\n` });
     });
@@ -140,9 +151,16 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       expect((await runCli(['status', '--db', url, '--check'])).code).toBe(0);
       expect((await runCli(['status', '--db', url])).code).toBe(0);
       const store = await fx.open(url);
-      await store.db.updateTable('taskfence_migrations').set({ checksum: 'f'.repeat(64) }).where('version', '=', 53).execute();
+      await store.db
+        .updateTable('taskfence_migrations')
+        .set({ checksum: 'f'.repeat(64) })
+        .where('version', '=', 53)
+        .execute();
       expect((await runCli(['status', '--db', url, '--check'])).code).toBe(5);
-      await store.db.insertInto('taskfence_migrations').values({ version: 9999, name: 'future', checksum: 'x', applied_at: 1, duration_ms: 0 }).execute();
+      await store.db
+        .insertInto('taskfence_migrations')
+        .values({ version: 9999, name: 'future', checksum: 'x', applied_at: 1, duration_ms: 0 })
+        .execute();
       const unknown = await runCli(['status', '--db', url, '--check', '--json']);
       expect(unknown.code).toBe(6);
       expect(JSON.parse(unknown.out)).toMatchObject({ upToDate: false, unknown: [{ version: 9999 }] });
@@ -176,7 +194,9 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       const store = await fx.open(url);
       await store.migrate({ to: 8 });
       await sql`insert into companies (id, name, created_at) values ('c', 'c', 1)`.execute(store.db);
-      await sql`insert into agents (id, company_id, name, role, created_at) values ('a', 'c', 'a', 'Staff Software Engineer', 1), ('b', 'c', 'b', 'CFO', 1)`.execute(store.db);
+      await sql`insert into agents (id, company_id, name, role, created_at) values ('a', 'c', 'a', 'Staff Software Engineer', 1), ('b', 'c', 'b', 'CFO', 1)`.execute(
+        store.db,
+      );
       const before = Date.now();
       const result = await runCli(['plan', '--db', url, '--to', '52']);
       expect(result.code).toBe(0);
@@ -211,8 +231,13 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       // `script` gives the child a pseudo-terminal as stdin.
       const result = await new Promise<CliResult>((resolve, reject) => {
         const env: Record<string, string> = {};
-        for (const [k, v] of Object.entries(process.env)) if (v !== undefined && k !== 'CI' && k !== 'TASKFENCE_DATABASE_URL') env[k] = v;
-        const child = spawn('script', ['-qec', `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} migrate`, '/dev/null'], { cwd, env, stdio: ['pipe', 'pipe', 'pipe'] });
+        for (const [k, v] of Object.entries(process.env))
+          if (v !== undefined && k !== 'CI' && k !== 'TASKFENCE_DATABASE_URL') env[k] = v;
+        const child = spawn(
+          'script',
+          ['-qec', `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} migrate`, '/dev/null'],
+          { cwd, env, stdio: ['pipe', 'pipe', 'pipe'] },
+        );
         let out = '';
         child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
         child.on('error', reject);
@@ -230,13 +255,17 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       expect((await runCli(['migrate', '--db', url])).code).toBe(0);
       const store = await fx.open(url);
       await sql`insert into companies (id, name, created_at) values ('c', 'c', 1)`.execute(store.db);
-      await sql`insert into tasks (id, company_id, title, status, created_at, updated_at) values ('t1', 'c', 't', 'todo', 1, 1), ('t2', 'c', 't', 'todo', 1, 1)`.execute(store.db);
+      await sql`insert into tasks (id, company_id, title, status, created_at, updated_at) values ('t1', 'c', 't', 'todo', 1, 1), ('t2', 'c', 't', 'todo', 1, 1)`.execute(
+        store.db,
+      );
       const schema = await store.describeSchema();
 
       const refused = await runCli(['migrate', '--db', url, '--to', '8']);
       expect(refused.code).toBe(1);
       expectOneLine(refused);
-      expect(refused.err).toMatch(/^taskfence: Refusing to drop data: .*0052 requires_filesystem drops column tasks\.requires_filesystem \(2 rows\)/);
+      expect(refused.err).toMatch(
+        /^taskfence: Refusing to drop data: .*0052 requires_filesystem drops column tasks\.requires_filesystem \(2 rows\)/,
+      );
       expect(refused.err).not.toMatch(/tasks\.parent_id/); // a column that holds no values loses nothing
       expect(refused.err).toMatch(/--allow-data-loss/);
       expect(await historyVersions(store)).toEqual(VERSIONS);
@@ -250,7 +279,9 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
 
       const plan = await runCli(['plan', '--db', url, '--to', '8']);
       expect(plan.code).toBe(0);
-      expect(plan.out).toMatch(/-- 0052 requires_filesystem \(down\) DESTRUCTIVE: drops column tasks\.requires_filesystem \(2 rows\)/);
+      expect(plan.out).toMatch(
+        /-- 0052 requires_filesystem \(down\) DESTRUCTIVE: drops column tasks\.requires_filesystem \(2 rows\)/,
+      );
       expect(plan.out).toMatch(/-- 0054 ownership_generations \(down\)\n/); // its tables are empty: not destructive
       const planJson = JSON.parse((await runCli(['plan', '--db', url, '--to', '8', '--json'])).out);
       expect(planJson.destructive).toBe(true);
@@ -272,7 +303,9 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       const required = await runCli(['migrate', '--db', legacyUrl]);
       expect(required.code).toBe(1);
       expectOneLine(required);
-      expect(required.err).toMatch(/already has tables \(agents, .*tasks.*\).*match taskfence schema version 0005.*--baseline 5/);
+      expect(required.err).toMatch(
+        /already has tables \(agents, .*tasks.*\).*match taskfence schema version 0005.*--baseline 5/,
+      );
       const wrong = await runCli(['migrate', '--db', legacyUrl, '--baseline', '8']);
       expect(wrong.code).toBe(1);
       expectOneLine(wrong);
@@ -314,11 +347,17 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       } else {
         // SQLite keeps NOT NULL; an empty checksum is the damage it can hold.
       }
-      await sql`update taskfence_migrations set checksum = ${fx.kind === 'postgres' ? null : ''} where version = 6`.execute(store.db);
+      await sql`update taskfence_migrations set checksum = ${fx.kind === 'postgres' ? null : ''} where version = 6`.execute(
+        store.db,
+      );
       const result = await runCli(['migrate', '--db', url]);
       expect(result.code).toBe(1);
       expectOneLine(result);
-      expect(result.err).toMatch(fx.kind === 'postgres' ? /the row for version 6 has a NULL checksum/ : /the row for version 6 has an invalid checksum/);
+      expect(result.err).toMatch(
+        fx.kind === 'postgres'
+          ? /the row for version 6 has a NULL checksum/
+          : /the row for version 6 has an invalid checksum/,
+      );
       expect(await historyVersions(store)).toEqual([5, 6, 7]);
     });
   });
@@ -331,7 +370,10 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       await insertManyTasks(store, 120_000);
       const result = await runCli(['migrate', '--db', url, '--to', '52', '--json']);
       expect(result.code, result.err).toBe(0);
-      const events = result.out.trimEnd().split('\n').map((l) => JSON.parse(l) as { type: string; done?: number; total?: number });
+      const events = result.out
+        .trimEnd()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { type: string; done?: number; total?: number });
       const progress = events.filter((e) => e.type === 'progress' && e.done !== undefined);
       expect(progress.length).toBeGreaterThanOrEqual(2);
       expect(progress.every((e) => e.total === 120_000)).toBe(true);
@@ -352,7 +394,10 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
 
   describe('faults are one line', () => {
     it('an unreachable database and a bad URL: exit 1, one line', async () => {
-      const url = fx.kind === 'postgres' ? 'postgres://postgres@127.0.0.1:1/nowhere' : `sqlite:${join(dir, 'no-such-dir', 'x.db')}`;
+      const url =
+        fx.kind === 'postgres'
+          ? 'postgres://postgres@127.0.0.1:1/nowhere'
+          : `sqlite:${join(dir, 'no-such-dir', 'x.db')}`;
       for (const command of ['migrate', 'status', 'plan']) {
         const result = await runCli([command, '--db', url]);
         expect(result.code).toBe(1);

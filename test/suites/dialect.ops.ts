@@ -11,7 +11,11 @@ export async function incrementCounter(store: Store, args: { times: number }) {
   for (let i = 0; i < args.times; i++) {
     await store.dialect.writeTransaction(async (trx) => {
       await store.dialect.lockKey(trx, 'counter');
-      const row = await trx.selectFrom('companies').select('created_at').where('id', '=', 'counter').executeTakeFirstOrThrow();
+      const row = await trx
+        .selectFrom('companies')
+        .select('created_at')
+        .where('id', '=', 'counter')
+        .executeTakeFirstOrThrow();
       await sql`update companies set created_at = ${Number(row.created_at) + 1} where id = 'counter'`.execute(trx);
     });
   }

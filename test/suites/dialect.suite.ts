@@ -32,14 +32,20 @@ export function defineDialectSuite(makeFixture: () => DialectFixture) {
       } finally {
         await contenders.close();
       }
-      const row = await store.db.selectFrom('companies').select('created_at').where('id', '=', 'counter').executeTakeFirstOrThrow();
+      const row = await store.db
+        .selectFrom('companies')
+        .select('created_at')
+        .where('id', '=', 'counter')
+        .executeTakeFirstOrThrow();
       expect(Number(row.created_at)).toBe(6 * 25 * 3);
     });
 
     it('retry a write stuck behind a writer that holds the lock past busy_timeout, instead of surfacing SQLITE_BUSY', async () => {
       const holder = await fx.freshStore();
       const waiter = await fx.open(holder.location.url, { busyTimeoutMs: 50 });
-      const lock = await holdWriteLock(holder, (trx) => trx.insertInto('companies').values({ id: 'first', name: 'holder', created_at: 1 }).execute());
+      const lock = await holdWriteLock(holder, (trx) =>
+        trx.insertInto('companies').values({ id: 'first', name: 'holder', created_at: 1 }).execute(),
+      );
       const retriesBefore = waiter.dialect.stats.retries;
       const sending = waiter.messages.sendMessage({ from: 'w', to: 'c', kind: 'k', payload: null });
       const creating = waiter.org.createCompany({ id: 'second', name: 'waiter' });
@@ -48,7 +54,10 @@ export function defineDialectSuite(makeFixture: () => DialectFixture) {
       await expect(sending).resolves.toMatchObject({ to: 'c' });
       await expect(creating).resolves.toMatchObject({ id: 'second' });
       if (fx.kind === 'sqlite') expect(waiter.dialect.stats.retries).toBeGreaterThan(retriesBefore);
-      expect((await holder.db.selectFrom('companies').select('id').orderBy('id').execute()).map((r) => r.id)).toEqual(['first', 'second']);
+      expect((await holder.db.selectFrom('companies').select('id').orderBy('id').execute()).map((r) => r.id)).toEqual([
+        'first',
+        'second',
+      ]);
     });
 
     it('roll back everything when the function throws', async () => {
@@ -67,19 +76,49 @@ export function defineDialectSuite(makeFixture: () => DialectFixture) {
     it('classifies unique, foreign-key and check violations the same way on both dialects', async () => {
       const store = await fx.freshStore();
       await store.org.createCompany({ id: 'c', name: 'c' });
-      const classify = async (fn: () => Promise<unknown>) => store.dialect.classifyError(await fn().then(() => null, (e: unknown) => e));
-      expect(await classify(() => store.db.insertInto('companies').values({ id: 'c', name: 'again', created_at: 1 }).execute())).toBe('unique_violation');
-      expect(await classify(() => store.db.insertInto('workspaces').values({ id: 'w', company_id: 'missing', name: 'w', root_path: null, created_at: 1 }).execute())).toBe('foreign_key_violation');
-      expect(await classify(() => sql`insert into coordinator_runs (id, coordinator_handle, status, started_at) values ('r', 'h', 'bogus', 1)`.execute(store.db))).toBe('check_violation');
+      const classify = async (fn: () => Promise<unknown>) =>
+        store.dialect.classifyError(
+          await fn().then(
+            () => null,
+            (e: unknown) => e,
+          ),
+        );
+      expect(
+        await classify(() =>
+          store.db.insertInto('companies').values({ id: 'c', name: 'again', created_at: 1 }).execute(),
+        ),
+      ).toBe('unique_violation');
+      expect(
+        await classify(() =>
+          store.db
+            .insertInto('workspaces')
+            .values({ id: 'w', company_id: 'missing', name: 'w', root_path: null, created_at: 1 })
+            .execute(),
+        ),
+      ).toBe('foreign_key_violation');
+      expect(
+        await classify(() =>
+          sql`insert into coordinator_runs (id, coordinator_handle, status, started_at) values ('r', 'h', 'bogus', 1)`.execute(
+            store.db,
+          ),
+        ),
+      ).toBe('check_violation');
       expect(store.dialect.classifyError(new Error('something else'))).toBe('unknown');
     });
   });
 
   describe('prepared queries', () => {
     const byIds = prepared((db, p: { company: string; ids: readonly string[] }, n: number) =>
-      db.selectFrom('workspaces').select(['id', 'name']).where('company_id', '=', p.company).where('id', 'in', elements(p.ids, n)).orderBy('id'),
+      db
+        .selectFrom('workspaces')
+        .select(['id', 'name'])
+        .where('company_id', '=', p.company)
+        .where('id', 'in', elements(p.ids, n))
+        .orderBy('id'),
     );
-    const rename = prepared((db, p: { id: string; name: string }) => db.updateTable('workspaces').set({ name: p.name }).where('id', '=', p.id));
+    const rename = prepared((db, p: { id: string; name: string }) =>
+      db.updateTable('workspaces').set({ name: p.name }).where('id', '=', p.id),
+    );
 
     it('return what the same query built by Kysely returns, for any values and list lengths', async () => {
       const store = await fx.freshStore();
@@ -87,12 +126,26 @@ export function defineDialectSuite(makeFixture: () => DialectFixture) {
       const ids = ['a', 'b', 'c', "d'quote", 'e é', 'f'];
       for (const id of ids) await store.org.createWorkspace({ id, companyId: 'c', name: `ws ${id}` });
       await fc.assert(
-        fc.asyncProperty(fc.uniqueArray(fc.oneof(fc.constantFrom(...ids), fc.string()), { minLength: 1, maxLength: 5 }), fc.constantFrom('c', 'other'), async (wanted, company) => {
-          const built = await store.db.selectFrom('workspaces').select(['id', 'name']).where('company_id', '=', company).where('id', 'in', wanted).orderBy('id').execute();
-          expect(await byIds.execute(store.db, { company, ids: wanted }, wanted.length)).toEqual(built);
-          // The same inside a write transaction (on SQLite, the direct path on the held connection).
-          expect(await store.dialect.writeTransaction((trx) => byIds.execute(trx, { company, ids: wanted }, wanted.length))).toEqual(built);
-        }),
+        fc.asyncProperty(
+          fc.uniqueArray(fc.oneof(fc.constantFrom(...ids), fc.string()), { minLength: 1, maxLength: 5 }),
+          fc.constantFrom('c', 'other'),
+          async (wanted, company) => {
+            const built = await store.db
+              .selectFrom('workspaces')
+              .select(['id', 'name'])
+              .where('company_id', '=', company)
+              .where('id', 'in', wanted)
+              .orderBy('id')
+              .execute();
+            expect(await byIds.execute(store.db, { company, ids: wanted }, wanted.length)).toEqual(built);
+            // The same inside a write transaction (on SQLite, the direct path on the held connection).
+            expect(
+              await store.dialect.writeTransaction((trx) =>
+                byIds.execute(trx, { company, ids: wanted }, wanted.length),
+              ),
+            ).toEqual(built);
+          },
+        ),
         { numRuns: 60 },
       );
     });
@@ -116,18 +169,28 @@ export function defineDialectSuite(makeFixture: () => DialectFixture) {
 
     it('refuse a missing parameter, a list given as a value, and a list of another length than the shape', async () => {
       const store = await fx.freshStore();
-      await expect(byIds.execute(store.db, { company: 'c' } as never, 1)).rejects.toThrow('parameter "ids" was not given');
+      await expect(byIds.execute(store.db, { company: 'c' } as never, 1)).rejects.toThrow(
+        'parameter "ids" was not given',
+      );
       await expect(rename.run(store.db, { id: ['a'] as never, name: 'x' })).rejects.toThrow('"id" is a list');
-      await expect(byIds.execute(store.db, { company: 'c', ids: ['a', 'b'] }, 3)).rejects.toThrow('must be a list of 3');
+      await expect(byIds.execute(store.db, { company: 'c', ids: ['a', 'b'] }, 3)).rejects.toThrow(
+        'must be a list of 3',
+      );
     });
 
     it('report every statement to onQuery exactly once, inside and outside transactions', async () => {
       const seed = await fx.freshStore();
       const logged: string[] = [];
       const store = await fx.open(seed.location.url, { onQuery: (q) => logged.push(q.sql) });
-      await store.db.selectFrom('companies').select(sql<number>`4201`.as('outside')).execute();
+      await store.db
+        .selectFrom('companies')
+        .select(sql<number>`4201`.as('outside'))
+        .execute();
       await store.dialect.writeTransaction(async (trx) => {
-        await trx.selectFrom('companies').select(sql<number>`4202`.as('built')).execute();
+        await trx
+          .selectFrom('companies')
+          .select(sql<number>`4202`.as('built'))
+          .execute();
         await byIds.execute(trx, { company: 'c', ids: ['marker-4203'] }, 1);
       });
       await store.close();

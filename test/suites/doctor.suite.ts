@@ -13,8 +13,20 @@ const byId = (report: DoctorReport, id: string) => {
 };
 
 const GUARANTEES = {
-  postgres: ['guarantee.advisory-lock', 'guarantee.read-committed', 'guarantee.transactional-ddl', 'guarantee.bytewise-collation', 'guarantee.one-running-run'],
-  sqlite: ['guarantee.wal', 'guarantee.busy-timeout', 'guarantee.foreign-keys', 'guarantee.begin-immediate', 'guarantee.one-running-run'],
+  postgres: [
+    'guarantee.advisory-lock',
+    'guarantee.read-committed',
+    'guarantee.transactional-ddl',
+    'guarantee.bytewise-collation',
+    'guarantee.one-running-run',
+  ],
+  sqlite: [
+    'guarantee.wal',
+    'guarantee.busy-timeout',
+    'guarantee.foreign-keys',
+    'guarantee.begin-immediate',
+    'guarantee.one-running-run',
+  ],
 };
 
 export function defineDoctorSuite(makeFixture: () => DialectFixture) {
@@ -75,7 +87,9 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
       await sql`drop index coordinator_runs_one_running_per_target`.execute(store.db);
       const report = await store.doctor();
       expect(failing(report)).toEqual(['drift.schema', 'guarantee.one-running-run']);
-      expect(byId(report, 'drift.schema').items?.[0]).toMatch(/^missing index coordinator_runs_one_running_per_target on coordinator_runs unique \(coalesce/);
+      expect(byId(report, 'drift.schema').items?.[0]).toMatch(
+        /^missing index coordinator_runs_one_running_per_target on coordinator_runs unique \(coalesce/,
+      );
     });
 
     it('catches a write lock that does not exclude a second connection (a no-op advisory lock; a deferred BEGIN)', async () => {
@@ -84,7 +98,9 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
       const id = fx.kind === 'postgres' ? 'guarantee.advisory-lock' : 'guarantee.begin-immediate';
       expect(failing(report)).toEqual([id]);
       expect(report.ok).toBe(false);
-      expect(byId(report, id).detail).toMatch(fx.kind === 'postgres' ? /took no advisory lock/ : /second connection took the write lock/);
+      expect(byId(report, id).detail).toMatch(
+        fx.kind === 'postgres' ? /took no advisory lock/ : /second connection took the write lock/,
+      );
     });
 
     it('compares against the recorded version, and warns about pending migrations', async () => {
@@ -92,7 +108,10 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
       const report = await store.doctor();
       expect(report.ok).toBe(true);
       expect(report.schemaVersion).toBe(8);
-      expect(byId(report, 'drift.schema')).toMatchObject({ status: 'pass', detail: expect.stringContaining('version 0008') });
+      expect(byId(report, 'drift.schema')).toMatchObject({
+        status: 'pass',
+        detail: expect.stringContaining('version 0008'),
+      });
       const history = byId(report, 'drift.history');
       expect(history.status).toBe('warn');
       expect(history.items).toContain('pending migration 0055 path_leases');
@@ -103,15 +122,24 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
         const report = await store.doctor();
         expect(failing(report)).toEqual([]);
         expect(report.schemaVersion).toBe(0);
-        expect(byId(report, 'drift.history')).toMatchObject({ status: 'warn', detail: expect.stringMatching(/^no migration applied yet/) });
+        expect(byId(report, 'drift.history')).toMatchObject({
+          status: 'warn',
+          detail: expect.stringMatching(/^no migration applied yet/),
+        });
         expect(byId(report, 'drift.schema').status).toBe('pass');
-        expect(byId(report, 'guarantee.one-running-run')).toMatchObject({ status: 'warn', detail: expect.stringMatching(/^not probed/) });
+        expect(byId(report, 'guarantee.one-running-run')).toMatchObject({
+          status: 'warn',
+          detail: expect.stringMatching(/^not probed/),
+        });
       }
     });
 
     it('fails drift when the history holds a migration this code does not know', async () => {
       const store = await fx.freshStore();
-      await store.db.insertInto('taskfence_migrations').values({ version: 9999, name: 'from_the_future', checksum: 'x', applied_at: 0, duration_ms: 0 }).execute();
+      await store.db
+        .insertInto('taskfence_migrations')
+        .values({ version: 9999, name: 'from_the_future', checksum: 'x', applied_at: 0, duration_ms: 0 })
+        .execute();
       const report = await store.doctor();
       expect(failing(report)).toEqual(['drift.history', 'drift.schema']);
       expect(byId(report, 'drift.history').items).toEqual(['unknown migration 9999 from_the_future']);
@@ -129,7 +157,9 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
       const store: Store = await fx.freshStore();
       const { code, text } = await run(store.location.url, false);
       expect(code).toBe(0);
-      expect(text).toMatch(new RegExp(`^ok +drift\\.schema +the schema matches version ${formatVersion(LATEST_VERSION)} `, 'm'));
+      expect(text).toMatch(
+        new RegExp(`^ok +drift\\.schema +the schema matches version ${formatVersion(LATEST_VERSION)} `, 'm'),
+      );
       expect(text).toMatch(/^OK: \d+ passed, 0 warnings, 0 failed$/m);
     });
 
@@ -148,7 +178,8 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
     });
 
     it('exits 1 with one line when the database cannot be opened', async () => {
-      const url = fx.kind === 'postgres' ? 'postgres://postgres@127.0.0.1:1/nowhere' : 'sqlite:/nonexistent-dir/deeper/x.db';
+      const url =
+        fx.kind === 'postgres' ? 'postgres://postgres@127.0.0.1:1/nowhere' : 'sqlite:/nonexistent-dir/deeper/x.db';
       const { code, text } = await run(url, false);
       expect(code).toBe(1);
       expect(text).toMatch(/^taskfence doctor: could not examine the database: /);

@@ -19,11 +19,22 @@ class Rollback extends Error {}
  * One host transaction: the host's own insert plus a claim of `workspaceId`'s lock. Commits only
  * if the claim was granted; `fail` makes the callback throw after both writes.
  */
-export async function orderAndClaim(store: Store, args: { workspaceId: string; fail?: boolean }, tools: ContenderTools) {
+export async function orderAndClaim(
+  store: Store,
+  args: { workspaceId: string; fail?: boolean },
+  tools: ContenderTools,
+) {
   try {
     return await store.transaction(async (tx) => {
-      await host(tx).insertInto('host_orders').values({ id: `${args.workspaceId}:${tools.index}`, contender: tools.index }).execute();
-      const claim = await tx.locks.claimWorkspaceLock(args.workspaceId, { holder: `c${tools.index}`, runId: `r${tools.index}`, ttlMs: 600_000 });
+      await host(tx)
+        .insertInto('host_orders')
+        .values({ id: `${args.workspaceId}:${tools.index}`, contender: tools.index })
+        .execute();
+      const claim = await tx.locks.claimWorkspaceLock(args.workspaceId, {
+        holder: `c${tools.index}`,
+        runId: `r${tools.index}`,
+        ttlMs: 600_000,
+      });
       if (claim.status !== 'claimed') throw new Rollback('busy');
       if (args.fail) throw new Rollback('failed after both writes');
       return { committed: true, token: claim.token };
@@ -81,7 +92,12 @@ export async function holdAndMeet(store: Store, args: { box: string; me: string;
     await store.db.withTables<HostTables>().insertInto('rendezvous').values({ name: args.me }).execute();
     const started = Date.now();
     while (Date.now() - started < args.giveUpMs) {
-      const seen = await store.db.withTables<HostTables>().selectFrom('rendezvous').select('name').where('name', '=', args.partner).executeTakeFirst();
+      const seen = await store.db
+        .withTables<HostTables>()
+        .selectFrom('rendezvous')
+        .select('name')
+        .where('name', '=', args.partner)
+        .executeTakeFirst();
       if (seen) return true;
       await sleep(10);
     }

@@ -5,12 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fileURLToPath } from 'node:url';
-import {
-  InvalidArgumentError,
-  TransactionEndedError,
-  type Store,
-  type StoreTransaction,
-} from '../../src/index.js';
+import { InvalidArgumentError, TransactionEndedError, type Store, type StoreTransaction } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
 import type { HostTables } from './embed.ops.js';
@@ -21,7 +16,12 @@ const CONTENDERS = 8;
 /** The host's own tables, created after taskfence's migrations in the same database (and schema). */
 export async function createHostTables(store: Store): Promise<void> {
   const db = store.db.withTables<HostTables>();
-  await db.schema.createTable('host_orders').ifNotExists().addColumn('id', 'text', (c) => c.primaryKey()).addColumn('contender', 'integer', (c) => c.notNull()).execute();
+  await db.schema
+    .createTable('host_orders')
+    .ifNotExists()
+    .addColumn('id', 'text', (c) => c.primaryKey())
+    .addColumn('contender', 'integer', (c) => c.notNull())
+    .execute();
   await db.schema
     .createTable('box_log')
     .ifNotExists()
@@ -30,7 +30,11 @@ export async function createHostTables(store: Store): Promise<void> {
     .addColumn('owner', 'text', (c) => c.notNull())
     .addColumn('event', 'text', (c) => c.notNull())
     .execute();
-  await db.schema.createTable('rendezvous').ifNotExists().addColumn('name', 'text', (c) => c.primaryKey()).execute();
+  await db.schema
+    .createTable('rendezvous')
+    .ifNotExists()
+    .addColumn('name', 'text', (c) => c.primaryKey())
+    .execute();
 }
 
 const host = (tx: StoreTransaction | Store) => tx.db.withTables<HostTables>();
@@ -74,7 +78,10 @@ export function defineEmbedSuite(makeFixture: () => DialectFixture) {
     it('commits the host insert and the claim together', async () => {
       const ws = await fresh();
       const token = await store.transaction(async (tx) => {
-        await host(tx).insertInto('host_orders').values({ id: `${ws}:a`, contender: 1 }).execute();
+        await host(tx)
+          .insertInto('host_orders')
+          .values({ id: `${ws}:a`, contender: 1 })
+          .execute();
         const claim = await tx.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 60_000 });
         if (claim.status !== 'claimed') throw new Error('expected a claim');
         // Inside, the transaction's own reads see its writes.
@@ -83,42 +90,59 @@ export function defineEmbedSuite(makeFixture: () => DialectFixture) {
       });
       expect(token).toBe(1);
       expect(await store.locks.getWorkspaceLock(ws)).toMatchObject({ holder: 'h', token: 1 });
-      expect(await host(store).selectFrom('host_orders').select('id').where('id', '=', `${ws}:a`).execute()).toHaveLength(1);
+      expect(
+        await host(store).selectFrom('host_orders').select('id').where('id', '=', `${ws}:a`).execute(),
+      ).toHaveLength(1);
     });
 
     it('a thrown callback leaves neither the host row nor the claim', async () => {
       const ws = await fresh();
       await expect(
         store.transaction(async (tx) => {
-          await host(tx).insertInto('host_orders').values({ id: `${ws}:b`, contender: 1 }).execute();
+          await host(tx)
+            .insertInto('host_orders')
+            .values({ id: `${ws}:b`, contender: 1 })
+            .execute();
           await tx.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 60_000 });
           throw new Error('host failure');
         }),
       ).rejects.toThrow('host failure');
       expect(await store.locks.getWorkspaceLock(ws)).toBeNull();
-      expect(await host(store).selectFrom('host_orders').select('id').where('id', '=', `${ws}:b`).execute()).toEqual([]);
+      expect(await host(store).selectFrom('host_orders').select('id').where('id', '=', `${ws}:b`).execute()).toEqual(
+        [],
+      );
       // The lock is free for the next claimer, with token 1: the rolled-back claim left no trace.
-      expect(await store.locks.claimWorkspaceLock(ws, { holder: 'k', runId: 'rk', ttlMs: 60_000 })).toMatchObject({ status: 'claimed', token: 1 });
+      expect(await store.locks.claimWorkspaceLock(ws, { holder: 'k', runId: 'rk', ttlMs: 60_000 })).toMatchObject({
+        status: 'claimed',
+        token: 1,
+      });
     });
 
     it('a taskfence call that fails inside undoes only its own writes; the host may go on and commit', async () => {
       const ws = await fresh();
       await store.transaction(async (tx) => {
-        await host(tx).insertInto('host_orders').values({ id: `${ws}:c`, contender: 1 }).execute();
+        await host(tx)
+          .insertInto('host_orders')
+          .values({ id: `${ws}:c`, contender: 1 })
+          .execute();
         // A foreign-key violation: a failed statement (NotFoundError or the driver's error).
         await expect(tx.org.createWorkspace({ companyId: 'no-such-company', name: 'x' })).rejects.toThrow();
         // On PostgreSQL the failed statement would abort the whole transaction without the call's savepoint.
         await tx.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 60_000 });
       });
       expect(await store.locks.getWorkspaceLock(ws)).toMatchObject({ holder: 'h' });
-      expect(await host(store).selectFrom('host_orders').select('id').where('id', '=', `${ws}:c`).execute()).toHaveLength(1);
+      expect(
+        await host(store).selectFrom('host_orders').select('id').where('id', '=', `${ws}:c`).execute(),
+      ).toHaveLength(1);
     });
 
     it('concurrent calls on one transaction run one after another', async () => {
       const a = await fresh();
       const b = await fresh();
       const claims = await store.transaction((tx) =>
-        Promise.all([a, b, a].map((ws, i) => tx.locks.claimWorkspaceLock(ws, { holder: `h${i}`, runId: `r${i}`, ttlMs: 60_000 }))),
+        Promise.all(
+          [a, b, a].map((ws, i) => tx.locks.claimWorkspaceLock(ws, { holder: `h${i}`, runId: `r${i}`, ttlMs: 60_000 })),
+        ),
       );
       expect(claims.map((c) => c.status)).toEqual(['claimed', 'claimed', 'busy']);
     });
@@ -126,8 +150,12 @@ export function defineEmbedSuite(makeFixture: () => DialectFixture) {
     it('refuses use of tx after the transaction ended', async () => {
       const ws = await fresh();
       const tx = await store.transaction(async (t) => t);
-      await expect(tx.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 1000 })).rejects.toBeInstanceOf(TransactionEndedError);
-      await expect(host(tx).selectFrom('host_orders').selectAll().execute()).rejects.toBeInstanceOf(TransactionEndedError);
+      await expect(tx.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 1000 })).rejects.toBeInstanceOf(
+        TransactionEndedError,
+      );
+      await expect(host(tx).selectFrom('host_orders').selectAll().execute()).rejects.toBeInstanceOf(
+        TransactionEndedError,
+      );
     });
   });
 
@@ -144,7 +172,9 @@ export function defineEmbedSuite(makeFixture: () => DialectFixture) {
     });
 
     it('refuses something that is not a transaction', () => {
-      expect(() => store.withTransaction({} as never)).toThrow(expect.objectContaining({ code: 'FOREIGN_TRANSACTION' }));
+      expect(() => store.withTransaction({} as never)).toThrow(
+        expect.objectContaining({ code: 'FOREIGN_TRANSACTION' }),
+      );
     });
   });
 
@@ -190,7 +220,11 @@ export function defineEmbedSuite(makeFixture: () => DialectFixture) {
         for (const o of outcomes) if (!o.ok) throw new Error(`contender ${o.index}: ${o.error.message}`);
         const winners = outcomes.filter((o) => o.ok && o.value.committed).map((o) => o.index);
         expect(winners).toHaveLength(1);
-        const rows = await host(raceStore).selectFrom('host_orders').select(['id', 'contender']).where('id', 'like', `${ws}:%`).execute();
+        const rows = await host(raceStore)
+          .selectFrom('host_orders')
+          .select(['id', 'contender'])
+          .where('id', 'like', `${ws}:%`)
+          .execute();
         expect(rows).toEqual([{ id: `${ws}:${winners[0]}`, contender: winners[0] }]);
         expect(await raceStore.locks.getWorkspaceLock(ws)).toMatchObject({ holder: `c${winners[0]}`, token: 1 });
       }
@@ -198,24 +232,39 @@ export function defineEmbedSuite(makeFixture: () => DialectFixture) {
 
     it('host transactions that throw after claiming leave neither insert nor claim', async () => {
       const ws = await seedWorkspace(raceStore, 'race-fail');
-      const outcomes = await contenders.race<{ committed: boolean }>('orderAndClaim', () => ({ workspaceId: ws, fail: true }));
+      const outcomes = await contenders.race<{ committed: boolean }>('orderAndClaim', () => ({
+        workspaceId: ws,
+        fail: true,
+      }));
       for (const o of outcomes) if (!o.ok) throw new Error(`contender ${o.index}: ${o.error.message}`);
       expect(outcomes.every((o) => o.ok && !o.value.committed)).toBe(true);
-      expect(await host(raceStore).selectFrom('host_orders').select('id').where('id', 'like', `${ws}:%`).execute()).toEqual([]);
+      expect(
+        await host(raceStore).selectFrom('host_orders').select('id').where('id', 'like', `${ws}:%`).execute(),
+      ).toEqual([]);
       expect(await raceStore.locks.getWorkspaceLock(ws)).toBeNull();
-      expect(await raceStore.db.selectFrom('workspace_locks').selectAll().where('workspace_id', '=', ws).execute()).toEqual([]);
+      expect(
+        await raceStore.db.selectFrom('workspace_locks').selectAll().where('workspace_id', '=', ws).execute(),
+      ).toEqual([]);
     });
 
     it('writers of overlapping boxes in random order never deadlock and never interleave on a box', async () => {
       const boxes = ['box:a', 'box:b', 'box:c', 'box:d', 'box:e'];
       const rounds = 6;
-      const outcomes = await contenders.race<{ committed: number; retries: number }>('writeBoxes', () => ({ boxes, rounds }));
+      const outcomes = await contenders.race<{ committed: number; retries: number }>('writeBoxes', () => ({
+        boxes,
+        rounds,
+      }));
       for (const o of outcomes) if (!o.ok) throw new Error(`contender ${o.index}: ${o.error.message}`);
       expect(outcomes.map((o) => (o.ok ? o.value.committed : 0))).toEqual(Array(CONTENDERS).fill(rounds));
       // On PostgreSQL a lock-order deadlock would be detected (40P01) and retried: none happened.
       // (SQLite retries SQLITE_BUSY between writers, which is no deadlock.)
-      if (fx.kind === 'postgres') expect(outcomes.map((o) => (o.ok ? o.value.retries : -1))).toEqual(Array(CONTENDERS).fill(0));
-      const log = await host(raceStore).selectFrom('box_log').select(['box', 'owner', 'event']).orderBy('seq').execute();
+      if (fx.kind === 'postgres')
+        expect(outcomes.map((o) => (o.ok ? o.value.retries : -1))).toEqual(Array(CONTENDERS).fill(0));
+      const log = await host(raceStore)
+        .selectFrom('box_log')
+        .select(['box', 'owner', 'event'])
+        .orderBy('seq')
+        .execute();
       expect(log.length).toBeGreaterThan(0);
       expect(interleavings(log)).toEqual([]);
     });

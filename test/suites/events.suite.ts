@@ -38,13 +38,21 @@ export function defineEventsSuite(makeFixture: () => DialectFixture) {
 
     const first = await store.locks.claimWorkspaceLock(ws.id, { holder: 'a', runId: run.id, ttlMs: 1_000 });
     if (first.status !== 'claimed') throw new Error('not claimed');
-    expect((await store.locks.claimWorkspaceLock(ws.id, { holder: 'b', runId: run.id, ttlMs: 1_000 })).status).toBe('busy');
+    expect((await store.locks.claimWorkspaceLock(ws.id, { holder: 'b', runId: run.id, ttlMs: 1_000 })).status).toBe(
+      'busy',
+    );
     clock.t += 5_000; // a's lock expired; b takes it
     const second = await store.locks.claimWorkspaceLock(ws.id, { holder: 'b', runId: run.id, ttlMs: 1_000 });
     if (second.status !== 'claimed') throw new Error('not claimed');
-    await expect(store.locks.renewWorkspaceLock(ws.id, { token: first.token, ttlMs: 1_000 })).rejects.toMatchObject({ code: 'STALE_WORKSPACE_LOCK' });
-    await expect(store.locks.releaseWorkspaceLock(ws.id, { token: first.token })).rejects.toMatchObject({ code: 'STALE_WORKSPACE_LOCK' });
-    await expect(store.runs.startCoordinatorRun({ targetKey: 'worktree:events' })).rejects.toMatchObject({ code: 'COORDINATOR_RUN_CONFLICT' });
+    await expect(store.locks.renewWorkspaceLock(ws.id, { token: first.token, ttlMs: 1_000 })).rejects.toMatchObject({
+      code: 'STALE_WORKSPACE_LOCK',
+    });
+    await expect(store.locks.releaseWorkspaceLock(ws.id, { token: first.token })).rejects.toMatchObject({
+      code: 'STALE_WORKSPACE_LOCK',
+    });
+    await expect(store.runs.startCoordinatorRun({ targetKey: 'worktree:events' })).rejects.toMatchObject({
+      code: 'COORDINATOR_RUN_CONFLICT',
+    });
     clock.t += 60_000;
     const reconciled = await store.runs.reconcileStaleRuns({ staleAfterMs: 30_000 });
     expect(reconciled.map((r) => r.id)).toEqual([run.id]);
@@ -52,14 +60,21 @@ export function defineEventsSuite(makeFixture: () => DialectFixture) {
 
     const types = (events: TaskfenceEvent[]) => events.filter((e) => e.type !== 'migration').map((e) => e.type);
     expect(types(seen)).toEqual(['conflict', 'lease.lost', 'refused', 'conflict', 'run.reconciled', 'prune']);
-    expect(seen.find((e) => e.type === 'lease.lost')).toMatchObject({ operation: 'locks.renewWorkspaceLock', code: 'STALE_WORKSPACE_LOCK' });
-    expect(seen.find((e) => e.type === 'run.reconciled')).toMatchObject({ runId: run.id, targetKey: 'worktree:events' });
+    expect(seen.find((e) => e.type === 'lease.lost')).toMatchObject({
+      operation: 'locks.renewWorkspaceLock',
+      code: 'STALE_WORKSPACE_LOCK',
+    });
+    expect(seen.find((e) => e.type === 'run.reconciled')).toMatchObject({
+      runId: run.id,
+      targetKey: 'worktree:events',
+    });
     // The channels carry the same events.
     expect(types(published)).toEqual(types(seen));
     const stats = store.stats();
     expect(stats).toMatchObject({ conflicts: 2, refusals: 1, leasesLost: 1, runsReconciled: 1 });
     expect(stats.transactions).toBeGreaterThan(5);
-    if (fx.kind === 'postgres') expect(stats.pool).toMatchObject({ total: expect.any(Number), idle: expect.any(Number), waiting: 0 });
+    if (fx.kind === 'postgres')
+      expect(stats.pool).toMatchObject({ total: expect.any(Number), idle: expect.any(Number), waiting: 0 });
     else expect(stats.pool).toBeNull();
   });
 
@@ -75,7 +90,11 @@ export function defineEventsSuite(makeFixture: () => DialectFixture) {
       await new Promise((resolve) => setTimeout(resolve, 100));
       await lock.release();
       await writing;
-      expect(seen.filter((e) => e.type === 'transaction.retry').every((e) => e.type === 'transaction.retry' && e.kind === 'busy')).toBe(true);
+      expect(
+        seen
+          .filter((e) => e.type === 'transaction.retry')
+          .every((e) => e.type === 'transaction.retry' && e.kind === 'busy'),
+      ).toBe(true);
     } else {
       const direct = await fx.freshUrl();
       await (await fx.open(direct)).migrate();

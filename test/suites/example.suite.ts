@@ -24,9 +24,15 @@ export function defineExampleSuite(makeFixture: () => DialectFixture) {
     });
 
     it('puts, moves and lists items; refuses a move of an item that is elsewhere', async () => {
-      expect(await call('POST', '/boxes/a/items', { item: 'hammer' })).toEqual({ status: 201, body: { item: 'hammer', box: 'a' } });
+      expect(await call('POST', '/boxes/a/items', { item: 'hammer' })).toEqual({
+        status: 201,
+        body: { item: 'hammer', box: 'a' },
+      });
       expect((await call('POST', '/boxes/b/items', { item: 'hammer' })).status).toBe(409);
-      expect(await call('POST', '/moves', { item: 'hammer', from: 'a', to: 'b' })).toEqual({ status: 200, body: { item: 'hammer', box: 'b' } });
+      expect(await call('POST', '/moves', { item: 'hammer', from: 'a', to: 'b' })).toEqual({
+        status: 200,
+        body: { item: 'hammer', box: 'b' },
+      });
       expect((await call('POST', '/moves', { item: 'hammer', from: 'a', to: 'c' })).status).toBe(409);
       expect(await call('GET', '/boxes/b')).toEqual({ status: 200, body: { items: ['hammer'] } });
       expect(await call('GET', '/boxes/a')).toEqual({ status: 200, body: { items: [] } });
@@ -35,10 +41,24 @@ export function defineExampleSuite(makeFixture: () => DialectFixture) {
 
     it('concurrent moves in opposite directions neither deadlock nor lose or duplicate an item', async () => {
       const items = Array.from({ length: 6 }, (_, i) => `item-${i}`);
-      for (const item of items) expect((await call('POST', `/boxes/${item.endsWith('0') || item.endsWith('2') || item.endsWith('4') ? 'x' : 'y'}/items`, { item })).status).toBe(201);
+      for (const item of items)
+        expect(
+          (
+            await call(
+              'POST',
+              `/boxes/${item.endsWith('0') || item.endsWith('2') || item.endsWith('4') ? 'x' : 'y'}/items`,
+              { item },
+            )
+          ).status,
+        ).toBe(201);
       // Every item bounces x↔y a few times, all at once; a move finds its item where the last one left it or gets 409.
       const results = await Promise.all(
-        items.flatMap((item) => [0, 1, 2].flatMap(() => [call('POST', '/moves', { item, from: 'x', to: 'y' }), call('POST', '/moves', { item, from: 'y', to: 'x' })])),
+        items.flatMap((item) =>
+          [0, 1, 2].flatMap(() => [
+            call('POST', '/moves', { item, from: 'x', to: 'y' }),
+            call('POST', '/moves', { item, from: 'y', to: 'x' }),
+          ]),
+        ),
       );
       expect(results.every((r) => r.status === 200 || r.status === 409)).toBe(true);
       const [x, y] = [await call('GET', '/boxes/x'), await call('GET', '/boxes/y')];

@@ -64,7 +64,22 @@ const circular = (): unknown => {
 
 /** Values no argument of the API accepts (or accepts only by refusing with a typed error). */
 const hostile: fc.Arbitrary<unknown> = fc.oneof(
-  fc.constantFrom(undefined, null, true, false, 0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, 1e19, 1e300, -1e300, 2 ** 60),
+  fc.constantFrom(
+    undefined,
+    null,
+    true,
+    false,
+    0,
+    -1,
+    1.5,
+    Number.NaN,
+    Number.POSITIVE_INFINITY,
+    Number.NEGATIVE_INFINITY,
+    1e19,
+    1e300,
+    -1e300,
+    2 ** 60,
+  ),
   fc.constantFrom(Number.MAX_SAFE_INTEGER + 2, Number.MIN_SAFE_INTEGER, -0, '', ' ', '\t\n'),
   fc.bigInt(),
   fc.constantFrom('a\u0000b', '\u0000', 'x\ud800', '\udfff', 'ok\udc00ok', '\ud83d'),
@@ -78,15 +93,21 @@ const hostile: fc.Arbitrary<unknown> = fc.oneof(
 );
 
 /** An argument: usually plausible, sometimes hostile. */
-const arg = (valid: fc.Arbitrary<unknown>) => fc.oneof({ weight: 3, arbitrary: valid }, { weight: 1, arbitrary: hostile });
+const arg = (valid: fc.Arbitrary<unknown>) =>
+  fc.oneof({ weight: 3, arbitrary: valid }, { weight: 1, arbitrary: hostile });
 
 /** An optional field: often left out (`undefined`), else plausible or hostile. */
 const OPTIONAL = Symbol('optional');
-const opt = (valid: fc.Arbitrary<unknown>) => Object.assign(fc.oneof(fc.constant(undefined), field(valid)), { [OPTIONAL]: true });
+const opt = (valid: fc.Arbitrary<unknown>) =>
+  Object.assign(fc.oneof(fc.constant(undefined), field(valid)), { [OPTIONAL]: true });
 
 /** A field of an input object: mostly plausible, so that calls get past validation and reach the database. */
 const field = (valid: fc.Arbitrary<unknown>) =>
-  fc.oneof({ weight: 12, arbitrary: valid }, { weight: 1, arbitrary: hostile }, { weight: 1, arbitrary: fc.constant(undefined) });
+  fc.oneof(
+    { weight: 12, arbitrary: valid },
+    { weight: 1, arbitrary: hostile },
+    { weight: 1, arbitrary: fc.constant(undefined) },
+  );
 
 /** An input object whose fields may be missing, plausible or hostile; sometimes not an object at all. */
 const input = (fields: Record<string, fc.Arbitrary<unknown>>) =>
@@ -94,12 +115,15 @@ const input = (fields: Record<string, fc.Arbitrary<unknown>>) =>
     {
       weight: 8,
       arbitrary: fc.record(
-        Object.fromEntries(
-          Object.entries(fields).map(([k, v]) => [k, OPTIONAL in v ? v : field(v)]),
-        ),
+        Object.fromEntries(Object.entries(fields).map(([k, v]) => [k, OPTIONAL in v ? v : field(v)])),
       ),
     },
-    { weight: 1, arbitrary: fc.record(Object.fromEntries(Object.entries(fields).map(([k, v]) => [k, arg(v)])), { requiredKeys: [] }) },
+    {
+      weight: 1,
+      arbitrary: fc.record(Object.fromEntries(Object.entries(fields).map(([k, v]) => [k, arg(v)])), {
+        requiredKeys: [],
+      }),
+    },
     { weight: 1, arbitrary: hostile },
   );
 
@@ -125,7 +149,11 @@ interface FuzzCase {
 }
 
 function cases(p: Pools): FuzzCase[] {
-  const pick = (pool: string[]) => fc.oneof({ weight: 3, arbitrary: fc.constantFrom(...pool) }, { weight: 1, arbitrary: fc.string({ minLength: 1, maxLength: 16 }) });
+  const pick = (pool: string[]) =>
+    fc.oneof(
+      { weight: 3, arbitrary: fc.constantFrom(...pool) },
+      { weight: 1, arbitrary: fc.string({ minLength: 1, maxLength: 16 }) },
+    );
   const id = {
     company: pick(p.company),
     workspace: pick(p.workspace),
@@ -144,8 +172,20 @@ function cases(p: Pools): FuzzCase[] {
   const text = fc.string({ minLength: 1, maxLength: 40 });
   const ttl = fc.integer({ min: 1, max: 3_600_000 });
   const token = fc.integer({ min: 1, max: 50 });
-  const paths = fc.array(fc.constantFrom('src', 'src/a.ts', 'docs', '.', 'lib/x/y', '*.md', '../x', 'a\\b', ''), { maxLength: 5 });
-  const taskStatus = fc.constantFrom('backlog', 'todo', 'ready', 'dispatched', 'in_progress', 'blocked', 'done', 'failed', 'cancelled');
+  const paths = fc.array(fc.constantFrom('src', 'src/a.ts', 'docs', '.', 'lib/x/y', '*.md', '../x', 'a\\b', ''), {
+    maxLength: 5,
+  });
+  const taskStatus = fc.constantFrom(
+    'backlog',
+    'todo',
+    'ready',
+    'dispatched',
+    'in_progress',
+    'blocked',
+    'done',
+    'failed',
+    'cancelled',
+  );
   const runStatus = fc.constantFrom('running', 'completed', 'failed', 'cancelled');
   const dispatchStatus = fc.constantFrom('active', 'completed', 'failed', 'cancelled');
   const targetKey = fc.oneof(fc.constant(null), fc.constantFrom('worktree:a', 'worktree:b'));
@@ -154,19 +194,48 @@ function cases(p: Pools): FuzzCase[] {
     claimant: id.handle,
     expiresAt: fc.integer(),
     attempt: fc.integer(),
-    target: input({ kind: fc.constantFrom('environment', 'group'), id: fc.oneof(id.environment, id.group), ownerTaskId: id.task, generation: token, rootPath: text }),
+    target: input({
+      kind: fc.constantFrom('environment', 'group'),
+      id: fc.oneof(id.environment, id.group),
+      ownerTaskId: id.task,
+      generation: token,
+      rootPath: text,
+    }),
   });
   const tuple = (...a: fc.Arbitrary<unknown>[]) => fc.tuple(...a) as fc.Arbitrary<unknown[]>;
-  const c = (name: string, args: fc.Arbitrary<unknown[]>, call: (s: Store, a: unknown[]) => Promise<unknown>): FuzzCase => ({ name, args, call });
+  const c = (
+    name: string,
+    args: fc.Arbitrary<unknown[]>,
+    call: (s: Store, a: unknown[]) => Promise<unknown>,
+  ): FuzzCase => ({ name, args, call });
   /* eslint-disable @typescript-eslint/no-explicit-any */
   const A = (a: unknown[]) => a as any[];
   return [
     c('org.createCompany', tuple(input({ id: id.fresh, name: text })), (s, a) => s.org.createCompany(A(a)[0])),
-    c('org.createWorkspace', tuple(input({ id: id.fresh, companyId: id.company, name: text, rootPath: text })), (s, a) => s.org.createWorkspace(A(a)[0])),
-    c('org.createAgent', tuple(input({ id: id.fresh, companyId: id.company, name: text, role: text, department: text, workspaceId: id.workspace })), (s, a) =>
-      s.org.createAgent(A(a)[0]),
+    c(
+      'org.createWorkspace',
+      tuple(input({ id: id.fresh, companyId: id.company, name: text, rootPath: text })),
+      (s, a) => s.org.createWorkspace(A(a)[0]),
     ),
-    c('org.createProject', tuple(input({ id: id.fresh, companyId: id.company, name: text, primaryWorkspaceId: id.workspace })), (s, a) => s.org.createProject(A(a)[0])),
+    c(
+      'org.createAgent',
+      tuple(
+        input({
+          id: id.fresh,
+          companyId: id.company,
+          name: text,
+          role: text,
+          department: text,
+          workspaceId: id.workspace,
+        }),
+      ),
+      (s, a) => s.org.createAgent(A(a)[0]),
+    ),
+    c(
+      'org.createProject',
+      tuple(input({ id: id.fresh, companyId: id.company, name: text, primaryWorkspaceId: id.workspace })),
+      (s, a) => s.org.createProject(A(a)[0]),
+    ),
     c('org.getWorkspace', tuple(arg(id.workspace)), (s, a) => s.org.getWorkspace(A(a)[0])),
     c('org.getAgent', tuple(arg(id.agent)), (s, a) => s.org.getAgent(A(a)[0])),
     c('org.getProject', tuple(arg(id.project)), (s, a) => s.org.getProject(A(a)[0])),
@@ -195,106 +264,224 @@ function cases(p: Pools): FuzzCase[] {
     ),
     c('tasks.getTask', tuple(arg(id.task)), (s, a) => s.tasks.getTask(A(a)[0])),
     c('tasks.requireTask', tuple(arg(id.task)), (s, a) => s.tasks.requireTask(A(a)[0])),
-    c('tasks.listTasks', tuple(input({ runId: id.run, status: fc.oneof(taskStatus, fc.array(taskStatus)), targetKey, parentId: id.task })), (s, a) =>
-      s.tasks.listTasks(A(a)[0]),
+    c(
+      'tasks.listTasks',
+      tuple(input({ runId: id.run, status: fc.oneof(taskStatus, fc.array(taskStatus)), targetKey, parentId: id.task })),
+      (s, a) => s.tasks.listTasks(A(a)[0]),
     ),
 
-    c('runs.startCoordinatorRun', tuple(input({ targetKey, spec: text, coordinatorHandle: id.handle })), (s, a) => s.runs.startCoordinatorRun(A(a)[0])),
-    c('runs.adoptUnownedTasks', tuple(arg(id.run), arg(targetKey)), (s, a) => s.runs.adoptUnownedTasks(A(a)[0], A(a)[1])),
-    c('runs.getActiveCoordinatorRunForTarget', tuple(arg(targetKey)), (s, a) => s.runs.getActiveCoordinatorRunForTarget(A(a)[0])),
+    c('runs.startCoordinatorRun', tuple(input({ targetKey, spec: text, coordinatorHandle: id.handle })), (s, a) =>
+      s.runs.startCoordinatorRun(A(a)[0]),
+    ),
+    c('runs.adoptUnownedTasks', tuple(arg(id.run), arg(targetKey)), (s, a) =>
+      s.runs.adoptUnownedTasks(A(a)[0], A(a)[1]),
+    ),
+    c('runs.getActiveCoordinatorRunForTarget', tuple(arg(targetKey)), (s, a) =>
+      s.runs.getActiveCoordinatorRunForTarget(A(a)[0]),
+    ),
     c('runs.getCoordinatorRun', tuple(arg(id.run)), (s, a) => s.runs.getCoordinatorRun(A(a)[0])),
-    c('runs.listCoordinatorRuns', tuple(input({ status: fc.oneof(runStatus, fc.array(runStatus)), targetKey })), (s, a) => s.runs.listCoordinatorRuns(A(a)[0])),
-    c('runs.stopCoordinatorRun', tuple(arg(id.run), arg(runStatus)), (s, a) => s.runs.stopCoordinatorRun(A(a)[0], A(a)[1])),
+    c(
+      'runs.listCoordinatorRuns',
+      tuple(input({ status: fc.oneof(runStatus, fc.array(runStatus)), targetKey })),
+      (s, a) => s.runs.listCoordinatorRuns(A(a)[0]),
+    ),
+    c('runs.stopCoordinatorRun', tuple(arg(id.run), arg(runStatus)), (s, a) =>
+      s.runs.stopCoordinatorRun(A(a)[0], A(a)[1]),
+    ),
     c('runs.heartbeatCoordinatorRun', tuple(arg(id.run)), (s, a) => s.runs.heartbeatCoordinatorRun(A(a)[0])),
     c('runs.reconcileStaleRuns', tuple(input({ staleAfterMs: ttl })), (s, a) => s.runs.reconcileStaleRuns(A(a)[0])),
 
-    c('dispatches.createDispatch', tuple(input({ taskId: id.task, terminalHandle: id.handle, agentId: id.agent, runId: opt(id.run) })), (s, a) =>
-      s.dispatches.createDispatch(A(a)[0]),
+    c(
+      'dispatches.createDispatch',
+      tuple(input({ taskId: id.task, terminalHandle: id.handle, agentId: id.agent, runId: opt(id.run) })),
+      (s, a) => s.dispatches.createDispatch(A(a)[0]),
     ),
     c('dispatches.getDispatch', tuple(arg(id.dispatch)), (s, a) => s.dispatches.getDispatch(A(a)[0])),
-    c('dispatches.getActiveDispatchForTerminal', tuple(arg(id.handle)), (s, a) => s.dispatches.getActiveDispatchForTerminal(A(a)[0])),
-    c('dispatches.failActiveDispatchOnExit', tuple(arg(id.handle), input({ error: text })), (s, a) => s.dispatches.failActiveDispatchOnExit(A(a)[0], A(a)[1])),
-    c('dispatches.endDispatch', tuple(arg(id.dispatch), arg(dispatchStatus)), (s, a) => s.dispatches.endDispatch(A(a)[0], A(a)[1])),
-    c('dispatches.listDispatches', tuple(input({ runId: id.run, taskId: id.task, terminalHandle: id.handle, status: fc.oneof(dispatchStatus, fc.array(dispatchStatus)) })), (s, a) =>
-      s.dispatches.listDispatches(A(a)[0]),
+    c('dispatches.getActiveDispatchForTerminal', tuple(arg(id.handle)), (s, a) =>
+      s.dispatches.getActiveDispatchForTerminal(A(a)[0]),
     ),
-    c('dispatches.countDispatchesByStatus', tuple(arg(id.run)), (s, a) => s.dispatches.countDispatchesByStatus(A(a)[0])),
+    c('dispatches.failActiveDispatchOnExit', tuple(arg(id.handle), input({ error: text })), (s, a) =>
+      s.dispatches.failActiveDispatchOnExit(A(a)[0], A(a)[1]),
+    ),
+    c('dispatches.endDispatch', tuple(arg(id.dispatch), arg(dispatchStatus)), (s, a) =>
+      s.dispatches.endDispatch(A(a)[0], A(a)[1]),
+    ),
+    c(
+      'dispatches.listDispatches',
+      tuple(
+        input({
+          runId: id.run,
+          taskId: id.task,
+          terminalHandle: id.handle,
+          status: fc.oneof(dispatchStatus, fc.array(dispatchStatus)),
+        }),
+      ),
+      (s, a) => s.dispatches.listDispatches(A(a)[0]),
+    ),
+    c('dispatches.countDispatchesByStatus', tuple(arg(id.run)), (s, a) =>
+      s.dispatches.countDispatchesByStatus(A(a)[0]),
+    ),
 
-    c('gates.openGate', tuple(input({ question: text, taskId: opt(id.task), runId: opt(id.run) })), (s, a) => s.gates.openGate(A(a)[0])),
+    c('gates.openGate', tuple(input({ question: text, taskId: opt(id.task), runId: opt(id.run) })), (s, a) =>
+      s.gates.openGate(A(a)[0]),
+    ),
     c('gates.getGate', tuple(arg(id.gate)), (s, a) => s.gates.getGate(A(a)[0])),
     c('gates.resolveGate', tuple(arg(id.gate), arg(text)), (s, a) => s.gates.resolveGate(A(a)[0], A(a)[1])),
     c('gates.listOpenGates', tuple(arg(id.run)), (s, a) => s.gates.listOpenGates(A(a)[0])),
 
-    c('messages.sendMessage', tuple(input({ from: id.handle, to: id.handle, kind: text, payload: fc.oneof(fc.jsonValue(), hostile) })), (s, a) =>
-      s.messages.sendMessage(A(a)[0]),
+    c(
+      'messages.sendMessage',
+      tuple(input({ from: id.handle, to: id.handle, kind: text, payload: fc.oneof(fc.jsonValue(), hostile) })),
+      (s, a) => s.messages.sendMessage(A(a)[0]),
     ),
-    c('messages.deliverPendingMessages', tuple(arg(id.handle), input({ limit: fc.integer({ min: 1, max: 50 }) })), (s, a) =>
-      s.messages.deliverPendingMessages(A(a)[0], A(a)[1]),
+    c(
+      'messages.deliverPendingMessages',
+      tuple(arg(id.handle), input({ limit: fc.integer({ min: 1, max: 50 }) })),
+      (s, a) => s.messages.deliverPendingMessages(A(a)[0], A(a)[1]),
     ),
     c('messages.countPendingMessages', tuple(arg(id.handle)), (s, a) => s.messages.countPendingMessages(A(a)[0])),
 
-    c('locks.claimWorkspaceLock', tuple(arg(id.workspace), input({ holder: id.handle, runId: id.run, ttlMs: ttl })), (s, a) => s.locks.claimWorkspaceLock(A(a)[0], A(a)[1])),
-    c('locks.renewWorkspaceLock', tuple(arg(id.workspace), input({ token, ttlMs: ttl })), (s, a) => s.locks.renewWorkspaceLock(A(a)[0], A(a)[1])),
-    c('locks.releaseWorkspaceLock', tuple(arg(id.workspace), input({ token })), (s, a) => s.locks.releaseWorkspaceLock(A(a)[0], A(a)[1])),
+    c(
+      'locks.claimWorkspaceLock',
+      tuple(arg(id.workspace), input({ holder: id.handle, runId: id.run, ttlMs: ttl })),
+      (s, a) => s.locks.claimWorkspaceLock(A(a)[0], A(a)[1]),
+    ),
+    c('locks.renewWorkspaceLock', tuple(arg(id.workspace), input({ token, ttlMs: ttl })), (s, a) =>
+      s.locks.renewWorkspaceLock(A(a)[0], A(a)[1]),
+    ),
+    c('locks.releaseWorkspaceLock', tuple(arg(id.workspace), input({ token })), (s, a) =>
+      s.locks.releaseWorkspaceLock(A(a)[0], A(a)[1]),
+    ),
     c('locks.getWorkspaceLock', tuple(arg(id.workspace)), (s, a) => s.locks.getWorkspaceLock(A(a)[0])),
-    c('locks.claimTaskLease', tuple(arg(id.task), input({ holder: id.handle, ttlMs: ttl })), (s, a) => s.locks.claimTaskLease(A(a)[0], A(a)[1])),
-    c('locks.renewTaskLease', tuple(arg(id.task), input({ token, ttlMs: ttl })), (s, a) => s.locks.renewTaskLease(A(a)[0], A(a)[1])),
-    c('locks.releaseTaskLease', tuple(arg(id.task), input({ token })), (s, a) => s.locks.releaseTaskLease(A(a)[0], A(a)[1])),
+    c('locks.claimTaskLease', tuple(arg(id.task), input({ holder: id.handle, ttlMs: ttl })), (s, a) =>
+      s.locks.claimTaskLease(A(a)[0], A(a)[1]),
+    ),
+    c('locks.renewTaskLease', tuple(arg(id.task), input({ token, ttlMs: ttl })), (s, a) =>
+      s.locks.renewTaskLease(A(a)[0], A(a)[1]),
+    ),
+    c('locks.releaseTaskLease', tuple(arg(id.task), input({ token })), (s, a) =>
+      s.locks.releaseTaskLease(A(a)[0], A(a)[1]),
+    ),
     c('locks.getTaskLease', tuple(arg(id.task)), (s, a) => s.locks.getTaskLease(A(a)[0])),
 
     c(
       'scheduler.resolveWorkspaceWithLockMode',
-      tuple(input({ id: id.task, workspaceId: id.workspace, requiresFilesystem: fc.boolean(), projectId: id.project }), input({ id: id.agent, workspaceId: id.workspace })),
+      tuple(
+        input({ id: id.task, workspaceId: id.workspace, requiresFilesystem: fc.boolean(), projectId: id.project }),
+        input({ id: id.agent, workspaceId: id.workspace }),
+      ),
       (s, a) => s.scheduler.resolveWorkspaceWithLockMode(A(a)[0], A(a)[1]),
     ),
-    c('scheduler.dispatchRun', tuple(input({ taskId: id.task, agentId: id.agent, runId: id.run, mode: fc.constantFrom('heartbeat', 'task-runner'), ttlMs: ttl })), (s, a) =>
-      s.scheduler.dispatchRun(A(a)[0]),
+    c(
+      'scheduler.dispatchRun',
+      tuple(
+        input({
+          taskId: id.task,
+          agentId: id.agent,
+          runId: id.run,
+          mode: fc.constantFrom('heartbeat', 'task-runner'),
+          ttlMs: ttl,
+        }),
+      ),
+      (s, a) => s.scheduler.dispatchRun(A(a)[0]),
     ),
 
-    c('paths.tryAcquirePaths', tuple(input({ workspaceId: id.workspace, holder: id.handle, paths, ttlMs: ttl, taskId: id.task })), (s, a) => s.paths.tryAcquirePaths(A(a)[0])),
+    c(
+      'paths.tryAcquirePaths',
+      tuple(input({ workspaceId: id.workspace, holder: id.handle, paths, ttlMs: ttl, taskId: id.task })),
+      (s, a) => s.paths.tryAcquirePaths(A(a)[0]),
+    ),
     c(
       'paths.acquirePaths',
       // A valid timeout is kept short: a plausible call may really wait for a conflicting holder.
-      tuple(input({ workspaceId: id.workspace, holder: id.handle, paths, ttlMs: ttl, taskId: id.task }), input({ timeoutMs: fc.integer({ min: 0, max: 30 }), maxPollMs: fc.integer({ min: 1, max: 10 }) })),
+      tuple(
+        input({ workspaceId: id.workspace, holder: id.handle, paths, ttlMs: ttl, taskId: id.task }),
+        input({ timeoutMs: fc.integer({ min: 0, max: 30 }), maxPollMs: fc.integer({ min: 1, max: 10 }) }),
+      ),
       (s, a) => {
         const options = A(a)[1];
-        const bounded = typeof options?.timeoutMs === 'number' && Number.isInteger(options.timeoutMs) && options.timeoutMs > 30 ? { ...options, timeoutMs: 30 } : options;
+        const bounded =
+          typeof options?.timeoutMs === 'number' && Number.isInteger(options.timeoutMs) && options.timeoutMs > 30
+            ? { ...options, timeoutMs: 30 }
+            : options;
         return s.paths.acquirePaths(A(a)[0], bounded);
       },
     ),
-    c('paths.releasePaths', tuple(input({ workspaceId: id.workspace, holder: id.handle, paths })), (s, a) => s.paths.releasePaths(A(a)[0])),
-    c('paths.renewPaths', tuple(input({ workspaceId: id.workspace, holder: id.handle, paths, ttlMs: ttl })), (s, a) => s.paths.renewPaths(A(a)[0])),
-    c('paths.listPathLeases', tuple(input({ workspaceId: id.workspace, holder: id.handle })), (s, a) => s.paths.listPathLeases(A(a)[0])),
+    c('paths.releasePaths', tuple(input({ workspaceId: id.workspace, holder: id.handle, paths })), (s, a) =>
+      s.paths.releasePaths(A(a)[0]),
+    ),
+    c('paths.renewPaths', tuple(input({ workspaceId: id.workspace, holder: id.handle, paths, ttlMs: ttl })), (s, a) =>
+      s.paths.renewPaths(A(a)[0]),
+    ),
+    c('paths.listPathLeases', tuple(input({ workspaceId: id.workspace, holder: id.handle })), (s, a) =>
+      s.paths.listPathLeases(A(a)[0]),
+    ),
     c('paths.pruneExpiredPaths', tuple(arg(id.workspace)), (s, a) => s.paths.pruneExpiredPaths(A(a)[0])),
-    c('paths.claimTask', tuple(arg(id.task), arg(id.handle), input({ ttlMs: ttl })), (s, a) => s.paths.claimTask(A(a)[0], A(a)[1], A(a)[2])),
-    c('paths.submitTaskResult', tuple(arg(id.task), arg(id.handle), input({ status: fc.constantFrom('done', 'failed') })), (s, a) =>
-      s.paths.submitTaskResult(A(a)[0], A(a)[1], A(a)[2]),
+    c('paths.claimTask', tuple(arg(id.task), arg(id.handle), input({ ttlMs: ttl })), (s, a) =>
+      s.paths.claimTask(A(a)[0], A(a)[1], A(a)[2]),
+    ),
+    c(
+      'paths.submitTaskResult',
+      tuple(arg(id.task), arg(id.handle), input({ status: fc.constantFrom('done', 'failed') })),
+      (s, a) => s.paths.submitTaskResult(A(a)[0], A(a)[1], A(a)[2]),
     ),
 
-    c('ownership.createEnvironment', tuple(input({ id: id.fresh, ownerTaskId: id.task, rootPath: text, groupId: id.group })), (s, a) => s.ownership.createEnvironment(A(a)[0])),
-    c('ownership.createWorkspaceGroup', tuple(input({ id: id.fresh, stewardTaskId: id.task })), (s, a) => s.ownership.createWorkspaceGroup(A(a)[0])),
+    c(
+      'ownership.createEnvironment',
+      tuple(input({ id: id.fresh, ownerTaskId: id.task, rootPath: text, groupId: id.group })),
+      (s, a) => s.ownership.createEnvironment(A(a)[0]),
+    ),
+    c('ownership.createWorkspaceGroup', tuple(input({ id: id.fresh, stewardTaskId: id.task })), (s, a) =>
+      s.ownership.createWorkspaceGroup(A(a)[0]),
+    ),
     c('ownership.getEnvironment', tuple(arg(id.environment)), (s, a) => s.ownership.getEnvironment(A(a)[0])),
     c('ownership.getWorkspaceGroup', tuple(arg(id.group)), (s, a) => s.ownership.getWorkspaceGroup(A(a)[0])),
     c(
       'ownership.transferEnvironmentOwnership',
-      tuple(input({ environmentId: id.environment, expectedOwnerTaskId: id.task, expectedGeneration: token, newOwnerTaskId: id.task })),
+      tuple(
+        input({
+          environmentId: id.environment,
+          expectedOwnerTaskId: id.task,
+          expectedGeneration: token,
+          newOwnerTaskId: id.task,
+        }),
+      ),
       (s, a) => s.ownership.transferEnvironmentOwnership(A(a)[0]),
     ),
     c(
       'ownership.transferGroupStewardship',
-      tuple(input({ groupId: id.group, expectedStewardTaskId: id.task, expectedGeneration: token, newStewardTaskId: id.task })),
+      tuple(
+        input({
+          groupId: id.group,
+          expectedStewardTaskId: id.task,
+          expectedGeneration: token,
+          newStewardTaskId: id.task,
+        }),
+      ),
       (s, a) => s.ownership.transferGroupStewardship(A(a)[0]),
     ),
-    c('ownership.admitTaskCleanup', tuple(arg(id.task), arg(fc.constantFrom('archive', 'delete', undefined))), (s, a) => s.ownership.admitTaskCleanup(A(a)[0], A(a)[1])),
+    c('ownership.admitTaskCleanup', tuple(arg(id.task), arg(fc.constantFrom('archive', 'delete', undefined))), (s, a) =>
+      s.ownership.admitTaskCleanup(A(a)[0], A(a)[1]),
+    ),
     c('ownership.listCleanupSnapshots', tuple(arg(id.task)), (s, a) => s.ownership.listCleanupSnapshots(A(a)[0])),
     c('ownership.getCleanupSnapshot', tuple(arg(id.snapshot)), (s, a) => s.ownership.getCleanupSnapshot(A(a)[0])),
-    c('ownership.listPendingCleanups', tuple(input({ limit: fc.integer({ min: 1, max: 100 }), taskId: id.task })), (s, a) => s.ownership.listPendingCleanups(A(a)[0])),
-    c('ownership.claimCleanup', tuple(arg(id.snapshot), arg(id.handle), input({ ttlMs: ttl })), (s, a) => s.ownership.claimCleanup(A(a)[0], A(a)[1], A(a)[2])),
-    c('ownership.renewCleanupClaim', tuple(claim, input({ ttlMs: ttl })), (s, a) => s.ownership.renewCleanupClaim(A(a)[0], A(a)[1])),
+    c(
+      'ownership.listPendingCleanups',
+      tuple(input({ limit: fc.integer({ min: 1, max: 100 }), taskId: id.task })),
+      (s, a) => s.ownership.listPendingCleanups(A(a)[0]),
+    ),
+    c('ownership.claimCleanup', tuple(arg(id.snapshot), arg(id.handle), input({ ttlMs: ttl })), (s, a) =>
+      s.ownership.claimCleanup(A(a)[0], A(a)[1], A(a)[2]),
+    ),
+    c('ownership.renewCleanupClaim', tuple(claim, input({ ttlMs: ttl })), (s, a) =>
+      s.ownership.renewCleanupClaim(A(a)[0], A(a)[1]),
+    ),
     c('ownership.completeCleanup', tuple(claim), (s, a) => s.ownership.completeCleanup(A(a)[0])),
     c('ownership.failCleanup', tuple(claim, arg(text)), (s, a) => s.ownership.failCleanup(A(a)[0], A(a)[1])),
     c('ownership.releaseCleanupClaim', tuple(claim), (s, a) => s.ownership.releaseCleanupClaim(A(a)[0])),
-    c('ownership.detachSubtask', tuple(input({ taskId: id.task, expectedParentId: id.task })), (s, a) => s.ownership.detachSubtask(A(a)[0])),
+    c('ownership.detachSubtask', tuple(input({ taskId: id.task, expectedParentId: id.task })), (s, a) =>
+      s.ownership.detachSubtask(A(a)[0]),
+    ),
   ];
 }
 
@@ -304,11 +491,41 @@ async function seed(store: Store): Promise<Pools> {
   const ws = await store.org.createWorkspace({ id: 'w1', companyId: company.id, name: 'ws', rootPath: '/w1' });
   await store.org.createWorkspace({ id: 'w2', companyId: company.id, name: 'ws2' });
   const agent = await store.org.createAgent({ id: 'a1', companyId: company.id, name: 'agent', workspaceId: ws.id });
-  const project = await store.org.createProject({ id: 'p1', companyId: company.id, name: 'proj', primaryWorkspaceId: ws.id });
+  const project = await store.org.createProject({
+    id: 'p1',
+    companyId: company.id,
+    name: 'proj',
+    primaryWorkspaceId: ws.id,
+  });
   const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:a', coordinatorHandle: 'coord-1' });
-  const parent = await store.tasks.createTask({ id: 't1', companyId: company.id, title: 'parent', requiresFilesystem: true, status: 'ready', workspaceId: ws.id, targetKey: 'worktree:a' });
-  const child = await store.tasks.createTask({ id: 't2', companyId: company.id, title: 'child', requiresFilesystem: false, status: 'ready', parentId: parent.id, writes: ['src'], workspaceId: ws.id });
-  await store.tasks.createTask({ id: 't3', companyId: company.id, title: 'other', requiresFilesystem: true, status: 'ready', projectId: project.id, assigneeAgentId: agent.id });
+  const parent = await store.tasks.createTask({
+    id: 't1',
+    companyId: company.id,
+    title: 'parent',
+    requiresFilesystem: true,
+    status: 'ready',
+    workspaceId: ws.id,
+    targetKey: 'worktree:a',
+  });
+  const child = await store.tasks.createTask({
+    id: 't2',
+    companyId: company.id,
+    title: 'child',
+    requiresFilesystem: false,
+    status: 'ready',
+    parentId: parent.id,
+    writes: ['src'],
+    workspaceId: ws.id,
+  });
+  await store.tasks.createTask({
+    id: 't3',
+    companyId: company.id,
+    title: 'other',
+    requiresFilesystem: true,
+    status: 'ready',
+    projectId: project.id,
+    assigneeAgentId: agent.id,
+  });
   const group = await store.ownership.createWorkspaceGroup({ id: 'g1', stewardTaskId: parent.id });
   const env = await store.ownership.createEnvironment({ id: 'e1', ownerTaskId: child.id, rootPath: '/e1' });
   await store.ownership.createEnvironment({ id: 'e2', ownerTaskId: parent.id, rootPath: '/e2', groupId: group.id });
@@ -317,11 +534,23 @@ async function seed(store: Store): Promise<Pools> {
   await store.messages.sendMessage({ from: 'term-1', to: 'coord-1', kind: 'done', payload: { ok: true } });
   await store.locks.claimWorkspaceLock('w2', { holder: 'holder-1', runId: run.id, ttlMs: 600_000 });
   await store.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'holder-1', paths: ['docs'], ttlMs: 600_000 });
-  const doomed = await store.tasks.createTask({ id: 't4', companyId: company.id, title: 'doomed', requiresFilesystem: true });
+  const doomed = await store.tasks.createTask({
+    id: 't4',
+    companyId: company.id,
+    title: 'doomed',
+    requiresFilesystem: true,
+  });
   await store.ownership.createEnvironment({ id: 'e3', ownerTaskId: doomed.id, rootPath: '/e3' });
   const admission = await store.ownership.admitTaskCleanup(doomed.id);
   for (const n of [5, 6, 7, 8]) {
-    await store.tasks.createTask({ id: `t${n}`, companyId: company.id, title: `ready ${n}`, requiresFilesystem: n % 2 === 0, status: 'ready', workspaceId: n < 7 ? ws.id : null });
+    await store.tasks.createTask({
+      id: `t${n}`,
+      companyId: company.id,
+      title: `ready ${n}`,
+      requiresFilesystem: n % 2 === 0,
+      status: 'ready',
+      workspaceId: n < 7 ? ws.id : null,
+    });
   }
   return {
     company: [company.id],
@@ -342,7 +571,10 @@ async function seed(store: Store): Promise<Pools> {
 function withTimeout<T>(promise: Promise<T>, name: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${name} did not settle within ${CALL_TIMEOUT_MS} ms (a hang)`)), CALL_TIMEOUT_MS);
+    timer = setTimeout(
+      () => reject(new Error(`${name} did not settle within ${CALL_TIMEOUT_MS} ms (a hang)`)),
+      CALL_TIMEOUT_MS,
+    );
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
@@ -372,7 +604,8 @@ export function defineFuzzSuite(makeFixture: () => DialectFixture): void {
       all = cases(await seed(store)).filter((c) => !EXCLUDE?.test(c.name));
     });
     afterAll(async () => {
-      if (process.env.FUZZ_DEBUG) for (const [name, byOutcome] of outcomes) console.log(name, JSON.stringify(Object.fromEntries(byOutcome)));
+      if (process.env.FUZZ_DEBUG)
+        for (const [name, byOutcome] of outcomes) console.log(name, JSON.stringify(Object.fromEntries(byOutcome)));
       console.log(`[fuzz ${makeFixture.name}] ${calls} calls over ${all.length} functions, ${RUNS(fx.kind)} runs each`);
       await fx.cleanup();
     });
@@ -395,8 +628,12 @@ export function defineFuzzSuite(makeFixture: () => DialectFixture): void {
             }
             const where = `${fuzzCase.name}(${show(args)})`;
             count(fuzzCase.name, error instanceof TaskfenceError ? error.code : 'raw');
-            if (!(error instanceof TaskfenceError)) throw new Error(`${where} threw a raw ${(error as Error)?.name}: ${(error as Error)?.message}`, { cause: error });
-            if (!DOCUMENTED_CODES.has(error.code)) throw new Error(`${where} threw an undocumented code ${error.code}: ${error.message}`);
+            if (!(error instanceof TaskfenceError))
+              throw new Error(`${where} threw a raw ${(error as Error)?.name}: ${(error as Error)?.message}`, {
+                cause: error,
+              });
+            if (!DOCUMENTED_CODES.has(error.code))
+              throw new Error(`${where} threw an undocumented code ${error.code}: ${error.message}`);
             if (!RECORDING_REFUSALS.has(error.code)) {
               const after = await databaseState(store, { schema });
               if (after !== before) throw new Error(`${where} was refused with ${error.code} but changed the database`);

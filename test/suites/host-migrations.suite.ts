@@ -31,7 +31,9 @@ interface HostMigrator {
 const KyselyMigrator: new (options: Record<string, unknown>) => HostMigrator = await (async () => {
   try {
     const subpath = 'kysely/migration';
-    return ((await import(/* @vite-ignore */ subpath)) as { Migrator: new (options: Record<string, unknown>) => HostMigrator }).Migrator;
+    return (
+      (await import(/* @vite-ignore */ subpath)) as { Migrator: new (options: Record<string, unknown>) => HostMigrator }
+    ).Migrator;
   } catch {
     return (kyselyRoot as unknown as { Migrator: new (options: Record<string, unknown>) => HostMigrator }).Migrator;
   }
@@ -40,11 +42,20 @@ const KyselyMigrator: new (options: Record<string, unknown>) => HostMigrator = a
 /** The host's Kysely migrations (its own table names; `orders` and `invoices` are not taskfence's). */
 const HOST_MIGRATIONS: Record<string, Migration> = {
   '2026_01_orders': {
-    up: (db: HostDb) => db.schema.createTable('orders').addColumn('id', 'text', (c) => c.primaryKey()).addColumn('total', 'integer').execute(),
+    up: (db: HostDb) =>
+      db.schema
+        .createTable('orders')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('total', 'integer')
+        .execute(),
     down: (db: HostDb) => db.schema.dropTable('orders').execute(),
   },
   '2026_02_invoices': {
-    up: (db: HostDb) => db.schema.createTable('invoices').addColumn('id', 'text', (c) => c.primaryKey()).execute(),
+    up: (db: HostDb) =>
+      db.schema
+        .createTable('invoices')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .execute(),
     down: (db: HostDb) => db.schema.dropTable('invoices').execute(),
   },
 };
@@ -62,11 +73,18 @@ function kyselyMigrator(store: Store) {
 /** umzug with a storage of the host's own, in a table of its own, through store.db. */
 function hostUmzug(store: Store) {
   const db = store.db as unknown as HostDb;
-  const ensure = () => db.schema.createTable('host_umzug_meta').ifNotExists().addColumn('name', 'text', (c) => c.primaryKey()).execute();
+  const ensure = () =>
+    db.schema
+      .createTable('host_umzug_meta')
+      .ifNotExists()
+      .addColumn('name', 'text', (c) => c.primaryKey())
+      .execute();
   const storage: UmzugStorage = {
     async executed() {
       await ensure();
-      return (await db.selectFrom('host_umzug_meta').select('name').orderBy('name').execute()).map((r: { name: string }) => r.name);
+      return (await db.selectFrom('host_umzug_meta').select('name').orderBy('name').execute()).map(
+        (r: { name: string }) => r.name,
+      );
     },
     async logMigration({ name }) {
       await ensure();
@@ -80,7 +98,11 @@ function hostUmzug(store: Store) {
     migrations: [
       {
         name: '001_shipments',
-        up: () => db.schema.createTable('shipments').addColumn('id', 'text', (c) => c.primaryKey()).execute(),
+        up: () =>
+          db.schema
+            .createTable('shipments')
+            .addColumn('id', 'text', (c) => c.primaryKey())
+            .execute(),
         down: () => db.schema.dropTable('shipments').execute(),
       },
     ],
@@ -119,8 +141,24 @@ export function defineHostMigrationSuite(makeFixture: () => DialectFixture) {
         if (order === 'taskfence first') await host();
 
         const status = await store.migrationStatus();
-        expect(status).toMatchObject({ currentVersion: LATEST_VERSION, baselineRequired: false, pending: [], unknown: [], modified: [] });
-        expect(await tableNames(store)).toEqual(expect.arrayContaining(['orders', 'invoices', 'shipments', 'host_kysely_migrations', 'host_umzug_meta', 'taskfence_migrations', 'tasks']));
+        expect(status).toMatchObject({
+          currentVersion: LATEST_VERSION,
+          baselineRequired: false,
+          pending: [],
+          unknown: [],
+          modified: [],
+        });
+        expect(await tableNames(store)).toEqual(
+          expect.arrayContaining([
+            'orders',
+            'invoices',
+            'shipments',
+            'host_kysely_migrations',
+            'host_umzug_meta',
+            'taskfence_migrations',
+            'tasks',
+          ]),
+        );
         // Both tools see their own history only, and running them again changes nothing.
         expect((await kyselyMigrator(store).getMigrations()).map((m) => [m.name, m.executedAt !== undefined])).toEqual([
           ['2026_01_orders', true],

@@ -3,7 +3,12 @@ import type { Store } from '../../src/index.js';
 
 /** Creates the task `args.id` (the same input in every contender); returns its id. */
 export async function createSameTask(store: Store, args: { id: string; companyId: string }) {
-  const task = await store.tasks.createTask({ id: args.id, companyId: args.companyId, title: 'the same task', requiresFilesystem: false });
+  const task = await store.tasks.createTask({
+    id: args.id,
+    companyId: args.companyId,
+    title: 'the same task',
+    requiresFilesystem: false,
+  });
   return { id: task.id };
 }
 

@@ -13,8 +13,24 @@ export async function makeLegacyV5Database(store: Store): Promise<void> {
   await store.db
     .insertInto('agents')
     .values([
-      { id: 'a-eng', company_id: 'c1', name: 'Eve', role: 'Senior Engineer', department: null, workspace_id: null, created_at: 1 },
-      { id: 'a-cfo', company_id: 'c1', name: 'Fin', role: 'CFO', department: 'finance', workspace_id: null, created_at: 1 },
+      {
+        id: 'a-eng',
+        company_id: 'c1',
+        name: 'Eve',
+        role: 'Senior Engineer',
+        department: null,
+        workspace_id: null,
+        created_at: 1,
+      },
+      {
+        id: 'a-cfo',
+        company_id: 'c1',
+        name: 'Fin',
+        role: 'CFO',
+        department: 'finance',
+        workspace_id: null,
+        created_at: 1,
+      },
     ])
     .execute();
   const task = (id: string, assignee: string, status: string) =>

@@ -5,8 +5,21 @@ import type { ContenderTools } from '../support/contender.js';
 /** A dispatch outcome reduced to what crosses the process boundary. */
 export type DispatchSummary =
   | { outcome: 'dispatched'; lockMode: 'none'; taskLeaseToken: number; workspaceId: null }
-  | { outcome: 'dispatched'; lockMode: 'exclusive'; taskLeaseToken: number; workspaceId: string; source: string; lockToken: number }
-  | { outcome: 'cancelled'; reason: 'workspace_busy'; workspaceId: string; heldByRunId: string | null; heldByToken: number }
+  | {
+      outcome: 'dispatched';
+      lockMode: 'exclusive';
+      taskLeaseToken: number;
+      workspaceId: string;
+      source: string;
+      lockToken: number;
+    }
+  | {
+      outcome: 'cancelled';
+      reason: 'workspace_busy';
+      workspaceId: string;
+      heldByRunId: string | null;
+      heldByToken: number;
+    }
   | { outcome: 'skipped'; reason: string; code?: string };
 
 export function summarize(r: DispatchResult): DispatchSummary {
@@ -23,9 +36,17 @@ export function summarize(r: DispatchResult): DispatchSummary {
         };
   }
   if (r.outcome === 'cancelled') {
-    return { outcome: 'cancelled', reason: r.reason, workspaceId: r.workspace.id, heldByRunId: r.heldBy.runId, heldByToken: r.heldBy.token };
+    return {
+      outcome: 'cancelled',
+      reason: r.reason,
+      workspaceId: r.workspace.id,
+      heldByRunId: r.heldBy.runId,
+      heldByToken: r.heldBy.token,
+    };
   }
-  return r.reason === 'workspace_unresolved' ? { outcome: 'skipped', reason: r.reason, code: r.error.code } : { outcome: 'skipped', reason: r.reason };
+  return r.reason === 'workspace_unresolved'
+    ? { outcome: 'skipped', reason: r.reason, code: r.error.code }
+    : { outcome: 'skipped', reason: r.reason };
 }
 
 /** One `dispatchRun` in heartbeat mode. */
@@ -37,13 +58,21 @@ export async function dispatch(store: Store, args: { taskId: string; agentId: st
  * Claims, renews and releases the workspace lock and the task lease `iterations` times each,
  * returning every token granted; checks along the way that a released token is refused.
  */
-export async function churn(store: Store, args: { workspaceId: string; taskId: string; iterations: number }, tools: ContenderTools) {
+export async function churn(
+  store: Store,
+  args: { workspaceId: string; taskId: string; iterations: number },
+  tools: ContenderTools,
+) {
   const lockTokens: number[] = [];
   const leaseTokens: number[] = [];
   const holder = `churn-${tools.index}`;
   let staleRefusals = 0;
   for (let i = 0; i < args.iterations; i++) {
-    const lock = await store.locks.claimWorkspaceLock(args.workspaceId, { holder, runId: `${holder}-${i}`, ttlMs: 60_000 });
+    const lock = await store.locks.claimWorkspaceLock(args.workspaceId, {
+      holder,
+      runId: `${holder}-${i}`,
+      ttlMs: 60_000,
+    });
     if (lock.status === 'claimed') {
       lockTokens.push(lock.token);
       await store.locks.renewWorkspaceLock(args.workspaceId, { token: lock.token, ttlMs: 60_000 });
@@ -71,21 +100,33 @@ export async function claimAndHang(
   args: { workspaceId: string; taskId: string; holder: string; ttlMs: number },
   tools: ContenderTools,
 ) {
-  const lock = await store.locks.claimWorkspaceLock(args.workspaceId, { holder: args.holder, runId: `${args.holder}-run`, ttlMs: args.ttlMs });
+  const lock = await store.locks.claimWorkspaceLock(args.workspaceId, {
+    holder: args.holder,
+    runId: `${args.holder}-run`,
+    ttlMs: args.ttlMs,
+  });
   const lease = await store.locks.claimTaskLease(args.taskId, { holder: args.holder, ttlMs: args.ttlMs });
-  if (lock.status !== 'claimed' || lease.status !== 'claimed') throw new Error(`expected free locks, got ${lock.status}/${lease.status}`);
+  if (lock.status !== 'claimed' || lease.status !== 'claimed')
+    throw new Error(`expected free locks, got ${lock.status}/${lease.status}`);
   tools.signal('claimed');
   await new Promise(() => {}); // never resolves: SIGKILLed here
 }
 
 /** Claims the workspace lock and the task lease, retrying while busy (the dead holder's TTL runs out). */
-export async function claimWhenFree(store: Store, args: { workspaceId: string; taskId: string; holder: string; maxAttempts: number }) {
+export async function claimWhenFree(
+  store: Store,
+  args: { workspaceId: string; taskId: string; holder: string; maxAttempts: number },
+) {
   let busy = 0;
   let lockToken: number | null = null;
   let leaseToken: number | null = null;
   for (let attempt = 0; attempt < args.maxAttempts; attempt++) {
     if (lockToken === null) {
-      const lock = await store.locks.claimWorkspaceLock(args.workspaceId, { holder: args.holder, runId: `${args.holder}-run`, ttlMs: 60_000 });
+      const lock = await store.locks.claimWorkspaceLock(args.workspaceId, {
+        holder: args.holder,
+        runId: `${args.holder}-run`,
+        ttlMs: 60_000,
+      });
       if (lock.status === 'claimed') lockToken = lock.token;
     }
     if (leaseToken === null) {

@@ -6,7 +6,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
-import { DEFAULT_DISPATCH_TTL_MS, type Agent, type Clock, type MigrationEvent, type Store, type Task } from '../../src/index.js';
+import {
+  DEFAULT_DISPATCH_TTL_MS,
+  type Agent,
+  type Clock,
+  type MigrationEvent,
+  type Store,
+  type Task,
+} from '../../src/index.js';
 import { backfillRequiresFilesystem } from '../../src/migrations/0052_requires_filesystem.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
@@ -23,7 +30,10 @@ export class ManualClock implements Clock {
 }
 
 async function countRows(store: Store, table: 'workspace_locks' | 'task_leases'): Promise<number> {
-  const row = await store.db.selectFrom(table).select((eb) => eb.fn.countAll<number | string>().as('n')).executeTakeFirstOrThrow();
+  const row = await store.db
+    .selectFrom(table)
+    .select((eb) => eb.fn.countAll<number | string>().as('n'))
+    .executeTakeFirstOrThrow();
   return Number(row.n);
 }
 
@@ -61,8 +71,16 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const first = await store.locks.claimWorkspaceLock(ws, { holder: 'h1', runId: 'r1', ttlMs: 1000 });
       expect(first).toEqual({ status: 'claimed', token: 1, expiresAt: clock.t + 1000 });
       const second = await store.locks.claimWorkspaceLock(ws, { holder: 'h2', runId: 'r2', ttlMs: 1000 });
-      expect(second).toEqual({ status: 'busy', heldBy: { holder: 'h1', runId: 'r1', token: 1, expiresAt: clock.t + 1000 } });
-      expect(await store.locks.getWorkspaceLock(ws)).toEqual({ holder: 'h1', runId: 'r1', token: 1, expiresAt: clock.t + 1000 });
+      expect(second).toEqual({
+        status: 'busy',
+        heldBy: { holder: 'h1', runId: 'r1', token: 1, expiresAt: clock.t + 1000 },
+      });
+      expect(await store.locks.getWorkspaceLock(ws)).toEqual({
+        holder: 'h1',
+        runId: 'r1',
+        token: 1,
+        expiresAt: clock.t + 1000,
+      });
     });
 
     it('increases the token strictly across claim/release cycles and never deletes the row', async () => {
@@ -87,7 +105,9 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const first = await store.locks.claimWorkspaceLock(ws, { holder: 'crashed', runId: 'r1', ttlMs: 1000 });
       expect(first).toMatchObject({ status: 'claimed', token: 1 });
       clock.t = start + 999;
-      expect(await store.locks.claimWorkspaceLock(ws, { holder: 'next', runId: 'r2', ttlMs: 1000 })).toMatchObject({ status: 'busy' });
+      expect(await store.locks.claimWorkspaceLock(ws, { holder: 'next', runId: 'r2', ttlMs: 1000 })).toMatchObject({
+        status: 'busy',
+      });
       clock.t = start + 1000; // expires_at <= now: expired
       expect(await store.locks.getWorkspaceLock(ws)).toBeNull();
       const next = await store.locks.claimWorkspaceLock(ws, { holder: 'next', runId: 'r2', ttlMs: 1000 });
@@ -98,7 +118,9 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
         reason: 'superseded',
         current: { token: 2, holder: 'next' },
       });
-      await expect(store.locks.releaseWorkspaceLock(ws, { token: 1 })).rejects.toMatchObject({ code: 'STALE_WORKSPACE_LOCK' });
+      await expect(store.locks.releaseWorkspaceLock(ws, { token: 1 })).rejects.toMatchObject({
+        code: 'STALE_WORKSPACE_LOCK',
+      });
       expect(await store.locks.getWorkspaceLock(ws)).toMatchObject({ holder: 'next', token: 2 });
     });
 
@@ -108,7 +130,10 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const claim = await store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 1000 });
       if (claim.status !== 'claimed') throw new Error('expected a claim');
       clock.t = start + 900;
-      expect(await store.locks.renewWorkspaceLock(ws, { token: claim.token, ttlMs: 1000 })).toEqual({ token: 1, expiresAt: start + 1900 });
+      expect(await store.locks.renewWorkspaceLock(ws, { token: claim.token, ttlMs: 1000 })).toEqual({
+        token: 1,
+        expiresAt: start + 1900,
+      });
       clock.t = start + 1900;
       await expect(store.locks.renewWorkspaceLock(ws, { token: claim.token, ttlMs: 1000 })).rejects.toMatchObject({
         code: 'STALE_WORKSPACE_LOCK',
@@ -117,27 +142,50 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       // Nobody claimed since, so the holder may still release (and releasing twice is harmless).
       await store.locks.releaseWorkspaceLock(ws, { token: claim.token });
       await store.locks.releaseWorkspaceLock(ws, { token: claim.token });
-      expect(await store.locks.claimWorkspaceLock(ws, { holder: 'h2', runId: 'r2', ttlMs: 1000 })).toMatchObject({ token: 2 });
+      expect(await store.locks.claimWorkspaceLock(ws, { holder: 'h2', runId: 'r2', ttlMs: 1000 })).toMatchObject({
+        token: 2,
+      });
     });
 
     it('refuses a token that was never granted', async () => {
       const ws = await freshWorkspace();
-      await expect(store.locks.releaseWorkspaceLock(ws, { token: 7 })).rejects.toMatchObject({ code: 'STALE_WORKSPACE_LOCK', reason: 'unknown', current: null });
+      await expect(store.locks.releaseWorkspaceLock(ws, { token: 7 })).rejects.toMatchObject({
+        code: 'STALE_WORKSPACE_LOCK',
+        reason: 'unknown',
+        current: null,
+      });
       await store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 1000 });
-      await expect(store.locks.renewWorkspaceLock(ws, { token: 2, ttlMs: 1000 })).rejects.toMatchObject({ code: 'STALE_WORKSPACE_LOCK', reason: 'unknown' });
+      await expect(store.locks.renewWorkspaceLock(ws, { token: 2, ttlMs: 1000 })).rejects.toMatchObject({
+        code: 'STALE_WORKSPACE_LOCK',
+        reason: 'unknown',
+      });
     });
 
     it('reports a missing workspace as NOT_FOUND and bad arguments as INVALID_ARGUMENT', async () => {
       await freshWorkspace();
-      await expect(store.locks.claimWorkspaceLock('no-such-ws', { holder: 'h', runId: 'r', ttlMs: 1000 })).rejects.toMatchObject({
+      await expect(
+        store.locks.claimWorkspaceLock('no-such-ws', { holder: 'h', runId: 'r', ttlMs: 1000 }),
+      ).rejects.toMatchObject({
         code: 'NOT_FOUND',
         entity: 'workspace',
       });
-      await expect(store.locks.claimWorkspaceLock(wsId, { holder: '', runId: 'r', ttlMs: 1000 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'holder' });
-      await expect(store.locks.claimWorkspaceLock(wsId, { holder: 'h', runId: 'r', ttlMs: 0 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'ttlMs' });
-      await expect(store.locks.releaseWorkspaceLock(wsId, { token: 1.5 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'token' });
+      await expect(store.locks.claimWorkspaceLock(wsId, { holder: '', runId: 'r', ttlMs: 1000 })).rejects.toMatchObject(
+        { code: 'INVALID_ARGUMENT', field: 'holder' },
+      );
+      await expect(store.locks.claimWorkspaceLock(wsId, { holder: 'h', runId: 'r', ttlMs: 0 })).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+        field: 'ttlMs',
+      });
+      await expect(store.locks.releaseWorkspaceLock(wsId, { token: 1.5 })).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+        field: 'token',
+      });
       expect(await countRows(store, 'workspace_locks')).toBeGreaterThan(0);
-      const stray = await store.db.selectFrom('workspace_locks').select('workspace_id').where('workspace_id', '=', 'no-such-ws').execute();
+      const stray = await store.db
+        .selectFrom('workspace_locks')
+        .select('workspace_id')
+        .where('workspace_id', '=', 'no-such-ws')
+        .execute();
       expect(stray).toEqual([]);
     });
   });
@@ -146,7 +194,11 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
     let n = 0;
     async function freshTask() {
       const { company } = await seedOrg(store, `tl${++n}`);
-      const task = await store.tasks.createTask({ companyId: company.id, title: 'lease me', requiresFilesystem: false });
+      const task = await store.tasks.createTask({
+        companyId: company.id,
+        title: 'lease me',
+        requiresFilesystem: false,
+      });
       return task.id;
     }
 
@@ -160,7 +212,10 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       });
       await store.locks.releaseTaskLease(task, { token: 1 });
       expect(await store.locks.getTaskLease(task)).toBeNull();
-      expect(await store.locks.claimTaskLease(task, { holder: 'b', ttlMs: 1000 })).toMatchObject({ status: 'claimed', token: 2 });
+      expect(await store.locks.claimTaskLease(task, { holder: 'b', ttlMs: 1000 })).toMatchObject({
+        status: 'claimed',
+        token: 2,
+      });
       const rows = await store.db.selectFrom('task_leases').selectAll().where('task_id', '=', task).execute();
       expect(rows).toEqual([expect.objectContaining({ holder: 'b', token: 2 })]);
     });
@@ -171,10 +226,19 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       await store.locks.claimTaskLease(task, { holder: 'old', ttlMs: 500 });
       clock.t = start + 499;
       expect(await store.locks.claimTaskLease(task, { holder: 'new', ttlMs: 500 })).toMatchObject({ status: 'busy' });
-      expect(await store.locks.renewTaskLease(task, { token: 1, ttlMs: 500 })).toEqual({ token: 1, expiresAt: start + 999 });
+      expect(await store.locks.renewTaskLease(task, { token: 1, ttlMs: 500 })).toEqual({
+        token: 1,
+        expiresAt: start + 999,
+      });
       clock.t = start + 999;
-      expect(await store.locks.claimTaskLease(task, { holder: 'new', ttlMs: 500 })).toMatchObject({ status: 'claimed', token: 2 });
-      await expect(store.locks.renewTaskLease(task, { token: 1, ttlMs: 500 })).rejects.toMatchObject({ code: 'STALE_TASK_LEASE', reason: 'superseded' });
+      expect(await store.locks.claimTaskLease(task, { holder: 'new', ttlMs: 500 })).toMatchObject({
+        status: 'claimed',
+        token: 2,
+      });
+      await expect(store.locks.renewTaskLease(task, { token: 1, ttlMs: 500 })).rejects.toMatchObject({
+        code: 'STALE_TASK_LEASE',
+        reason: 'superseded',
+      });
       await expect(store.locks.releaseTaskLease(task, { token: 1 })).rejects.toMatchObject({
         code: 'STALE_TASK_LEASE',
         current: { token: 2, holder: 'new' },
@@ -187,8 +251,14 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const start = clock.t;
       await store.locks.claimTaskLease(task, { holder: 'h', ttlMs: 100 });
       clock.t = start + 100;
-      await expect(store.locks.renewTaskLease(task, { token: 1, ttlMs: 100 })).rejects.toMatchObject({ code: 'STALE_TASK_LEASE', reason: 'expired' });
-      await expect(store.locks.claimTaskLease('no-such-task', { holder: 'h', ttlMs: 100 })).rejects.toMatchObject({ code: 'NOT_FOUND', entity: 'task' });
+      await expect(store.locks.renewTaskLease(task, { token: 1, ttlMs: 100 })).rejects.toMatchObject({
+        code: 'STALE_TASK_LEASE',
+        reason: 'expired',
+      });
+      await expect(store.locks.claimTaskLease('no-such-task', { holder: 'h', ttlMs: 100 })).rejects.toMatchObject({
+        code: 'NOT_FOUND',
+        entity: 'task',
+      });
     });
   });
 
@@ -203,13 +273,21 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       // The company has a workspace nobody points at: it must never be picked as a fallback.
       wsOther = (await store.org.createWorkspace({ companyId: company, name: 'company-ws' })).id;
     });
-    const agentWith = (workspaceId: string | null) => store.org.createAgent({ companyId: company, name: 'a', role: 'CTO', workspaceId });
-    const projectWith = (primaryWorkspaceId: string | null) => store.org.createProject({ companyId: company, name: 'p', primaryWorkspaceId });
+    const agentWith = (workspaceId: string | null) =>
+      store.org.createAgent({ companyId: company, name: 'a', role: 'CTO', workspaceId });
+    const projectWith = (primaryWorkspaceId: string | null) =>
+      store.org.createProject({ companyId: company, name: 'p', primaryWorkspaceId });
 
     it('task.workspaceId set → exclusive on the task workspace (source task)', async () => {
       const agent = await agentWith(wsAgent);
       const project = await projectWith(wsPrimary);
-      const task = await store.tasks.createTask({ companyId: company, title: 'review PR', workspaceId: wsTask, projectId: project.id, requiresFilesystem: false });
+      const task = await store.tasks.createTask({
+        companyId: company,
+        title: 'review PR',
+        workspaceId: wsTask,
+        projectId: project.id,
+        requiresFilesystem: false,
+      });
       const r = await store.scheduler.resolveWorkspaceWithLockMode(task, agent);
       expect(r.lockMode).toBe('exclusive');
       if (r.lockMode === 'exclusive') {
@@ -221,14 +299,28 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
     it('requiresFilesystem = 1 → exclusive on the agent workspace before the project primary', async () => {
       const agent = await agentWith(wsAgent);
       const project = await projectWith(wsPrimary);
-      const task = await store.tasks.createTask({ companyId: company, title: 'code', projectId: project.id, requiresFilesystem: true });
-      expect(await store.scheduler.resolveWorkspaceWithLockMode(task, agent)).toMatchObject({ lockMode: 'exclusive', workspace: { id: wsAgent }, source: 'agent' });
+      const task = await store.tasks.createTask({
+        companyId: company,
+        title: 'code',
+        projectId: project.id,
+        requiresFilesystem: true,
+      });
+      expect(await store.scheduler.resolveWorkspaceWithLockMode(task, agent)).toMatchObject({
+        lockMode: 'exclusive',
+        workspace: { id: wsAgent },
+        source: 'agent',
+      });
     });
 
     it('requiresFilesystem = 1 and no agent workspace → exclusive on the project primary', async () => {
       const agent = await agentWith(null);
       const project = await projectWith(wsPrimary);
-      const task = await store.tasks.createTask({ companyId: company, title: 'code', projectId: project.id, requiresFilesystem: true });
+      const task = await store.tasks.createTask({
+        companyId: company,
+        title: 'code',
+        projectId: project.id,
+        requiresFilesystem: true,
+      });
       expect(await store.scheduler.resolveWorkspaceWithLockMode(task, agent)).toMatchObject({
         lockMode: 'exclusive',
         workspace: { id: wsPrimary },
@@ -239,23 +331,44 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
     it('requiresFilesystem = 1 with no workspace anywhere → WorkspaceConfigurationError, no company fallback', async () => {
       const agent = await agentWith(null);
       const project = await projectWith(null);
-      const task = await store.tasks.createTask({ companyId: company, title: 'code', projectId: project.id, requiresFilesystem: true });
+      const task = await store.tasks.createTask({
+        companyId: company,
+        title: 'code',
+        projectId: project.id,
+        requiresFilesystem: true,
+      });
       const error = await store.scheduler.resolveWorkspaceWithLockMode(task, agent).catch((e: unknown) => e);
-      expect(error).toMatchObject({ code: 'WORKSPACE_CONFIGURATION', taskId: task.id, agentId: agent.id, projectId: project.id, reason: 'no_workspace_bound' });
+      expect(error).toMatchObject({
+        code: 'WORKSPACE_CONFIGURATION',
+        taskId: task.id,
+        agentId: agent.id,
+        projectId: project.id,
+        reason: 'no_workspace_bound',
+      });
       expect(String((error as Error).message)).not.toContain(wsOther);
     });
 
     it('everything else → none with a null workspace, although agent and project have workspaces', async () => {
       const agent = await agentWith(wsAgent);
       const project = await projectWith(wsPrimary);
-      const task = await store.tasks.createTask({ companyId: company, title: 'strategy memo', projectId: project.id, requiresFilesystem: false });
-      expect(await store.scheduler.resolveWorkspaceWithLockMode(task, agent)).toEqual({ lockMode: 'none', workspace: null });
+      const task = await store.tasks.createTask({
+        companyId: company,
+        title: 'strategy memo',
+        projectId: project.id,
+        requiresFilesystem: false,
+      });
+      expect(await store.scheduler.resolveWorkspaceWithLockMode(task, agent)).toEqual({
+        lockMode: 'none',
+        workspace: null,
+      });
     });
 
     it('an explicit workspace that does not exist is a configuration error, not a fallback', async () => {
       const agent = await agentWith(wsAgent);
       const task = await store.tasks.createTask({ companyId: company, title: 'stale', requiresFilesystem: true });
-      await expect(store.scheduler.resolveWorkspaceWithLockMode({ ...task, workspaceId: 'deleted-ws' }, agent)).rejects.toMatchObject({
+      await expect(
+        store.scheduler.resolveWorkspaceWithLockMode({ ...task, workspaceId: 'deleted-ws' }, agent),
+      ).rejects.toMatchObject({
         code: 'WORKSPACE_CONFIGURATION',
         reason: 'workspace_missing',
         workspaceId: 'deleted-ws',
@@ -264,8 +377,13 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
     });
 
     it('createTask refuses a missing requiresFilesystem at run time', async () => {
-      const input = { companyId: company, title: 'undecided' } as unknown as Parameters<Store['tasks']['createTask']>[0];
-      await expect(store.tasks.createTask(input)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'requiresFilesystem' });
+      const input = { companyId: company, title: 'undecided' } as unknown as Parameters<
+        Store['tasks']['createTask']
+      >[0];
+      await expect(store.tasks.createTask(input)).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+        field: 'requiresFilesystem',
+      });
     });
   });
 
@@ -281,9 +399,19 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
 
     it('cognitive task → dispatched with lockMode none and no lock row, even with a bound agent', async () => {
       const agent = await store.org.createAgent({ companyId: company, name: 'cfo', role: 'CFO', workspaceId: ws });
-      const task = await store.tasks.createTask({ companyId: company, title: 'budget', assigneeAgentId: agent.id, requiresFilesystem: false });
+      const task = await store.tasks.createTask({
+        companyId: company,
+        title: 'budget',
+        assigneeAgentId: agent.id,
+        requiresFilesystem: false,
+      });
       const before = await countRows(store, 'workspace_locks');
-      const r = await store.scheduler.dispatchRun({ taskId: task.id, agentId: agent.id, runId: runId(), mode: 'heartbeat' });
+      const r = await store.scheduler.dispatchRun({
+        taskId: task.id,
+        agentId: agent.id,
+        runId: runId(),
+        mode: 'heartbeat',
+      });
       expect(r).toMatchObject({ outcome: 'dispatched', lockMode: 'none', workspace: null, taskLease: { token: 1 } });
       expect(await countRows(store, 'workspace_locks')).toBe(before);
       expect(await store.locks.getTaskLease(task.id)).toMatchObject({ token: 1 });
@@ -291,47 +419,104 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
 
     it('coding task + agent workspace bound → exclusive on the agent workspace, lock claimed', async () => {
       const agent = await store.org.createAgent({ companyId: company, name: 'dev', role: 'engineer', workspaceId: ws });
-      const task = await store.tasks.createTask({ companyId: company, title: 'fix bug', assigneeAgentId: agent.id, requiresFilesystem: true });
+      const task = await store.tasks.createTask({
+        companyId: company,
+        title: 'fix bug',
+        assigneeAgentId: agent.id,
+        requiresFilesystem: true,
+      });
       const run = runId();
-      const r = await store.scheduler.dispatchRun({ taskId: task.id, agentId: agent.id, runId: run, mode: 'heartbeat' });
+      const r = await store.scheduler.dispatchRun({
+        taskId: task.id,
+        agentId: agent.id,
+        runId: run,
+        mode: 'heartbeat',
+      });
       expect(r).toMatchObject({ outcome: 'dispatched', lockMode: 'exclusive', workspace: { id: ws }, source: 'agent' });
       expect(await store.locks.getWorkspaceLock(ws)).toMatchObject({ holder: run, runId: run });
-      if (r.outcome === 'dispatched' && r.lockMode === 'exclusive') await store.locks.releaseWorkspaceLock(ws, { token: r.workspaceLock.token });
+      if (r.outcome === 'dispatched' && r.lockMode === 'exclusive')
+        await store.locks.releaseWorkspaceLock(ws, { token: r.workspaceLock.token });
     });
 
     it('coding task + no agent workspace + project primary → exclusive on the project primary, lock claimed', async () => {
       const agent = await store.org.createAgent({ companyId: company, name: 'dev2', role: 'engineer' });
       const project = await store.org.createProject({ companyId: company, name: 'app', primaryWorkspaceId: ws });
-      const task = await store.tasks.createTask({ companyId: company, title: 'feature', projectId: project.id, requiresFilesystem: true });
+      const task = await store.tasks.createTask({
+        companyId: company,
+        title: 'feature',
+        projectId: project.id,
+        requiresFilesystem: true,
+      });
       const run = runId();
-      const r = await store.scheduler.dispatchRun({ taskId: task.id, agentId: agent.id, runId: run, mode: 'task-runner' });
-      expect(r).toMatchObject({ outcome: 'dispatched', lockMode: 'exclusive', workspace: { id: ws }, source: 'project_primary' });
+      const r = await store.scheduler.dispatchRun({
+        taskId: task.id,
+        agentId: agent.id,
+        runId: run,
+        mode: 'task-runner',
+      });
+      expect(r).toMatchObject({
+        outcome: 'dispatched',
+        lockMode: 'exclusive',
+        workspace: { id: ws },
+        source: 'project_primary',
+      });
       expect(await store.locks.getWorkspaceLock(ws)).toMatchObject({ holder: run });
-      if (r.outcome === 'dispatched' && r.lockMode === 'exclusive') await store.locks.releaseWorkspaceLock(ws, { token: r.workspaceLock.token });
+      if (r.outcome === 'dispatched' && r.lockMode === 'exclusive')
+        await store.locks.releaseWorkspaceLock(ws, { token: r.workspaceLock.token });
     });
 
     it('coding task + no workspace anywhere → heartbeat skips (workspace_unresolved) and releases the task lease', async () => {
       const agent = await store.org.createAgent({ companyId: company, name: 'cto', role: 'CTO' });
       const task = await store.tasks.createTask({ companyId: company, title: 'refactor', requiresFilesystem: true });
       const locksBefore = await store.db.selectFrom('workspace_locks').selectAll().execute();
-      const r = await store.scheduler.dispatchRun({ taskId: task.id, agentId: agent.id, runId: runId(), mode: 'heartbeat' });
-      expect(r).toMatchObject({ outcome: 'skipped', reason: 'workspace_unresolved', error: { code: 'WORKSPACE_CONFIGURATION', taskId: task.id, agentId: agent.id } });
+      const r = await store.scheduler.dispatchRun({
+        taskId: task.id,
+        agentId: agent.id,
+        runId: runId(),
+        mode: 'heartbeat',
+      });
+      expect(r).toMatchObject({
+        outcome: 'skipped',
+        reason: 'workspace_unresolved',
+        error: { code: 'WORKSPACE_CONFIGURATION', taskId: task.id, agentId: agent.id },
+      });
       // The lease was claimed (token 1) and released: the task is back in the pool.
-      expect(await store.db.selectFrom('task_leases').select(['holder', 'token']).where('task_id', '=', task.id).execute()).toEqual([{ holder: null, token: 1 }]);
+      expect(
+        await store.db.selectFrom('task_leases').select(['holder', 'token']).where('task_id', '=', task.id).execute(),
+      ).toEqual([{ holder: null, token: 1 }]);
       expect(await store.db.selectFrom('workspace_locks').selectAll().execute()).toEqual(locksBefore);
-      expect(await store.locks.claimTaskLease(task.id, { holder: 'next-beat', ttlMs: 1000 })).toMatchObject({ status: 'claimed', token: 2 });
+      expect(await store.locks.claimTaskLease(task.id, { holder: 'next-beat', ttlMs: 1000 })).toMatchObject({
+        status: 'claimed',
+        token: 2,
+      });
     });
 
     it('coding task + no workspace anywhere → task-runner gets WORKSPACE_UNRESOLVED and the lease is released', async () => {
       const agent = await store.org.createAgent({ companyId: company, name: 'cto2', role: 'CTO' });
       const project = await store.org.createProject({ companyId: company, name: 'no-primary' });
-      const task = await store.tasks.createTask({ companyId: company, title: 'migrate', projectId: project.id, requiresFilesystem: true });
+      const task = await store.tasks.createTask({
+        companyId: company,
+        title: 'migrate',
+        projectId: project.id,
+        requiresFilesystem: true,
+      });
       const run = runId();
-      const error = await store.scheduler.dispatchRun({ taskId: task.id, agentId: agent.id, runId: run, mode: 'task-runner' }).catch((e: unknown) => e);
-      expect(error).toMatchObject({ name: 'WorkspaceUnresolvedError', code: 'WORKSPACE_UNRESOLVED', taskId: task.id, agentId: agent.id, projectId: project.id, runId: run });
+      const error = await store.scheduler
+        .dispatchRun({ taskId: task.id, agentId: agent.id, runId: run, mode: 'task-runner' })
+        .catch((e: unknown) => e);
+      expect(error).toMatchObject({
+        name: 'WorkspaceUnresolvedError',
+        code: 'WORKSPACE_UNRESOLVED',
+        taskId: task.id,
+        agentId: agent.id,
+        projectId: project.id,
+        runId: run,
+      });
       expect((error as Error).cause).toMatchObject({ code: 'WORKSPACE_CONFIGURATION' });
       expect(await store.locks.getTaskLease(task.id)).toBeNull();
-      expect(await store.db.selectFrom('task_leases').select('token').where('task_id', '=', task.id).executeTakeFirst()).toEqual({ token: 1 });
+      expect(
+        await store.db.selectFrom('task_leases').select('token').where('task_id', '=', task.id).executeTakeFirst(),
+      ).toEqual({ token: 1 });
     });
 
     it('two coding agents racing the same workspace → first claims, second cancelled, and it succeeds on a later beat', async () => {
@@ -341,14 +526,33 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const tb = await store.tasks.createTask({ companyId: company, title: 'b', requiresFilesystem: true });
       const runA = runId();
       const first = await store.scheduler.dispatchRun({ taskId: ta.id, agentId: a.id, runId: runA, mode: 'heartbeat' });
-      const second = await store.scheduler.dispatchRun({ taskId: tb.id, agentId: b.id, runId: runId(), mode: 'heartbeat' });
+      const second = await store.scheduler.dispatchRun({
+        taskId: tb.id,
+        agentId: b.id,
+        runId: runId(),
+        mode: 'heartbeat',
+      });
       expect(first).toMatchObject({ outcome: 'dispatched', lockMode: 'exclusive' });
-      expect(second).toMatchObject({ outcome: 'cancelled', reason: 'workspace_busy', workspace: { id: ws }, heldBy: { runId: runA } });
+      expect(second).toMatchObject({
+        outcome: 'cancelled',
+        reason: 'workspace_busy',
+        workspace: { id: ws },
+        heldBy: { runId: runA },
+      });
       expect(await store.locks.getTaskLease(tb.id)).toBeNull(); // the cancelled run gave its task back
       if (first.outcome !== 'dispatched' || first.lockMode !== 'exclusive') throw new Error('unreachable');
       await store.locks.releaseWorkspaceLock(ws, { token: first.workspaceLock.token });
-      const retry = await store.scheduler.dispatchRun({ taskId: tb.id, agentId: b.id, runId: runId(), mode: 'heartbeat' });
-      expect(retry).toMatchObject({ outcome: 'dispatched', lockMode: 'exclusive', workspaceLock: { token: first.workspaceLock.token + 1 } });
+      const retry = await store.scheduler.dispatchRun({
+        taskId: tb.id,
+        agentId: b.id,
+        runId: runId(),
+        mode: 'heartbeat',
+      });
+      expect(retry).toMatchObject({
+        outcome: 'dispatched',
+        lockMode: 'exclusive',
+        workspaceLock: { token: first.workspaceLock.token + 1 },
+      });
     });
 
     it('a run that crashed holding the workspace blocks the next beat only until its TTL, then the next run gets a higher token', async () => {
@@ -359,7 +563,12 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const crashedTask = await timed.tasks.createTask({ companyId: co, title: 'crashes', requiresFilesystem: true });
       const nextTask = await timed.tasks.createTask({ companyId: co, title: 'next', requiresFilesystem: true });
       const start = clock.t;
-      const crashed = await timed.scheduler.dispatchRun({ taskId: crashedTask.id, agentId: dev.id, runId: 'crashed', mode: 'heartbeat' });
+      const crashed = await timed.scheduler.dispatchRun({
+        taskId: crashedTask.id,
+        agentId: dev.id,
+        runId: 'crashed',
+        mode: 'heartbeat',
+      });
       expect(crashed).toMatchObject({
         outcome: 'dispatched',
         lockMode: 'exclusive',
@@ -367,22 +576,41 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
         workspaceLock: { token: 1, expiresAt: start + DEFAULT_DISPATCH_TTL_MS },
       });
       clock.t = start + DEFAULT_DISPATCH_TTL_MS - 1;
-      expect(await timed.scheduler.dispatchRun({ taskId: nextTask.id, agentId: dev.id, runId: 'beat-1', mode: 'heartbeat' })).toMatchObject({
+      expect(
+        await timed.scheduler.dispatchRun({ taskId: nextTask.id, agentId: dev.id, runId: 'beat-1', mode: 'heartbeat' }),
+      ).toMatchObject({
         outcome: 'cancelled',
         heldBy: { runId: 'crashed' },
       });
       clock.t = start + DEFAULT_DISPATCH_TTL_MS;
-      expect(await timed.scheduler.dispatchRun({ taskId: nextTask.id, agentId: dev.id, runId: 'beat-2', mode: 'heartbeat', ttlMs: 1000 })).toMatchObject({
+      expect(
+        await timed.scheduler.dispatchRun({
+          taskId: nextTask.id,
+          agentId: dev.id,
+          runId: 'beat-2',
+          mode: 'heartbeat',
+          ttlMs: 1000,
+        }),
+      ).toMatchObject({
         outcome: 'dispatched',
         workspaceLock: { token: 2, expiresAt: clock.t + 1000 },
         taskLease: { token: 2 }, // claimed by beat-1 (then released) and now by beat-2
       });
       // The crashed run's task lease has expired too: its task goes back to the pool.
-      expect(await timed.scheduler.dispatchRun({ taskId: crashedTask.id, agentId: dev.id, runId: 'beat-3', mode: 'heartbeat' })).toMatchObject({
+      expect(
+        await timed.scheduler.dispatchRun({
+          taskId: crashedTask.id,
+          agentId: dev.id,
+          runId: 'beat-3',
+          mode: 'heartbeat',
+        }),
+      ).toMatchObject({
         outcome: 'cancelled',
         heldBy: { runId: 'beat-2' },
       });
-      expect(await timed.db.selectFrom('task_leases').select(['task_id', 'holder', 'token']).orderBy('token').execute()).toEqual(
+      expect(
+        await timed.db.selectFrom('task_leases').select(['task_id', 'holder', 'token']).orderBy('token').execute(),
+      ).toEqual(
         expect.arrayContaining([
           { task_id: crashedTask.id, holder: null, token: 2 },
           { task_id: nextTask.id, holder: 'beat-2', token: 2 },
@@ -394,10 +622,21 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const agent = await store.org.createAgent({ companyId: company, name: 'c', role: 'engineer', workspaceId: ws });
       const task = await store.tasks.createTask({ companyId: company, title: 'taken', requiresFilesystem: true });
       await store.locks.claimTaskLease(task.id, { holder: 'other-run', ttlMs: 60_000 });
-      const lockBefore = await store.db.selectFrom('workspace_locks').selectAll().where('workspace_id', '=', ws).execute();
-      const r = await store.scheduler.dispatchRun({ taskId: task.id, agentId: agent.id, runId: runId(), mode: 'heartbeat' });
+      const lockBefore = await store.db
+        .selectFrom('workspace_locks')
+        .selectAll()
+        .where('workspace_id', '=', ws)
+        .execute();
+      const r = await store.scheduler.dispatchRun({
+        taskId: task.id,
+        agentId: agent.id,
+        runId: runId(),
+        mode: 'heartbeat',
+      });
       expect(r).toMatchObject({ outcome: 'skipped', reason: 'task_leased', heldBy: { holder: 'other-run' } });
-      expect(await store.db.selectFrom('workspace_locks').selectAll().where('workspace_id', '=', ws).execute()).toEqual(lockBefore);
+      expect(await store.db.selectFrom('workspace_locks').selectAll().where('workspace_id', '=', ws).execute()).toEqual(
+        lockBefore,
+      );
     });
 
     it('rejects an unknown mode and reports a missing agent after giving the lease back', async () => {
@@ -405,7 +644,9 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       await expect(
         store.scheduler.dispatchRun({ taskId: task.id, agentId: 'a', runId: runId(), mode: 'cron' as 'heartbeat' }),
       ).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'mode' });
-      await expect(store.scheduler.dispatchRun({ taskId: task.id, agentId: 'ghost', runId: runId(), mode: 'heartbeat' })).rejects.toMatchObject({
+      await expect(
+        store.scheduler.dispatchRun({ taskId: task.id, agentId: 'ghost', runId: runId(), mode: 'heartbeat' }),
+      ).rejects.toMatchObject({
         code: 'NOT_FOUND',
         entity: 'agent',
       });
@@ -458,13 +699,25 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
             }),
           );
         }
-        const outcomes = await contenders.race<DispatchSummary>('dispatch', (i) => ({ taskId: tasks[i]!.id, agentId: agents[i]!.id, runId: `cog-${round}-${i}` }));
-        for (const o of outcomes) expect(o, JSON.stringify(o)).toMatchObject({ ok: true, value: { outcome: 'dispatched', lockMode: 'none', taskLeaseToken: 1 } });
+        const outcomes = await contenders.race<DispatchSummary>('dispatch', (i) => ({
+          taskId: tasks[i]!.id,
+          agentId: agents[i]!.id,
+          runId: `cog-${round}-${i}`,
+        }));
+        for (const o of outcomes)
+          expect(o, JSON.stringify(o)).toMatchObject({
+            ok: true,
+            value: { outcome: 'dispatched', lockMode: 'none', taskLeaseToken: 1 },
+          });
         expect(await lockRowsOf(company)).toEqual([]);
         const leases = await store.db
           .selectFrom('task_leases')
           .select(['task_id', 'holder'])
-          .where('task_id', 'in', tasks.map((t) => t.id))
+          .where(
+            'task_id',
+            'in',
+            tasks.map((t) => t.id),
+          )
           .orderBy('holder')
           .execute();
         expect(leases.map((l) => l.holder)).toEqual(tasks.map((_, i) => `cog-${round}-${i}`).sort());
@@ -473,13 +726,26 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       for (let round = 0; round < 3; round++) {
         const tasks: Task[] = [];
         for (let i = 0; i < 8; i++) {
-          tasks.push(await store.tasks.createTask({ companyId: company, title: `mixed ${round}.${i}`, requiresFilesystem: i % 2 === 0 }));
+          tasks.push(
+            await store.tasks.createTask({
+              companyId: company,
+              title: `mixed ${round}.${i}`,
+              requiresFilesystem: i % 2 === 0,
+            }),
+          );
         }
-        const outcomes = await contenders.race<DispatchSummary>('dispatch', (i) => ({ taskId: tasks[i]!.id, agentId: agents[i]!.id, runId: `mix-${round}-${i}` }));
+        const outcomes = await contenders.race<DispatchSummary>('dispatch', (i) => ({
+          taskId: tasks[i]!.id,
+          agentId: agents[i]!.id,
+          runId: `mix-${round}-${i}`,
+        }));
         const values = outcomes.map((o) => (o.ok ? o.value : o.error));
         for (let i = 1; i < 8; i += 2) expect(values[i]).toMatchObject({ outcome: 'dispatched', lockMode: 'none' });
         const coding = values.filter((_, i) => i % 2 === 0);
-        expect(coding.filter((v) => (v as DispatchSummary).outcome === 'dispatched'), JSON.stringify(values)).toHaveLength(1);
+        expect(
+          coding.filter((v) => (v as DispatchSummary).outcome === 'dispatched'),
+          JSON.stringify(values),
+        ).toHaveLength(1);
         expect(coding.filter((v) => (v as DispatchSummary).outcome === 'cancelled')).toHaveLength(3);
         const lock = await lockRowsOf(company);
         expect(lock).toEqual([expect.objectContaining({ workspace_id: ws, token: round + 1 })]);
@@ -494,7 +760,9 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const bound: Agent[] = [];
       const unbound: Agent[] = [];
       for (let i = 0; i < 8; i++) {
-        bound.push(await store.org.createAgent({ companyId: company, name: `bound-${i}`, role: 'engineer', workspaceId: ws }));
+        bound.push(
+          await store.org.createAgent({ companyId: company, name: `bound-${i}`, role: 'engineer', workspaceId: ws }),
+        );
         unbound.push(await store.org.createAgent({ companyId: company, name: `unbound-${i}`, role: 'engineer' }));
       }
       const sources = ['agent', 'project_primary', 'task'] as const;
@@ -515,7 +783,11 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
           );
         }
         allTasks.push(...tasks.map((t) => t.id));
-        const outcomes = await contenders.race<DispatchSummary>('dispatch', (i) => ({ taskId: tasks[i]!.id, agentId: agents[i]!.id, runId: `code-${round}-${i}` }));
+        const outcomes = await contenders.race<DispatchSummary>('dispatch', (i) => ({
+          taskId: tasks[i]!.id,
+          agentId: agents[i]!.id,
+          runId: `code-${round}-${i}`,
+        }));
         for (const o of outcomes) expect(o.ok, JSON.stringify(o)).toBe(true);
         const values = outcomes.map((o) => (o as Extract<typeof o, { ok: true }>).value);
         const winners = values.flatMap((v, i) => (v.outcome === 'dispatched' ? [{ v, i }] : []));
@@ -525,25 +797,44 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
         const { v: win, i: winner } = winners[0]!;
         const winnerRun = `code-${round}-${winner}`;
         expect(win).toMatchObject({ lockMode: 'exclusive', workspaceId: ws, source, lockToken: round + 1 });
-        for (const c of cancelled) expect(c).toMatchObject({ reason: 'workspace_busy', workspaceId: ws, heldByRunId: winnerRun, heldByToken: round + 1 });
+        for (const c of cancelled)
+          expect(c).toMatchObject({
+            reason: 'workspace_busy',
+            workspaceId: ws,
+            heldByRunId: winnerRun,
+            heldByToken: round + 1,
+          });
 
         // Invariants in SQL: one lock row, held by the winner with this round's token (tokens rise by
         // exactly one per grant); only the winner's task lease is held, the losers' were released.
-        expect(await lockRowsOf(company)).toEqual([{ workspace_id: ws, holder: winnerRun, run_id: winnerRun, token: round + 1 }]);
+        expect(await lockRowsOf(company)).toEqual([
+          { workspace_id: ws, holder: winnerRun, run_id: winnerRun, token: round + 1 },
+        ]);
         const leases = await store.db
           .selectFrom('task_leases')
           .select(['task_id', 'holder', 'token'])
-          .where('task_id', 'in', tasks.map((t) => t.id))
+          .where(
+            'task_id',
+            'in',
+            tasks.map((t) => t.id),
+          )
           .execute();
         expect(leases).toHaveLength(8);
-        expect(leases.filter((l) => l.holder !== null)).toEqual([{ task_id: tasks[winner]!.id, holder: winnerRun, token: 1 }]);
+        expect(leases.filter((l) => l.holder !== null)).toEqual([
+          { task_id: tasks[winner]!.id, holder: winnerRun, token: 1 },
+        ]);
         expect(leases.every((l) => l.token === 1)).toBe(true);
 
         // The run finishes: the next round races a free workspace again.
         await store.locks.releaseWorkspaceLock(ws, { token: round + 1 });
         await store.locks.releaseTaskLease(tasks[winner]!.id, { token: 1 });
       }
-      const held = await store.db.selectFrom('task_leases').select('task_id').where('task_id', 'in', allTasks).where('holder', 'is not', null).execute();
+      const held = await store.db
+        .selectFrom('task_leases')
+        .select('task_id')
+        .where('task_id', 'in', allTasks)
+        .where('holder', 'is not', null)
+        .execute();
       expect(held).toEqual([]);
     });
 
@@ -551,11 +842,14 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const company = (await store.org.createCompany({ name: 'Churners' })).id;
       const ws = (await store.org.createWorkspace({ companyId: company, name: 'hot' })).id;
       const task = await store.tasks.createTask({ companyId: company, title: 'hot task', requiresFilesystem: true });
-      const outcomes = await contenders.race<{ lockTokens: number[]; leaseTokens: number[]; staleRefusals: number }>('churn', () => ({
-        workspaceId: ws,
-        taskId: task.id,
-        iterations: 6,
-      }));
+      const outcomes = await contenders.race<{ lockTokens: number[]; leaseTokens: number[]; staleRefusals: number }>(
+        'churn',
+        () => ({
+          workspaceId: ws,
+          taskId: task.id,
+          iterations: 6,
+        }),
+      );
       for (const o of outcomes) expect(o.ok, JSON.stringify(o)).toBe(true);
       const results = outcomes.map((o) => (o as Extract<typeof o, { ok: true }>).value);
       const lockTokens = results.flatMap((r) => r.lockTokens).sort((a, b) => a - b);
@@ -565,10 +859,12 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       expect(lockTokens).toEqual(lockTokens.map((_, i) => i + 1));
       expect(leaseTokens).toEqual(leaseTokens.map((_, i) => i + 1));
       expect(results.reduce((s, r) => s + r.staleRefusals, 0)).toBe(lockTokens.length);
-      expect(await lockRowsOf(company)).toEqual([{ workspace_id: ws, holder: null, run_id: null, token: lockTokens.length }]);
-      expect(await store.db.selectFrom('task_leases').select(['holder', 'token']).where('task_id', '=', task.id).execute()).toEqual([
-        { holder: null, token: leaseTokens.length },
+      expect(await lockRowsOf(company)).toEqual([
+        { workspace_id: ws, holder: null, run_id: null, token: lockTokens.length },
       ]);
+      expect(
+        await store.db.selectFrom('task_leases').select(['holder', 'token']).where('task_id', '=', task.id).execute(),
+      ).toEqual([{ holder: null, token: leaseTokens.length }]);
     });
 
     // Kills contender 6, so it runs last.
@@ -581,11 +877,24 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
         const c = await store.locks.claimWorkspaceLock(ws, { holder: 'warmup', runId: 'warmup', ttlMs: 1000 });
         if (c.status === 'claimed') await store.locks.releaseWorkspaceLock(ws, { token: c.token });
       }
-      const hanging = contenders.start(6, 'claimAndHang', { workspaceId: ws, taskId: task.id, holder: 'doomed', ttlMs: 300 });
+      const hanging = contenders.start(6, 'claimAndHang', {
+        workspaceId: ws,
+        taskId: task.id,
+        holder: 'doomed',
+        ttlMs: 300,
+      });
       hanging.catch(() => {}); // rejects with ContenderExitedError once killed
       await contenders.waitForSignal(6, 'claimed');
-      const dead = await store.db.selectFrom('workspace_locks').select(['holder', 'token']).where('workspace_id', '=', ws).executeTakeFirstOrThrow();
-      const deadLease = await store.db.selectFrom('task_leases').select(['holder', 'token']).where('task_id', '=', task.id).executeTakeFirstOrThrow();
+      const dead = await store.db
+        .selectFrom('workspace_locks')
+        .select(['holder', 'token'])
+        .where('workspace_id', '=', ws)
+        .executeTakeFirstOrThrow();
+      const deadLease = await store.db
+        .selectFrom('task_leases')
+        .select(['holder', 'token'])
+        .where('task_id', '=', task.id)
+        .executeTakeFirstOrThrow();
       expect(dead).toEqual({ holder: 'doomed', token: 4 });
       expect(deadLease).toEqual({ holder: 'doomed', token: 1 });
       await contenders.kill(6);
@@ -598,7 +907,10 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
         holder: 'successor',
         maxAttempts: 2000,
       });
-      expect(next, JSON.stringify(next)).toMatchObject({ ok: true, value: { lockToken: dead.token + 1, leaseToken: deadLease.token + 1 } });
+      expect(next, JSON.stringify(next)).toMatchObject({
+        ok: true,
+        value: { lockToken: dead.token + 1, leaseToken: deadLease.token + 1 },
+      });
 
       // The dead holder's release and renew (replayed with its token) are refused.
       await expect(store.locks.releaseWorkspaceLock(ws, { token: dead.token })).rejects.toMatchObject({
@@ -606,12 +918,19 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
         reason: 'superseded',
         current: { token: dead.token + 1, holder: 'successor' },
       });
-      await expect(store.locks.renewWorkspaceLock(ws, { token: dead.token, ttlMs: 1000 })).rejects.toMatchObject({ code: 'STALE_WORKSPACE_LOCK' });
-      await expect(store.locks.releaseTaskLease(task.id, { token: deadLease.token })).rejects.toMatchObject({ code: 'STALE_TASK_LEASE', reason: 'superseded' });
-      expect(await lockRowsOf(company)).toEqual([{ workspace_id: ws, holder: 'successor', run_id: 'successor-run', token: dead.token + 1 }]);
-      expect(await store.db.selectFrom('task_leases').select(['holder', 'token']).where('task_id', '=', task.id).execute()).toEqual([
-        { holder: 'successor', token: deadLease.token + 1 },
+      await expect(store.locks.renewWorkspaceLock(ws, { token: dead.token, ttlMs: 1000 })).rejects.toMatchObject({
+        code: 'STALE_WORKSPACE_LOCK',
+      });
+      await expect(store.locks.releaseTaskLease(task.id, { token: deadLease.token })).rejects.toMatchObject({
+        code: 'STALE_TASK_LEASE',
+        reason: 'superseded',
+      });
+      expect(await lockRowsOf(company)).toEqual([
+        { workspace_id: ws, holder: 'successor', run_id: 'successor-run', token: dead.token + 1 },
       ]);
+      expect(
+        await store.db.selectFrom('task_leases').select(['holder', 'token']).where('task_id', '=', task.id).execute(),
+      ).toEqual([{ holder: 'successor', token: deadLease.token + 1 }]);
     });
   });
 
@@ -629,10 +948,19 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       await store.migrate({ to: 52, onEvent: (e) => events.push(e) });
       const expectedOnes = Object.values(BACKFILL_EXPECTED).filter((v) => v === 1).length;
       // Through the migrator, progress reaches the caller (the CLI prints it).
-      expect(events).toContainEqual({ type: 'progress', version: 52, message: `0052: backfill complete, ${expectedOnes} tasks require the filesystem` });
+      expect(events).toContainEqual({
+        type: 'progress',
+        version: 52,
+        message: `0052: backfill complete, ${expectedOnes} tasks require the filesystem`,
+      });
       await sql`update tasks set requires_filesystem = 0`.execute(store.db);
       const messages: string[] = [];
-      const flagged = await backfillRequiresFilesystem(store.db, { now: BACKFILL_NOW, progress: (m) => messages.push(m), batchSize: 2, roleChunkSize: 1 });
+      const flagged = await backfillRequiresFilesystem(store.db, {
+        now: BACKFILL_NOW,
+        progress: (m) => messages.push(m),
+        batchSize: 2,
+        roleChunkSize: 1,
+      });
       expect(await readRequiresFilesystem(store)).toEqual(BACKFILL_EXPECTED);
       expect(flagged).toBe(Object.values(BACKFILL_EXPECTED).filter((v) => v === 1).length);
       const taskCount = Object.keys(BACKFILL_EXPECTED).length;
@@ -708,12 +1036,36 @@ const TASKS: { id: string; status: string; assignee: string | null; lease?: Leas
   { id: 'a-28', status: 'in_progress', assignee: 'ag-ceo', lease: live, expected: 1 },
   { id: 'a-29', status: 'dispatched', assignee: null, lease: live, expected: 1 },
   { id: 'a-30', status: 'in_progress', assignee: 'ag-cto', expected: 0 }, // no lease row
-  { id: 'a-31', status: 'in_progress', assignee: 'ag-cto', lease: { holder: 'run-y', expiresAt: BACKFILL_NOW }, expected: 0 }, // expires exactly now
-  { id: 'a-32', status: 'dispatched', assignee: 'ag-ceo', lease: { holder: 'run-y', expiresAt: BACKFILL_NOW - 60_000 }, expected: 0 },
-  { id: 'a-33', status: 'in_progress', assignee: 'ag-ceo', lease: { holder: null, expiresAt: BACKFILL_NOW + 60_000 }, expected: 0 }, // released
+  {
+    id: 'a-31',
+    status: 'in_progress',
+    assignee: 'ag-cto',
+    lease: { holder: 'run-y', expiresAt: BACKFILL_NOW },
+    expected: 0,
+  }, // expires exactly now
+  {
+    id: 'a-32',
+    status: 'dispatched',
+    assignee: 'ag-ceo',
+    lease: { holder: 'run-y', expiresAt: BACKFILL_NOW - 60_000 },
+    expected: 0,
+  },
+  {
+    id: 'a-33',
+    status: 'in_progress',
+    assignee: 'ag-ceo',
+    lease: { holder: null, expiresAt: BACKFILL_NOW + 60_000 },
+    expected: 0,
+  }, // released
   { id: 'a-34', status: 'in_progress', assignee: 'ag-ceo', lease: { holder: 'run-z', expiresAt: null }, expected: 0 },
   { id: 'a-35', status: 'todo', assignee: 'ag-ceo', lease: live, expected: 0 }, // a lease is evidence only in flight
-  { id: 'a-36', status: 'todo', assignee: 'ag-cto', lease: { holder: 'run-y', expiresAt: BACKFILL_NOW - 1 }, expected: 1 }, // role still counts
+  {
+    id: 'a-36',
+    status: 'todo',
+    assignee: 'ag-cto',
+    lease: { holder: 'run-y', expiresAt: BACKFILL_NOW - 1 },
+    expected: 1,
+  }, // role still counts
 ];
 
 export const BACKFILL_EXPECTED: Record<string, 0 | 1> = Object.fromEntries(TASKS.map((t) => [t.id, t.expected]));
@@ -723,7 +1075,18 @@ export async function insertBackfillFixture(store: Store): Promise<void> {
   const db = store.db;
   await db.insertInto('companies').values({ id: 'co', name: 'Acme', created_at: 0 }).execute();
   for (const a of AGENTS) {
-    await db.insertInto('agents').values({ id: a.id, company_id: 'co', name: a.id, role: a.role, department: a.department, workspace_id: null, created_at: 0 }).execute();
+    await db
+      .insertInto('agents')
+      .values({
+        id: a.id,
+        company_id: 'co',
+        name: a.id,
+        role: a.role,
+        department: a.department,
+        workspace_id: null,
+        created_at: 0,
+      })
+      .execute();
   }
   for (const t of TASKS) {
     await sql`insert into tasks (id, company_id, assignee_agent_id, title, status, created_at, updated_at)

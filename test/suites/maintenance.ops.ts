@@ -10,7 +10,11 @@ export async function churn(store: Store, args: { workspaceId: string; tag: stri
   const tokens: number[] = [];
   for (let i = 0; i < args.rounds; i++) {
     const run = await store.runs.startCoordinatorRun({ targetKey: `worktree:${args.tag}` });
-    const claim = await store.locks.claimWorkspaceLock(args.workspaceId, { holder: args.tag, runId: run.id, ttlMs: 60_000 });
+    const claim = await store.locks.claimWorkspaceLock(args.workspaceId, {
+      holder: args.tag,
+      runId: run.id,
+      ttlMs: 60_000,
+    });
     if (claim.status !== 'claimed') throw new Error(`lock busy: ${JSON.stringify(claim)}`);
     tokens.push(claim.token);
     await store.messages.sendMessage({ from: args.tag, to: run.coordinatorHandle, kind: 'note', payload: { i } });

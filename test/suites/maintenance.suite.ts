@@ -21,8 +21,26 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
   });
   afterAll(() => fx.cleanup());
 
-  const count = async (store: Store, table: 'messages' | 'decision_gates' | 'dispatch_contexts' | 'coordinator_runs' | 'cleanup_snapshots' | 'path_leases' | 'workspace_locks' | 'tasks') =>
-    Number((await store.db.selectFrom(table).select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()).n);
+  const count = async (
+    store: Store,
+    table:
+      | 'messages'
+      | 'decision_gates'
+      | 'dispatch_contexts'
+      | 'coordinator_runs'
+      | 'cleanup_snapshots'
+      | 'path_leases'
+      | 'workspace_locks'
+      | 'tasks',
+  ) =>
+    Number(
+      (
+        await store.db
+          .selectFrom(table)
+          .select((eb) => eb.fn.countAll<number>().as('n'))
+          .executeTakeFirstOrThrow()
+      ).n,
+    );
 
   it('deletes what finished before the cutoff and keeps everything live, referenced or fencing; a dry run deletes nothing', async () => {
     const clock = new FakeClock(1_000);
@@ -30,7 +48,13 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     const company = await store.org.createCompany({ name: 'Old' });
     const ws = await store.org.createWorkspace({ companyId: company.id, name: 'ws' });
     // An old, finished run with a completed dispatch and a resolved gate.
-    const task = await store.tasks.createTask({ companyId: company.id, title: 'old', targetKey: 'worktree:old', requiresFilesystem: false, status: 'ready' });
+    const task = await store.tasks.createTask({
+      companyId: company.id,
+      title: 'old',
+      targetKey: 'worktree:old',
+      requiresFilesystem: false,
+      status: 'ready',
+    });
     const oldRun = await store.runs.startCoordinatorRun({ targetKey: 'worktree:old' });
     const dispatch = await store.dispatches.createDispatch({ taskId: task.id, terminalHandle: 'term-1' });
     await store.dispatches.endDispatch(dispatch.id, 'completed');
@@ -59,7 +83,11 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     const admission = await store.ownership.admitTaskCleanup(doomed.id, 'delete');
     const cleanupClaim = await store.ownership.claimCleanup(admission.snapshots[0]!.id, 'worker', { ttlMs: 60_000 });
     await store.ownership.completeCleanup(cleanupClaim);
-    const pendingTask = await store.tasks.createTask({ companyId: company.id, title: 'pending cleanup', requiresFilesystem: true });
+    const pendingTask = await store.tasks.createTask({
+      companyId: company.id,
+      title: 'pending cleanup',
+      requiresFilesystem: true,
+    });
     await store.ownership.createEnvironment({ ownerTaskId: pendingTask.id, rootPath: '/w/pending' });
     await store.ownership.admitTaskCleanup(pendingTask.id, 'archive');
 
@@ -70,7 +98,14 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
       runs: await count(store, 'coordinator_runs'),
       snapshots: await count(store, 'cleanup_snapshots'),
     };
-    const expected = { messages: 1, decision_gates: 1, dispatch_contexts: 1, coordinator_runs: 1, cleanup_snapshots: 1, path_leases: 1 };
+    const expected = {
+      messages: 1,
+      decision_gates: 1,
+      dispatch_contexts: 1,
+      coordinator_runs: 1,
+      cleanup_snapshots: 1,
+      path_leases: 1,
+    };
     const dry = await store.maintenance.prune({ olderThanMs: 50_000, dryRun: true });
     expect(dry).toEqual({ cutoff: 50_000, dryRun: true, deleted: expected });
     expect(await count(store, 'messages')).toBe(before.messages);
@@ -94,12 +129,20 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     const again = await store.locks.claimWorkspaceLock(ws.id, { holder: 'y', runId: live.id, ttlMs: 100 });
     expect(again).toMatchObject({ status: 'claimed', token: claim.token + 1 });
     // A second prune finds nothing more.
-    expect(Object.values((await store.maintenance.prune({ olderThanMs: 50_000 })).deleted).every((n) => n === 0)).toBe(true);
+    expect(Object.values((await store.maintenance.prune({ olderThanMs: 50_000 })).deleted).every((n) => n === 0)).toBe(
+      true,
+    );
   });
 
   it('refuses bad options without deleting anything', async () => {
     const store = await fx.freshStore();
-    for (const options of [{ olderThanMs: -1 }, { olderThanMs: 1.5 }, { olderThanMs: 0, batchSize: 0 }, { olderThanMs: 0, dryRun: 'yes' }, {}]) {
+    for (const options of [
+      { olderThanMs: -1 },
+      { olderThanMs: 1.5 },
+      { olderThanMs: 0, batchSize: 0 },
+      { olderThanMs: 0, dryRun: 'yes' },
+      {},
+    ]) {
       await expect(store.maintenance.prune(options as never)).rejects.toBeInstanceOf(InvalidArgumentError);
     }
   });
@@ -109,7 +152,9 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     const store = await fx.open(url);
     await store.migrate();
     const company = await store.org.createCompany({ name: 'Busy' });
-    const workspaces = await Promise.all([0, 1, 2, 3].map((i) => store.org.createWorkspace({ companyId: company.id, name: `ws${i}` })));
+    const workspaces = await Promise.all(
+      [0, 1, 2, 3].map((i) => store.org.createWorkspace({ companyId: company.id, name: `ws${i}` })),
+    );
     const contenders = await Contenders.start(4, { url, module: OPS, storeOptions: { poolSize: 2 } });
     try {
       let pruning = true;
@@ -124,7 +169,11 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
           await new Promise((resolve) => setImmediate(resolve));
         }
       })();
-      const outcomes = await contenders.race<number[]>('churn', (i) => ({ workspaceId: workspaces[i]!.id, tag: `svc-${i}`, rounds: 25 }));
+      const outcomes = await contenders.race<number[]>('churn', (i) => ({
+        workspaceId: workspaces[i]!.id,
+        tag: `svc-${i}`,
+        rounds: 25,
+      }));
       pruning = false;
       await pruner;
       expect(outcomes.filter((o) => !o.ok)).toEqual([]);

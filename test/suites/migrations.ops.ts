@@ -24,7 +24,9 @@ export async function migrateAndHangInside0052(store: Store, _args: unknown, too
           async up(ctx) {
             await m.up(ctx);
             if (ctx.now === 0) return;
-            await sql`insert into companies (id, name, created_at) values ('ghost', 'written mid-migration', 0)`.execute(ctx.db);
+            await sql`insert into companies (id, name, created_at) values ('ghost', 'written mid-migration', 0)`.execute(
+              ctx.db,
+            );
             tools.signal('inside-0052');
             await new Promise(() => {});
           },

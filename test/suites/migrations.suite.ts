@@ -29,7 +29,11 @@ const VERSIONS = MIGRATIONS.map((m) => m.version);
 async function cli(...argv: string[]) {
   const out: string[] = [];
   const err: string[] = [];
-  const code = await main(argv, (l) => out.push(l), (l) => err.push(l));
+  const code = await main(
+    argv,
+    (l) => out.push(l),
+    (l) => err.push(l),
+  );
   return { code, out: out.join('\n'), err: err.join('\n') };
 }
 
@@ -78,7 +82,13 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
         expect(Number(r.duration_ms)).toBeGreaterThanOrEqual(0);
       }
       const status = await store.migrationStatus();
-      expect(status).toMatchObject({ currentVersion: LATEST_VERSION, pending: [], modified: [], unknown: [], baselineRequired: false });
+      expect(status).toMatchObject({
+        currentVersion: LATEST_VERSION,
+        pending: [],
+        modified: [],
+        unknown: [],
+        baselineRequired: false,
+      });
       expect((await store.migrate()).applied).toEqual([]);
     });
 
@@ -105,7 +115,9 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
     it('reads its status without waiting for, or failing on, a writer that holds the write lock', async () => {
       const writer = await fx.freshStore();
       const reader = await fx.open(writer.location.url, { busyTimeoutMs: 20 });
-      const lock = await holdWriteLock(writer, (trx) => trx.insertInto('companies').values({ id: 'held', name: 'held', created_at: 1 }).execute());
+      const lock = await holdWriteLock(writer, (trx) =>
+        trx.insertInto('companies').values({ id: 'held', name: 'held', created_at: 1 }).execute(),
+      );
       try {
         // Resolves while the lock is still held: a read snapshot needs no write lock.
         const status = await reader.migrationStatus();
@@ -148,13 +160,17 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
     it('is stable: the same code gives the same checksums', async () => {
       const a = await fx.freshStore();
       const b = await fx.freshStore();
-      const sums = async (s: Store) => (await s.db.selectFrom('taskfence_migrations').select(['version', 'checksum']).orderBy('version').execute());
+      const sums = async (s: Store) =>
+        await s.db.selectFrom('taskfence_migrations').select(['version', 'checksum']).orderBy('version').execute();
       expect(await sums(a)).toEqual(await sums(b));
     });
 
     it('refuses migrations in the database that the code does not know', async () => {
       const store = await fx.freshStore();
-      await store.db.insertInto('taskfence_migrations').values({ version: 9999, name: 'from_the_future', checksum: 'x', applied_at: 1, duration_ms: 0 }).execute();
+      await store.db
+        .insertInto('taskfence_migrations')
+        .values({ version: 9999, name: 'from_the_future', checksum: 'x', applied_at: 1, duration_ms: 0 })
+        .execute();
       await expect(store.migrate()).rejects.toBeInstanceOf(UnknownMigrationsError);
       expect((await store.migrationStatus()).unknown).toEqual([{ version: 9999, name: 'from_the_future' }]);
     });
@@ -207,7 +223,8 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
         const contenders = await Contenders.start(6, { url, module: OPS });
         try {
           const outcomes = await contenders.race<{ applied: number[]; toVersion: number }>('migrate');
-          for (const o of outcomes) expect(o, JSON.stringify(o)).toMatchObject({ ok: true, value: { toVersion: LATEST_VERSION } });
+          for (const o of outcomes)
+            expect(o, JSON.stringify(o)).toMatchObject({ ok: true, value: { toVersion: LATEST_VERSION } });
           const appliedEverywhere = outcomes.flatMap((o) => (o.ok ? o.value.applied : []));
           expect(appliedEverywhere.sort((a, b) => a - b)).toEqual(VERSIONS);
         } finally {
@@ -251,7 +268,9 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const schema = await store.describeSchema();
       const refused = await store.migrate({ to: 0 }).catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(DataLossError);
-      expect((refused as DataLossError).losses).toEqual([{ version: 5, name: 'baseline', table: 'companies', rows: 1 }]);
+      expect((refused as DataLossError).losses).toEqual([
+        { version: 5, name: 'baseline', table: 'companies', rows: 1 },
+      ]);
       expect(await store.describeSchema()).toEqual(schema);
       expect(await historyVersions(store)).toEqual(VERSIONS);
       // Empty tables go without the flag; the one with rows needs it.
@@ -340,10 +359,16 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const url = await fx.freshUrl();
       expect((await cli('migrate', '--db', url)).code).toBe(0);
       const store = await fx.open(url);
-      await store.db.updateTable('taskfence_migrations').set({ checksum: 'f'.repeat(64) }).where('version', '=', 53).execute();
+      await store.db
+        .updateTable('taskfence_migrations')
+        .set({ checksum: 'f'.repeat(64) })
+        .where('version', '=', 53)
+        .execute();
       const edited = await cli('migrate', '--db', url);
       expect(edited.code).toBe(1);
-      expect(edited.err).toMatch(/^taskfence: Migration 0053 task_environments was edited after it was applied.*new migration\.$/);
+      expect(edited.err).toMatch(
+        /^taskfence: Migration 0053 task_environments was edited after it was applied.*new migration\.$/,
+      );
       const status = JSON.parse((await cli('status', '--db', url, '--json')).out);
       expect(status.modified.map((m: { version: number }) => m.version)).toEqual([53]);
 
@@ -363,11 +388,14 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const held = new Promise<void>((resolve) => (release = resolve));
       let locked!: () => void;
       const isLocked = new Promise<void>((resolve) => (locked = resolve));
-      const holding = holder.dialect.withMigrationLock(async (trx) => {
-        await sql`update companies set name = name`.execute(trx);
-        locked();
-        await held;
-      }, { waitMs: 10_000 });
+      const holding = holder.dialect.withMigrationLock(
+        async (trx) => {
+          await sql`update companies set name = name`.execute(trx);
+          locked();
+          await held;
+        },
+        { waitMs: 10_000 },
+      );
       await isLocked;
       try {
         const result = await cli('migrate', '--db', url, '--lock-timeout', '300');
@@ -383,10 +411,15 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
     });
 
     it('exits 1 when the database cannot be reached', async () => {
-      const url = fx.kind === 'postgres' ? 'postgres://postgres@127.0.0.1:1/nowhere' : 'sqlite:/nonexistent-dir/deeper/x.db';
+      const url =
+        fx.kind === 'postgres' ? 'postgres://postgres@127.0.0.1:1/nowhere' : 'sqlite:/nonexistent-dir/deeper/x.db';
       const result = await cli('status', '--db', url);
       expect(result.code).toBe(1);
-      expect(result.err).toMatch(fx.kind === 'postgres' ? /^taskfence: Cannot reach the database at .*Check that/ : /^taskfence: cannot open sqlite:.*the directory .* does not exist/);
+      expect(result.err).toMatch(
+        fx.kind === 'postgres'
+          ? /^taskfence: Cannot reach the database at .*Check that/
+          : /^taskfence: cannot open sqlite:.*the directory .* does not exist/,
+      );
     });
   });
 }

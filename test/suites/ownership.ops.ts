@@ -1,7 +1,13 @@
 /** Contender operations for the ownership suite (run in child processes by the race helper). */
 import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { openStore, type CleanupClaim, type Store, type TransferEnvironmentInput, type TransferStewardshipInput } from '../../src/index.js';
+import {
+  openStore,
+  type CleanupClaim,
+  type Store,
+  type TransferEnvironmentInput,
+  type TransferStewardshipInput,
+} from '../../src/index.js';
 import type { ContenderTools } from '../support/contender.js';
 
 export function transferEnvironment(store: Store, args: TransferEnvironmentInput) {
@@ -82,7 +88,11 @@ export async function watchMemberships(store: Store, args: { parentId: string; c
  * A cleanup worker that dies mid-teardown: claims each snapshot, deletes the first file of each
  * environment's directory, tells the parent, and hangs there until it is SIGKILLed.
  */
-export async function teardownAndHang(store: Store, args: { claims: { snapshotId: string; claimant: string }[] }, tools: ContenderTools) {
+export async function teardownAndHang(
+  store: Store,
+  args: { claims: { snapshotId: string; claimant: string }[] },
+  tools: ContenderTools,
+) {
   for (const { snapshotId, claimant } of args.claims) {
     const claim = await store.ownership.claimCleanup(snapshotId, claimant);
     if (claim.target.kind !== 'environment') throw new Error('expected an environment');
@@ -109,11 +119,21 @@ export async function openConnections(_store: Store, args: { count: number }, to
 
 /** Runs `calls[c]` on extra connection `c`, all at once; reports each outcome like the race helper does. */
 export async function transferOnEachConnection(_store: Store, args: { calls: TransferEnvironmentInput[] }) {
-  const settled = await Promise.allSettled(args.calls.map((call, c) => connections[c]!.ownership.transferEnvironmentOwnership(call)));
+  const settled = await Promise.allSettled(
+    args.calls.map((call, c) => connections[c]!.ownership.transferEnvironmentOwnership(call)),
+  );
   return settled.map((r) =>
     r.status === 'fulfilled'
       ? { ok: true, value: r.value }
-      : { ok: false, error: { ...(r.reason as object), name: (r.reason as Error).name, message: (r.reason as Error).message, code: (r.reason as { code?: string }).code } },
+      : {
+          ok: false,
+          error: {
+            ...(r.reason as object),
+            name: (r.reason as Error).name,
+            message: (r.reason as Error).message,
+            code: (r.reason as { code?: string }).code,
+          },
+        },
   );
 }
 
@@ -122,7 +142,11 @@ export async function transferOnEachConnection(_store: Store, args: { calls: Tra
  * dead workers have expired), lists the pending snapshots of `taskId` and retries each: claim,
  * delete the directory, complete. Reports each snapshot's outcome.
  */
-export async function retryPendingCleanups(_store: Store, args: { taskId: string; skewMs: number; claimant: string }, tools: ContenderTools) {
+export async function retryPendingCleanups(
+  _store: Store,
+  args: { taskId: string; skewMs: number; claimant: string },
+  tools: ContenderTools,
+) {
   const store = await openStore({ url: tools.url, clock: { now: () => Date.now() + args.skewMs } });
   try {
     const pending = await store.ownership.listPendingCleanups({ taskId: args.taskId });
@@ -134,7 +158,12 @@ export async function retryPendingCleanups(_store: Store, args: { taskId: string
         await store.ownership.completeCleanup(claim);
         outcomes.push({ snapshotId: snapshot.id, resourceId: snapshot.resourceId, ok: true, attempt: claim.attempt });
       } catch (error) {
-        outcomes.push({ snapshotId: snapshot.id, resourceId: snapshot.resourceId, ok: false, code: (error as { code?: string }).code ?? String(error) });
+        outcomes.push({
+          snapshotId: snapshot.id,
+          resourceId: snapshot.resourceId,
+          ok: false,
+          code: (error as { code?: string }).code ?? String(error),
+        });
       }
     }
     return outcomes;

@@ -51,9 +51,17 @@ let seq = 0;
 async function seedFamily(store: Store, rootPath?: string): Promise<Family> {
   const n = ++seq;
   const company = await store.org.createCompany({ name: `c${n}` });
-  const parent = await store.tasks.createTask({ companyId: company.id, title: `parent ${n}`, requiresFilesystem: true });
+  const parent = await store.tasks.createTask({
+    companyId: company.id,
+    title: `parent ${n}`,
+    requiresFilesystem: true,
+  });
   const group = await store.ownership.createWorkspaceGroup({ stewardTaskId: parent.id });
-  const env = await store.ownership.createEnvironment({ ownerTaskId: parent.id, rootPath: rootPath ?? `/ws/${parent.id}`, groupId: group.id });
+  const env = await store.ownership.createEnvironment({
+    ownerTaskId: parent.id,
+    rootPath: rootPath ?? `/ws/${parent.id}`,
+    groupId: group.id,
+  });
   const child = await store.tasks.createTask({
     companyId: company.id,
     title: `child ${n}`,
@@ -77,7 +85,11 @@ async function groupRow(store: Store, id: string) {
 }
 
 async function rolesOf(store: Store, groupId: string) {
-  const rows = await store.db.selectFrom('workspace_group_members').select(['task_id', 'role']).where('group_id', '=', groupId).execute();
+  const rows = await store.db
+    .selectFrom('workspace_group_members')
+    .select(['task_id', 'role'])
+    .where('group_id', '=', groupId)
+    .execute();
   return Object.fromEntries(rows.map((r) => [r.task_id, r.role]));
 }
 
@@ -95,7 +107,9 @@ async function assertOwnershipInvariants(store: Store) {
        where g.status = 'active'
          and ((select count(*) from workspace_group_members m where m.group_id = g.id and m.role = 'steward') <> 1
               or not exists (select 1 from workspace_group_members m
-                              where m.group_id = g.id and m.task_id = g.steward_task_id and m.role = 'steward'))`.execute(store.db),
+                              where m.group_id = g.id and m.task_id = g.steward_task_id and m.role = 'steward'))`.execute(
+      store.db,
+    ),
     'a shared child task without a group membership': sql`
       select t.id from tasks t
        where t.workspace_mode = 'shared' and t.parent_id is not null
@@ -112,13 +126,17 @@ async function assertOwnershipInvariants(store: Store) {
     'a completed environment snapshot whose environment is not removed at that owner and generation': sql`
       select s.id from cleanup_snapshots s join task_environments e on e.id = s.resource_id
        where s.resource_kind = 'environment' and s.state = 'completed'
-         and (e.status <> 'removed' or e.task_id <> s.owner_task_id or e.ownership_generation <> s.ownership_generation)`.execute(store.db),
+         and (e.status <> 'removed' or e.task_id <> s.owner_task_id or e.ownership_generation <> s.ownership_generation)`.execute(
+      store.db,
+    ),
     'a removed environment without a completed snapshot of its owner and generation': sql`
       select e.id from task_environments e
        where e.status = 'removed'
          and not exists (select 1 from cleanup_snapshots s
                           where s.resource_kind = 'environment' and s.resource_id = e.id and s.state = 'completed'
-                            and s.owner_task_id = e.task_id and s.ownership_generation = e.ownership_generation)`.execute(store.db),
+                            and s.owner_task_id = e.task_id and s.ownership_generation = e.ownership_generation)`.execute(
+      store.db,
+    ),
     // (A claimed snapshot whose resource moved on is legal until someone touches it: then it turns stale.)
     'a claimed snapshot whose unmoved resource does not carry its claim': sql`
       select s.id from cleanup_snapshots s join task_environments e on e.id = s.resource_id
@@ -163,7 +181,13 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         expectedGeneration: 1,
         newOwnerTaskId: x,
       });
-      expect(moved).toEqual({ resourceKind: 'environment', resourceId: f.envId, ownerTaskId: x, generation: 2, changed: true });
+      expect(moved).toEqual({
+        resourceKind: 'environment',
+        resourceId: f.envId,
+        ownerTaskId: x,
+        generation: 2,
+        changed: true,
+      });
       const back = await store.ownership.transferEnvironmentOwnership({
         environmentId: f.envId,
         expectedOwnerTaskId: x,
@@ -178,16 +202,36 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       const f = await seedFamily(store);
       const x = await newTask(store, f.companyId);
       const y = await newTask(store, f.companyId);
-      await store.ownership.transferEnvironmentOwnership({ environmentId: f.envId, expectedOwnerTaskId: f.parentId, expectedGeneration: 1, newOwnerTaskId: x });
+      await store.ownership.transferEnvironmentOwnership({
+        environmentId: f.envId,
+        expectedOwnerTaskId: f.parentId,
+        expectedGeneration: 1,
+        newOwnerTaskId: x,
+      });
       const before = await envRow(store, f.envId);
       const error = await store.ownership
-        .transferEnvironmentOwnership({ environmentId: f.envId, expectedOwnerTaskId: f.parentId, expectedGeneration: 1, newOwnerTaskId: y })
+        .transferEnvironmentOwnership({
+          environmentId: f.envId,
+          expectedOwnerTaskId: f.parentId,
+          expectedGeneration: 1,
+          newOwnerTaskId: y,
+        })
         .catch((e: unknown) => e);
       expect(error).toBeInstanceOf(OwnershipChangedError);
-      expect(error).toMatchObject({ code: 'OWNERSHIP_CHANGED', currentOwnerTaskId: x, currentGeneration: 2, expectedGeneration: 1 });
+      expect(error).toMatchObject({
+        code: 'OWNERSHIP_CHANGED',
+        currentOwnerTaskId: x,
+        currentGeneration: 2,
+        expectedGeneration: 1,
+      });
       // Right owner, wrong generation is just as stale.
       await expect(
-        store.ownership.transferEnvironmentOwnership({ environmentId: f.envId, expectedOwnerTaskId: x, expectedGeneration: 1, newOwnerTaskId: y }),
+        store.ownership.transferEnvironmentOwnership({
+          environmentId: f.envId,
+          expectedOwnerTaskId: x,
+          expectedGeneration: 1,
+          newOwnerTaskId: y,
+        }),
       ).rejects.toBeInstanceOf(OwnershipChangedError);
       expect(await envRow(store, f.envId)).toEqual(before);
     });
@@ -215,10 +259,20 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
     it('rejects a transfer of a missing environment and to a missing task', async () => {
       const f = await seedFamily(store);
       await expect(
-        store.ownership.transferEnvironmentOwnership({ environmentId: 'nope', expectedOwnerTaskId: f.parentId, expectedGeneration: 1, newOwnerTaskId: f.childId }),
+        store.ownership.transferEnvironmentOwnership({
+          environmentId: 'nope',
+          expectedOwnerTaskId: f.parentId,
+          expectedGeneration: 1,
+          newOwnerTaskId: f.childId,
+        }),
       ).rejects.toBeInstanceOf(NotFoundError);
       await expect(
-        store.ownership.transferEnvironmentOwnership({ environmentId: f.envId, expectedOwnerTaskId: f.parentId, expectedGeneration: 1, newOwnerTaskId: 'ghost' }),
+        store.ownership.transferEnvironmentOwnership({
+          environmentId: f.envId,
+          expectedOwnerTaskId: f.parentId,
+          expectedGeneration: 1,
+          newOwnerTaskId: 'ghost',
+        }),
       ).rejects.toBeInstanceOf(NotFoundError);
       expect((await envRow(store, f.envId)).ownership_generation).toBe(1);
     });
@@ -235,14 +289,28 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       expect(await rolesOf(store, f.groupId)).toEqual({ [f.parentId]: 'member', [f.childId]: 'steward' });
       // A steward from outside the group joins it as steward.
       const outsider = await newTask(store, f.companyId);
-      await store.ownership.transferGroupStewardship({ groupId: f.groupId, expectedStewardTaskId: f.childId, expectedGeneration: 2, newStewardTaskId: outsider });
-      expect(await rolesOf(store, f.groupId)).toEqual({ [f.parentId]: 'member', [f.childId]: 'member', [outsider]: 'steward' });
+      await store.ownership.transferGroupStewardship({
+        groupId: f.groupId,
+        expectedStewardTaskId: f.childId,
+        expectedGeneration: 2,
+        newStewardTaskId: outsider,
+      });
+      expect(await rolesOf(store, f.groupId)).toEqual({
+        [f.parentId]: 'member',
+        [f.childId]: 'member',
+        [outsider]: 'steward',
+      });
       // The environment is a separate resource and kept its owner.
       expect(await envRow(store, f.envId)).toMatchObject({ task_id: f.parentId, ownership_generation: 1 });
       // A task belongs to one active group at most: the steward of another group cannot take this one.
       const other = await seedFamily(store);
       await expect(
-        store.ownership.transferGroupStewardship({ groupId: f.groupId, expectedStewardTaskId: outsider, expectedGeneration: 3, newStewardTaskId: other.childId }),
+        store.ownership.transferGroupStewardship({
+          groupId: f.groupId,
+          expectedStewardTaskId: outsider,
+          expectedGeneration: 3,
+          newStewardTaskId: other.childId,
+        }),
       ).rejects.toBeInstanceOf(InvalidArgumentError);
       expect((await groupRow(store, f.groupId)).ownership_generation).toBe(3);
     });
@@ -253,15 +321,32 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       const admission = await store.ownership.admitTaskCleanup(f.parentId);
       const envSnapshot = admission.snapshots.find((s) => s.resourceId === f.envId)!;
       const claim = await store.ownership.claimCleanup(envSnapshot.id, 'worker-a', { ttlMs: 60_000 });
-      const input = { environmentId: f.envId, expectedOwnerTaskId: f.parentId, expectedGeneration: 1, newOwnerTaskId: x };
+      const input = {
+        environmentId: f.envId,
+        expectedOwnerTaskId: f.parentId,
+        expectedGeneration: 1,
+        newOwnerTaskId: x,
+      };
       const error = await store.ownership.transferEnvironmentOwnership(input).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(CleanupInProgressError);
-      expect(error).toMatchObject({ code: 'CLEANUP_IN_PROGRESS', claimedBy: 'worker-a', claimExpiresAt: claim.expiresAt });
-      expect(await envRow(store, f.envId)).toMatchObject({ task_id: f.parentId, ownership_generation: 1, cleanup_claimed_by: 'worker-a' });
+      expect(error).toMatchObject({
+        code: 'CLEANUP_IN_PROGRESS',
+        claimedBy: 'worker-a',
+        claimExpiresAt: claim.expiresAt,
+      });
+      expect(await envRow(store, f.envId)).toMatchObject({
+        task_id: f.parentId,
+        ownership_generation: 1,
+        cleanup_claimed_by: 'worker-a',
+      });
       clock.advance(60_000);
       const moved = await store.ownership.transferEnvironmentOwnership(input);
       expect(moved.generation).toBe(2);
-      expect(await envRow(store, f.envId)).toMatchObject({ task_id: x, cleanup_claimed_by: null, cleanup_claim_expires_at: null });
+      expect(await envRow(store, f.envId)).toMatchObject({
+        task_id: x,
+        cleanup_claimed_by: null,
+        cleanup_claim_expires_at: null,
+      });
     });
   });
 
@@ -279,11 +364,27 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       const own = await store.ownership.createEnvironment({ ownerTaskId: f.parentId, rootPath: '/ws/private' });
       // Move the private environment once so its snapshot must carry generation 2.
       const x = await newTask(store, f.companyId);
-      await store.ownership.transferEnvironmentOwnership({ environmentId: own.id, expectedOwnerTaskId: f.parentId, expectedGeneration: 1, newOwnerTaskId: x });
-      await store.ownership.transferEnvironmentOwnership({ environmentId: own.id, expectedOwnerTaskId: x, expectedGeneration: 2, newOwnerTaskId: f.parentId });
+      await store.ownership.transferEnvironmentOwnership({
+        environmentId: own.id,
+        expectedOwnerTaskId: f.parentId,
+        expectedGeneration: 1,
+        newOwnerTaskId: x,
+      });
+      await store.ownership.transferEnvironmentOwnership({
+        environmentId: own.id,
+        expectedOwnerTaskId: x,
+        expectedGeneration: 2,
+        newOwnerTaskId: f.parentId,
+      });
       const first = await store.ownership.admitTaskCleanup(f.parentId, 'delete');
       expect(first).toMatchObject({ taskId: f.parentId, kind: 'delete', alreadyAdmitted: false });
-      const inventory = first.snapshots.map((s) => [s.resourceKind, s.resourceId, s.ownerTaskId, s.generation, s.state]);
+      const inventory = first.snapshots.map((s) => [
+        s.resourceKind,
+        s.resourceId,
+        s.ownerTaskId,
+        s.generation,
+        s.state,
+      ]);
       expect(inventory).toEqual(
         [
           ['environment', f.envId, f.parentId, 1, 'pending'],
@@ -295,7 +396,9 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       expect(again.alreadyAdmitted).toBe(true);
       expect(again.kind).toBe('delete');
       expect(again.snapshots.map((s) => s.id)).toEqual(first.snapshots.map((s) => s.id));
-      const { rows } = await sql<{ n: number }>`select count(*) as n from task_cleanup_admissions where task_id = ${f.parentId}`.execute(store.db);
+      const { rows } = await sql<{
+        n: number;
+      }>`select count(*) as n from task_cleanup_admissions where task_id = ${f.parentId}`.execute(store.db);
       expect(Number(rows[0]!.n)).toBe(1);
       expect(await store.ownership.listCleanupSnapshots(f.parentId)).toEqual(first.snapshots);
     });
@@ -305,12 +408,21 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       const x = await newTask(store, f.companyId);
       await store.ownership.admitTaskCleanup(x);
       const transfer = await store.ownership
-        .transferEnvironmentOwnership({ environmentId: f.envId, expectedOwnerTaskId: f.parentId, expectedGeneration: 1, newOwnerTaskId: x })
+        .transferEnvironmentOwnership({
+          environmentId: f.envId,
+          expectedOwnerTaskId: f.parentId,
+          expectedGeneration: 1,
+          newOwnerTaskId: x,
+        })
         .catch((e: unknown) => e);
       expect(transfer).toBeInstanceOf(CleanupBarrierError);
       expect(transfer).toMatchObject({ code: 'CLEANUP_BARRIER', admittedTaskId: x, admittedKind: 'archive' });
-      await expect(store.ownership.createEnvironment({ ownerTaskId: x, rootPath: '/ws/x' })).rejects.toBeInstanceOf(CleanupBarrierError);
-      await expect(store.ownership.createWorkspaceGroup({ stewardTaskId: x })).rejects.toBeInstanceOf(CleanupBarrierError);
+      await expect(store.ownership.createEnvironment({ ownerTaskId: x, rootPath: '/ws/x' })).rejects.toBeInstanceOf(
+        CleanupBarrierError,
+      );
+      await expect(store.ownership.createWorkspaceGroup({ stewardTaskId: x })).rejects.toBeInstanceOf(
+        CleanupBarrierError,
+      );
       expect(await envRow(store, f.envId)).toMatchObject({ task_id: f.parentId, ownership_generation: 1 });
     });
 
@@ -324,16 +436,36 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         claimant: 'worker-a',
         attempt: 1,
         expiresAt: clock.t + 1_000,
-        target: { kind: 'environment', id: f.envId, ownerTaskId: f.parentId, generation: 1, rootPath: `/ws/${f.parentId}` },
+        target: {
+          kind: 'environment',
+          id: f.envId,
+          ownerTaskId: f.parentId,
+          generation: 1,
+          rootPath: `/ws/${f.parentId}`,
+        },
       });
-      expect(await envRow(store, f.envId)).toMatchObject({ cleanup_claimed_by: 'worker-a', cleanup_claim_generation: 1 });
+      expect(await envRow(store, f.envId)).toMatchObject({
+        cleanup_claimed_by: 'worker-a',
+        cleanup_claim_generation: 1,
+      });
       const done = await store.ownership.completeCleanup(claim);
       expect(done).toMatchObject({ state: 'completed', attempts: 1, claimedBy: 'worker-a' });
-      expect(await envRow(store, f.envId)).toMatchObject({ status: 'removed', cleanup_claimed_by: null, ownership_generation: 1 });
+      expect(await envRow(store, f.envId)).toMatchObject({
+        status: 'removed',
+        cleanup_claimed_by: null,
+        ownership_generation: 1,
+      });
       expect(await store.ownership.completeCleanup(claim)).toEqual(done);
-      await expect(store.ownership.claimCleanup(envSnapshot.id, 'worker-b')).rejects.toBeInstanceOf(CleanupAlreadyCompletedError);
+      await expect(store.ownership.claimCleanup(envSnapshot.id, 'worker-b')).rejects.toBeInstanceOf(
+        CleanupAlreadyCompletedError,
+      );
       await expect(
-        store.ownership.transferEnvironmentOwnership({ environmentId: f.envId, expectedOwnerTaskId: f.parentId, expectedGeneration: 1, newOwnerTaskId: f.childId }),
+        store.ownership.transferEnvironmentOwnership({
+          environmentId: f.envId,
+          expectedOwnerTaskId: f.parentId,
+          expectedGeneration: 1,
+          newOwnerTaskId: f.childId,
+        }),
       ).rejects.toBeInstanceOf(NotFoundError);
       const groupSnapshot = snapshots.find((s) => s.resourceKind === 'group')!;
       const groupClaim = await store.ownership.claimCleanup(groupSnapshot.id, 'worker-a');
@@ -378,7 +510,12 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       const s = snapshots.find((y) => y.resourceId === f.envId)!;
       const claim = await store.ownership.claimCleanup(s.id, 'slow-worker', { ttlMs: 1_000 });
       clock.advance(1_001); // the worker stalls past its claim
-      await store.ownership.transferEnvironmentOwnership({ environmentId: f.envId, expectedOwnerTaskId: f.parentId, expectedGeneration: 1, newOwnerTaskId: x });
+      await store.ownership.transferEnvironmentOwnership({
+        environmentId: f.envId,
+        expectedOwnerTaskId: f.parentId,
+        expectedGeneration: 1,
+        newOwnerTaskId: x,
+      });
       const moved = await envRow(store, f.envId);
       for (const attempt of [
         () => store.ownership.completeCleanup(claim),
@@ -407,7 +544,12 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       const f = await seedFamily(store);
       const { snapshots } = await store.ownership.admitTaskCleanup(f.parentId);
       const g = snapshots.find((y) => y.resourceKind === 'group')!;
-      await store.ownership.transferGroupStewardship({ groupId: f.groupId, expectedStewardTaskId: f.parentId, expectedGeneration: 1, newStewardTaskId: f.childId });
+      await store.ownership.transferGroupStewardship({
+        groupId: f.groupId,
+        expectedStewardTaskId: f.parentId,
+        expectedGeneration: 1,
+        newStewardTaskId: f.childId,
+      });
       const before = await groupRow(store, f.groupId);
       await expect(store.ownership.claimCleanup(g.id, 'w')).rejects.toBeInstanceOf(StaleOwnershipError);
       expect(await groupRow(store, f.groupId)).toEqual(before);
@@ -448,9 +590,13 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         taskId: f.parentId,
       });
       const other = await newTask(store, f.companyId);
-      await expect(store.ownership.detachSubtask({ taskId: f.childId, expectedParentId: other })).rejects.toBeInstanceOf(ParentChangedError);
+      await expect(
+        store.ownership.detachSubtask({ taskId: f.childId, expectedParentId: other }),
+      ).rejects.toBeInstanceOf(ParentChangedError);
       await store.ownership.detachSubtask({ taskId: f.childId, expectedParentId: f.parentId });
-      expect(await store.ownership.detachSubtask({ taskId: f.childId, expectedParentId: f.parentId })).toMatchObject({ outcome: 'already_root' });
+      expect(await store.ownership.detachSubtask({ taskId: f.childId, expectedParentId: f.parentId })).toMatchObject({
+        outcome: 'already_root',
+      });
       expect((await envRow(store, f.envId)).ownership_generation).toBe(2);
     });
 
@@ -459,11 +605,21 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         const f = await seedFamily(store);
         const admitted = who === 'parent' ? f.parentId : f.childId;
         await store.ownership.admitTaskCleanup(admitted, 'delete');
-        const error = await store.ownership.detachSubtask({ taskId: f.childId, expectedParentId: f.parentId }).catch((e: unknown) => e);
+        const error = await store.ownership
+          .detachSubtask({ taskId: f.childId, expectedParentId: f.parentId })
+          .catch((e: unknown) => e);
         expect(error).toBeInstanceOf(CleanupBarrierError);
-        expect(error).toMatchObject({ code: 'CLEANUP_BARRIER', taskId: f.childId, admittedTaskId: admitted, admittedKind: 'delete' });
+        expect(error).toMatchObject({
+          code: 'CLEANUP_BARRIER',
+          taskId: f.childId,
+          admittedTaskId: admitted,
+          admittedKind: 'delete',
+        });
         expect((await store.tasks.requireTask(f.childId)).parentId).toBe(f.parentId);
-        expect(await groupRow(store, f.groupId)).toMatchObject({ steward_task_id: f.parentId, ownership_generation: 1 });
+        expect(await groupRow(store, f.groupId)).toMatchObject({
+          steward_task_id: f.parentId,
+          ownership_generation: 1,
+        });
         expect(await envRow(store, f.envId)).toMatchObject({ task_id: f.parentId, ownership_generation: 1 });
         expect(await rolesOf(store, f.groupId)).toEqual({ [f.parentId]: 'steward', [f.childId]: 'member' });
       }
@@ -480,20 +636,35 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       });
       // The root (steward) is under cleanup: detaching the grandchild would move its inventory.
       await store.ownership.admitTaskCleanup(f.parentId);
-      await expect(store.ownership.detachSubtask({ taskId: grandchild.id, expectedParentId: f.childId })).rejects.toBeInstanceOf(
-        CleanupBarrierError,
-      );
+      await expect(
+        store.ownership.detachSubtask({ taskId: grandchild.id, expectedParentId: f.childId }),
+      ).rejects.toBeInstanceOf(CleanupBarrierError);
       const g = await seedFamily(store);
-      const gc = await store.tasks.createTask({ companyId: g.companyId, title: 'gc', requiresFilesystem: true, parentId: g.childId, workspaceMode: 'shared' });
+      const gc = await store.tasks.createTask({
+        companyId: g.companyId,
+        title: 'gc',
+        requiresFilesystem: true,
+        parentId: g.childId,
+        workspaceMode: 'shared',
+      });
       const r = await store.ownership.detachSubtask({ taskId: gc.id, expectedParentId: g.childId });
       expect(r).toMatchObject({ outcome: 'detached', group: { formerStewardTaskId: g.parentId, generation: 2 } });
-      expect(await rolesOf(store, g.groupId)).toEqual({ [g.parentId]: 'member', [g.childId]: 'member', [gc.id]: 'steward' });
+      expect(await rolesOf(store, g.groupId)).toEqual({
+        [g.parentId]: 'member',
+        [g.childId]: 'member',
+        [gc.id]: 'steward',
+      });
       expect(await envRow(store, g.envId)).toMatchObject({ task_id: gc.id, ownership_generation: 2 });
     });
 
     it('only clears the parent link of a task outside any shared group', async () => {
       const f = await seedFamily(store);
-      const isolated = await store.tasks.createTask({ companyId: f.companyId, title: 'iso', requiresFilesystem: true, parentId: f.parentId });
+      const isolated = await store.tasks.createTask({
+        companyId: f.companyId,
+        title: 'iso',
+        requiresFilesystem: true,
+        parentId: f.parentId,
+      });
       const env = await store.ownership.createEnvironment({ ownerTaskId: isolated.id, rootPath: '/ws/iso' });
       expect(await store.ownership.detachSubtask({ taskId: isolated.id, expectedParentId: f.parentId })).toEqual({
         outcome: 'detached',
@@ -516,10 +687,23 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       await store.db.insertInto('companies').values({ id: 'c', name: 'c', created_at: now }).execute();
       await store.db
         .insertInto('tasks')
-        .values({ id: 't', company_id: 'c', title: 't', created_at: now, updated_at: now, requires_filesystem: 1, parent_id: null, workspace_mode: null } as never)
+        .values({
+          id: 't',
+          company_id: 'c',
+          title: 't',
+          created_at: now,
+          updated_at: now,
+          requires_filesystem: 1,
+          parent_id: null,
+          workspace_mode: null,
+        } as never)
         .execute();
-      await sql`insert into workspace_groups (id, steward_task_id, created_at, updated_at) values ('g', 't', 0, 0)`.execute(store.db);
-      await sql`insert into task_environments (id, task_id, group_id, root_path, created_at, updated_at) values ('e', 't', 'g', '/e', 0, 0)`.execute(store.db);
+      await sql`insert into workspace_groups (id, steward_task_id, created_at, updated_at) values ('g', 't', 0, 0)`.execute(
+        store.db,
+      );
+      await sql`insert into task_environments (id, task_id, group_id, root_path, created_at, updated_at) values ('e', 't', 'g', '/e', 0, 0)`.execute(
+        store.db,
+      );
       await migrator.migrate({ to: 54 });
       expect((await envRow(store, 'e')).ownership_generation).toBe(1);
       expect((await groupRow(store, 'g')).ownership_generation).toBe(1);
@@ -528,7 +712,9 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       expect(tables).not.toContain('task_environments');
       expect(tables).not.toContain('cleanup_snapshots');
       await migrator.migrate({ to: 54 });
-      expect(Object.keys((await store.describeSchema()).tables)).toEqual(expect.arrayContaining(['task_cleanup_admissions', 'cleanup_snapshots']));
+      expect(Object.keys((await store.describeSchema()).tables)).toEqual(
+        expect.arrayContaining(['task_cleanup_admissions', 'cleanup_snapshots']),
+      );
     });
   });
 
@@ -563,7 +749,10 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         const [op, args] = i % 2 === 0 ? first(i >> 1) : second(i >> 1);
         return { op, args };
       });
-      return Array.from({ length: PAIRS }, (_, k) => [outcomes[2 * k] as Outcome<A>, outcomes[2 * k + 1] as Outcome<B>]);
+      return Array.from({ length: PAIRS }, (_, k) => [
+        outcomes[2 * k] as Outcome<A>,
+        outcomes[2 * k + 1] as Outcome<B>,
+      ]);
     }
 
     it('two opposing transfers of one environment: exactly one succeeds and the generation rises by one', async () => {
@@ -575,15 +764,27 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         );
         const transfer = (k: number, side: number): [string, unknown] => [
           'transferEnvironment',
-          { environmentId: families[k]!.envId, expectedOwnerTaskId: families[k]!.parentId, expectedGeneration: 1, newOwnerTaskId: targets[k]![side] },
+          {
+            environmentId: families[k]!.envId,
+            expectedOwnerTaskId: families[k]!.parentId,
+            expectedGeneration: 1,
+            newOwnerTaskId: targets[k]![side],
+          },
         ];
-        const results = await racePairs<OwnershipTransfer, OwnershipTransfer>((k) => transfer(k, 0), (k) => transfer(k, 1));
+        const results = await racePairs<OwnershipTransfer, OwnershipTransfer>(
+          (k) => transfer(k, 0),
+          (k) => transfer(k, 1),
+        );
         for (const [k, pair] of results.entries()) {
           const { wins, losses } = partition(pair);
           expect(wins, JSON.stringify(pair)).toHaveLength(1);
           const winner = targets[k]![wins[0]!.index % 2]!;
           expect(wins[0]!.value).toMatchObject({ ownerTaskId: winner, generation: 2, changed: true });
-          expect(losses[0]!.error).toMatchObject({ code: 'OWNERSHIP_CHANGED', currentOwnerTaskId: winner, currentGeneration: 2 });
+          expect(losses[0]!.error).toMatchObject({
+            code: 'OWNERSHIP_CHANGED',
+            currentOwnerTaskId: winner,
+            currentGeneration: 2,
+          });
           expect(await envRow(store, families[k]!.envId)).toMatchObject({ task_id: winner, ownership_generation: 2 });
           cases++;
         }
@@ -594,18 +795,35 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
     it('two opposing stewardship transfers: exactly one succeeds, with its roles', async () => {
       for (let round = 0; round < 2; round++) {
         const families = await Promise.all(Array.from({ length: PAIRS }, () => seedFamily(store)));
-        const targets = await Promise.all(families.map(async (f) => [f.childId, await newTask(store, f.companyId, 'y')]));
+        const targets = await Promise.all(
+          families.map(async (f) => [f.childId, await newTask(store, f.companyId, 'y')]),
+        );
         const transfer = (k: number, side: number): [string, unknown] => [
           'transferGroup',
-          { groupId: families[k]!.groupId, expectedStewardTaskId: families[k]!.parentId, expectedGeneration: 1, newStewardTaskId: targets[k]![side] },
+          {
+            groupId: families[k]!.groupId,
+            expectedStewardTaskId: families[k]!.parentId,
+            expectedGeneration: 1,
+            newStewardTaskId: targets[k]![side],
+          },
         ];
-        const results = await racePairs<OwnershipTransfer, OwnershipTransfer>((k) => transfer(k, 0), (k) => transfer(k, 1));
+        const results = await racePairs<OwnershipTransfer, OwnershipTransfer>(
+          (k) => transfer(k, 0),
+          (k) => transfer(k, 1),
+        );
         for (const [k, pair] of results.entries()) {
           const { wins, losses } = partition(pair);
           expect(wins, JSON.stringify(pair)).toHaveLength(1);
           const winner = targets[k]![wins[0]!.index % 2]!;
-          expect(losses[0]!.error).toMatchObject({ code: 'OWNERSHIP_CHANGED', currentOwnerTaskId: winner, currentGeneration: 2 });
-          expect(await groupRow(store, families[k]!.groupId)).toMatchObject({ steward_task_id: winner, ownership_generation: 2 });
+          expect(losses[0]!.error).toMatchObject({
+            code: 'OWNERSHIP_CHANGED',
+            currentOwnerTaskId: winner,
+            currentGeneration: 2,
+          });
+          expect(await groupRow(store, families[k]!.groupId)).toMatchObject({
+            steward_task_id: winner,
+            ownership_generation: 2,
+          });
           const roles = await rolesOf(store, families[k]!.groupId);
           expect(Object.entries(roles).filter(([, r]) => r === 'steward')).toEqual([[winner, 'steward']]);
         }
@@ -619,7 +837,12 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         const f = await seedFamily(store);
         const targets: string[] = [];
         for (let i = 0; i < N; i++) targets.push(await newTask(store, f.companyId, `t${i}`));
-        const input = (i: number) => ({ environmentId: f.envId, expectedOwnerTaskId: f.parentId, expectedGeneration: 1, newOwnerTaskId: targets[i] });
+        const input = (i: number) => ({
+          environmentId: f.envId,
+          expectedOwnerTaskId: f.parentId,
+          expectedGeneration: 1,
+          newOwnerTaskId: targets[i],
+        });
         const perProcess = await contenders.race<Outcome<OwnershipTransfer>[]>('transferOnEachConnection', (p) => ({
           calls: Array.from({ length: PER_PROCESS }, (_, c) => input(p * PER_PROCESS + c)),
         }));
@@ -632,7 +855,12 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         expect(wins, JSON.stringify(losses.filter((l) => l.error.code !== 'OWNERSHIP_CHANGED'))).toHaveLength(1);
         const winner = targets[wins[0]!.index]!;
         expect(wins[0]!.value).toMatchObject({ ownerTaskId: winner, generation: 2 });
-        for (const l of losses) expect(l.error).toMatchObject({ code: 'OWNERSHIP_CHANGED', currentOwnerTaskId: winner, currentGeneration: 2 });
+        for (const l of losses)
+          expect(l.error).toMatchObject({
+            code: 'OWNERSHIP_CHANGED',
+            currentOwnerTaskId: winner,
+            currentGeneration: 2,
+          });
         expect(await envRow(store, f.envId)).toMatchObject({ task_id: winner, ownership_generation: 2 });
       }
     });
@@ -651,7 +879,12 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         const results = await racePairs<OwnershipTransfer, CleanupClaim>(
           (k) => [
             'transferEnvironment',
-            { environmentId: setups[k]!.f.envId, expectedOwnerTaskId: setups[k]!.f.parentId, expectedGeneration: 1, newOwnerTaskId: setups[k]!.x },
+            {
+              environmentId: setups[k]!.f.envId,
+              expectedOwnerTaskId: setups[k]!.f.parentId,
+              expectedGeneration: 1,
+              newOwnerTaskId: setups[k]!.x,
+            },
           ],
           (k) => ['claimCleanup', { snapshotId: setups[k]!.snapshotId, claimant: `worker-${k}` }],
         );
@@ -661,12 +894,21 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
           const env = await envRow(store, f.envId);
           const snap = await snapshotRow(store, snapshotId);
           if (transfer.ok) {
-            expect(errorOf(claim)).toMatchObject({ code: 'STALE_OWNERSHIP', currentOwnerTaskId: x, currentGeneration: 2 });
+            expect(errorOf(claim)).toMatchObject({
+              code: 'STALE_OWNERSHIP',
+              currentOwnerTaskId: x,
+              currentGeneration: 2,
+            });
             expect(env).toMatchObject({ task_id: x, ownership_generation: 2, cleanup_claimed_by: null });
             expect(snap.state).toBe('stale');
           } else {
             expect(errorOf(transfer)).toMatchObject({ code: 'CLEANUP_IN_PROGRESS', claimedBy: `worker-${k}` });
-            expect(env).toMatchObject({ task_id: f.parentId, ownership_generation: 1, cleanup_claimed_by: `worker-${k}`, cleanup_claim_generation: 1 });
+            expect(env).toMatchObject({
+              task_id: f.parentId,
+              ownership_generation: 1,
+              cleanup_claimed_by: `worker-${k}`,
+              cleanup_claim_generation: 1,
+            });
             expect(snap).toMatchObject({ state: 'claimed', claimed_by: `worker-${k}` });
           }
           cases++;
@@ -675,7 +917,7 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       expect(cases).toBe(4 * PAIRS);
     });
 
-    it('a transfer to a task racing that task\'s cleanup admission: the resource is in the inventory or never arrives', async () => {
+    it("a transfer to a task racing that task's cleanup admission: the resource is in the inventory or never arrives", async () => {
       const orders = { transferFirst: 0, admitFirst: 0 };
       for (let round = 0; round < 6; round++) {
         const setups = await Promise.all(
@@ -687,14 +929,21 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         const results = await racePairs<OwnershipTransfer, CleanupAdmission>(
           (k) => [
             'transferEnvironment',
-            { environmentId: setups[k]!.f.envId, expectedOwnerTaskId: setups[k]!.f.parentId, expectedGeneration: 1, newOwnerTaskId: setups[k]!.x },
+            {
+              environmentId: setups[k]!.f.envId,
+              expectedOwnerTaskId: setups[k]!.f.parentId,
+              expectedGeneration: 1,
+              newOwnerTaskId: setups[k]!.x,
+            },
           ],
           (k) => ['admit', { taskId: setups[k]!.x }],
         );
         for (const [k, [transfer, admission]] of results.entries()) {
           const { f, x } = setups[k]!;
           expect(admission.ok, JSON.stringify(admission)).toBe(true);
-          const inventory = admission.ok ? admission.value.snapshots.map((s) => [s.resourceId, s.ownerTaskId, s.generation]) : [];
+          const inventory = admission.ok
+            ? admission.value.snapshots.map((s) => [s.resourceId, s.ownerTaskId, s.generation])
+            : [];
           if (transfer.ok) {
             // The transfer committed first: the admission saw X owning the environment.
             expect(inventory, JSON.stringify([transfer, admission])).toContainEqual([f.envId, x, 2]);
@@ -718,7 +967,10 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         const setups = await Promise.all(
           Array.from({ length: PAIRS }, async () => {
             const f = await seedFamily(store);
-            const privateEnv = await store.ownership.createEnvironment({ ownerTaskId: f.parentId, rootPath: `/ws/${f.parentId}/own` });
+            const privateEnv = await store.ownership.createEnvironment({
+              ownerTaskId: f.parentId,
+              rootPath: `/ws/${f.parentId}/own`,
+            });
             return { f, privateEnvId: privateEnv.id };
           }),
         );
@@ -730,8 +982,12 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
           const { f, privateEnvId } = setups[k]!;
           expect(admitted.ok, JSON.stringify(admitted)).toBe(true);
           const admission = (admitted as Extract<typeof admitted, { ok: true }>).value;
-          const inventory = admission.snapshots.map((s) => `${s.resourceKind}:${s.resourceId}@${s.ownerTaskId}#${s.generation}`).sort();
-          const dbSnapshots = (await store.db.selectFrom('cleanup_snapshots').selectAll().where('task_id', '=', f.parentId).execute())
+          const inventory = admission.snapshots
+            .map((s) => `${s.resourceKind}:${s.resourceId}@${s.ownerTaskId}#${s.generation}`)
+            .sort();
+          const dbSnapshots = (
+            await store.db.selectFrom('cleanup_snapshots').selectAll().where('task_id', '=', f.parentId).execute()
+          )
             .map((s) => `${s.resource_kind}:${s.resource_id}@${s.owner_task_id}#${s.ownership_generation}`)
             .sort();
           expect(dbSnapshots).toEqual(inventory);
@@ -752,7 +1008,11 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
             orders.admitFirst++;
             expect(errorOf(detached)).toMatchObject({ code: 'CLEANUP_BARRIER', admittedTaskId: f.parentId });
             expect(inventory).toEqual(
-              [`environment:${privateEnvId}@${f.parentId}#1`, `environment:${f.envId}@${f.parentId}#1`, `group:${f.groupId}@${f.parentId}#1`].sort(),
+              [
+                `environment:${privateEnvId}@${f.parentId}#1`,
+                `environment:${f.envId}@${f.parentId}#1`,
+                `group:${f.groupId}@${f.parentId}#1`,
+              ].sort(),
             );
             expect(child.parentId).toBe(f.parentId);
             expect(group).toMatchObject({ steward_task_id: f.parentId, ownership_generation: 1 });
@@ -768,7 +1028,10 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       const families = await Promise.all(Array.from({ length: PAIRS }, () => seedFamily(store)));
       const COUNT = 20;
       const results = await racePairs<string[], { iterations: number; violations: number; seen: number }>(
-        (k) => ['createSharedChildren', { companyId: families[k]!.companyId, parentId: families[k]!.parentId, count: COUNT }],
+        (k) => [
+          'createSharedChildren',
+          { companyId: families[k]!.companyId, parentId: families[k]!.parentId, count: COUNT },
+        ],
         (k) => ['watchMemberships', { parentId: families[k]!.parentId, count: COUNT + 1 }],
       );
       for (const [k, [created, watched]] of results.entries()) {
@@ -784,18 +1047,34 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       const x = await newTask(store, f.companyId, 'x');
       const { snapshots } = await store.ownership.admitTaskCleanup(f.parentId);
       const s = snapshots.find((y) => y.resourceId === f.envId)!;
-      const claimed = await contenders.run<CleanupClaim>(0, 'claimCleanup', { snapshotId: s.id, claimant: 'remote-worker' });
+      const claimed = await contenders.run<CleanupClaim>(0, 'claimCleanup', {
+        snapshotId: s.id,
+        claimant: 'remote-worker',
+      });
       expect(claimed.ok, JSON.stringify(claimed)).toBe(true);
       const saved = clock.t;
       try {
         clock.advance(HOUR); // the remote worker stalled past its claim
-        await store.ownership.transferEnvironmentOwnership({ environmentId: f.envId, expectedOwnerTaskId: f.parentId, expectedGeneration: 1, newOwnerTaskId: x });
+        await store.ownership.transferEnvironmentOwnership({
+          environmentId: f.envId,
+          expectedOwnerTaskId: f.parentId,
+          expectedGeneration: 1,
+          newOwnerTaskId: x,
+        });
       } finally {
         clock.t = saved;
       }
       const before = await envRow(store, f.envId);
-      const completed = await contenders.run(0, 'completeCleanup', (claimed as Extract<typeof claimed, { ok: true }>).value);
-      expect(errorOf(completed)).toMatchObject({ code: 'STALE_OWNERSHIP', currentOwnerTaskId: x, currentGeneration: 2 });
+      const completed = await contenders.run(
+        0,
+        'completeCleanup',
+        (claimed as Extract<typeof claimed, { ok: true }>).value,
+      );
+      expect(errorOf(completed)).toMatchObject({
+        code: 'STALE_OWNERSHIP',
+        currentOwnerTaskId: x,
+        currentGeneration: 2,
+      });
       expect(await envRow(store, f.envId)).toEqual(before);
       expect(before).toMatchObject({ status: 'active', task_id: x, ownership_generation: 2 });
       expect((await snapshotRow(store, s.id)).state).toBe('stale');
@@ -834,36 +1113,62 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         // Half torn down; the claims are persisted and still held by the dead worker.
         for (const dir of dirs) expect(readdirSync(dir)).toEqual(['b']);
         for (const env of [kept, moved]) {
-          expect(await snapshotRow(store, snapshotOf(env.id).id)).toMatchObject({ state: 'claimed', attempts: 1, claimed_by: 'doomed-worker' });
+          expect(await snapshotRow(store, snapshotOf(env.id).id)).toMatchObject({
+            state: 'claimed',
+            attempts: 1,
+            claimed_by: 'doomed-worker',
+          });
           expect((await envRow(store, env.id)).cleanup_claimed_by).toBe('doomed-worker');
         }
         expect(await store.ownership.listPendingCleanups({ taskId: parent })).toEqual([]);
 
         // After the dead claims expired, ownership of one environment moves on.
         clock.advance(HOUR);
-        await store.ownership.transferEnvironmentOwnership({ environmentId: moved.id, expectedOwnerTaskId: parent, expectedGeneration: 1, newOwnerTaskId: heir });
+        await store.ownership.transferEnvironmentOwnership({
+          environmentId: moved.id,
+          expectedOwnerTaskId: parent,
+          expectedGeneration: 1,
+          newOwnerTaskId: heir,
+        });
         const movedBefore = await envRow(store, moved.id);
 
         const restarted = await Contenders.start(1, { url, module: OPS, storeOptions: { poolSize: 1 } });
-        let outcome: Outcome<{ snapshotId: string; resourceId: string; ok: boolean; code?: string; attempt?: number }[]>;
+        let outcome: Outcome<
+          { snapshotId: string; resourceId: string; ok: boolean; code?: string; attempt?: number }[]
+        >;
         try {
-          outcome = await restarted.run(0, 'retryPendingCleanups', { taskId: parent, skewMs: HOUR, claimant: 'worker-restarted' });
+          outcome = await restarted.run(0, 'retryPendingCleanups', {
+            taskId: parent,
+            skewMs: HOUR,
+            claimant: 'worker-restarted',
+          });
         } finally {
           await restarted.close();
         }
         expect(outcome.ok, JSON.stringify(outcome)).toBe(true);
-        const results = Object.fromEntries((outcome as Extract<typeof outcome, { ok: true }>).value.map((r) => [r.resourceId, r]));
+        const results = Object.fromEntries(
+          (outcome as Extract<typeof outcome, { ok: true }>).value.map((r) => [r.resourceId, r]),
+        );
         expect(Object.keys(results).sort()).toEqual([kept.id, moved.id].sort());
         expect(results[kept.id]).toMatchObject({ ok: true, attempt: 2 });
         expect(results[moved.id]).toMatchObject({ ok: false, code: 'STALE_OWNERSHIP' });
 
         expect(existsSync(dirs[0]!)).toBe(false);
         expect(await envRow(store, kept.id)).toMatchObject({ status: 'removed', cleanup_claimed_by: null });
-        expect(await snapshotRow(store, snapshotOf(kept.id).id)).toMatchObject({ state: 'completed', attempts: 2, claimed_by: 'worker-restarted' });
+        expect(await snapshotRow(store, snapshotOf(kept.id).id)).toMatchObject({
+          state: 'completed',
+          attempts: 2,
+          claimed_by: 'worker-restarted',
+        });
         // Failed closed: the retry touched neither the moved environment's row nor its directory.
         expect(readdirSync(dirs[1]!)).toEqual(['b']);
         expect(await envRow(store, moved.id)).toEqual(movedBefore);
-        expect(movedBefore).toMatchObject({ status: 'active', task_id: heir, ownership_generation: 2, cleanup_claimed_by: null });
+        expect(movedBefore).toMatchObject({
+          status: 'active',
+          task_id: heir,
+          ownership_generation: 2,
+          cleanup_claimed_by: null,
+        });
         expect(await snapshotRow(store, snapshotOf(moved.id).id)).toMatchObject({ state: 'stale', claimed_by: null });
       } finally {
         rmSync(root, { recursive: true, force: true });
@@ -871,4 +1176,3 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
     });
   });
 }
-

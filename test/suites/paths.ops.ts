@@ -38,9 +38,26 @@ function prng(seed: number) {
 }
 
 export type RaceEvent =
-  | { readonly type: 'grant'; readonly holder: string; readonly keys: string[]; readonly grantNs: string; readonly releaseNs: string; readonly via: 'try' | 'wait' }
-  | { readonly type: 'conflict'; readonly holder: string; readonly keys: string[]; readonly conflicts: PathLeaseConflict[] }
-  | { readonly type: 'timeout'; readonly holder: string; readonly keys: string[]; readonly blockers: PathLeaseConflict[] };
+  | {
+      readonly type: 'grant';
+      readonly holder: string;
+      readonly keys: string[];
+      readonly grantNs: string;
+      readonly releaseNs: string;
+      readonly via: 'try' | 'wait';
+    }
+  | {
+      readonly type: 'conflict';
+      readonly holder: string;
+      readonly keys: string[];
+      readonly conflicts: PathLeaseConflict[];
+    }
+  | {
+      readonly type: 'timeout';
+      readonly holder: string;
+      readonly keys: string[];
+      readonly blockers: PathLeaseConflict[];
+    };
 
 export interface RaceArgs {
   readonly workspaceId: string;
@@ -64,7 +81,10 @@ export async function raceRounds(store: Store, args: RaceArgs, tools: ContenderT
     const paths =
       random() < 0.04
         ? ['.']
-        : Array.from({ length: 1 + Math.floor(random() * 3) }, () => RACE_UNIVERSE[Math.floor(random() * RACE_UNIVERSE.length)]!);
+        : Array.from(
+            { length: 1 + Math.floor(random() * 3) },
+            () => RACE_UNIVERSE[Math.floor(random() * RACE_UNIVERSE.length)]!,
+          );
     const request = { workspaceId: args.workspaceId, holder, paths, ttlMs: args.ttlMs };
     let keys: string[];
     let via: 'try' | 'wait';
@@ -97,7 +117,10 @@ export async function raceRounds(store: Store, args: RaceArgs, tools: ContenderT
 }
 
 /** `tryAcquirePaths`, stamped with the time just after it returned. */
-export async function hold(store: Store, args: { workspaceId: string; holder: string; paths: string[]; ttlMs: number; taskId?: string }) {
+export async function hold(
+  store: Store,
+  args: { workspaceId: string; holder: string; paths: string[]; ttlMs: number; taskId?: string },
+) {
   const result = await store.paths.tryAcquirePaths(args);
   return { result, grantNs: now() };
 }
@@ -140,13 +163,20 @@ export async function acquireHoldRelease(
 }
 
 /** Blocking acquire with a timeout; the error (if any) goes back to the parent. */
-export async function acquire(store: Store, args: { workspaceId: string; holder: string; paths: string[]; ttlMs: number; timeoutMs: number }) {
+export async function acquire(
+  store: Store,
+  args: { workspaceId: string; holder: string; paths: string[]; ttlMs: number; timeoutMs: number },
+) {
   const leases = await store.paths.acquirePaths(args, { timeoutMs: args.timeoutMs });
   return { keys: leases.map((l) => l.key), grantNs: now() };
 }
 
 /** Claims a task, signals "claimed", and then hangs, holding its leases until it is killed. */
-export async function claimAndHang(store: Store, args: { taskId: string; holder: string; ttlMs: number }, tools: ContenderTools) {
+export async function claimAndHang(
+  store: Store,
+  args: { taskId: string; holder: string; ttlMs: number },
+  tools: ContenderTools,
+) {
   const result = await store.paths.claimTask(args.taskId, args.holder, { ttlMs: args.ttlMs });
   if (!result.claimed) throw new Error(`claim failed: ${JSON.stringify(result.conflicts)}`);
   tools.signal('claimed');

@@ -76,13 +76,19 @@ export function checkHistory(events: readonly RaceEvent[]): HistoryReport {
     if (e.type === 'grant') return false;
     const requested = e.keys.map((p) => (p === '.' ? '' : p));
     const named = e.type === 'conflict' ? e.conflicts : e.blockers;
-    return named.length === 0 || named.some((c) => c.holder === e.holder || !granted.has(`${c.holder}\u0000${c.key}`) || !setsOverlap([c.key], requested));
+    return (
+      named.length === 0 ||
+      named.some(
+        (c) => c.holder === e.holder || !granted.has(`${c.holder}\u0000${c.key}`) || !setsOverlap([c.key], requested),
+      )
+    );
   });
   return { violations, parallelDisjoint, bogusConflicts, grants: holds.length, refusals: events.length - holds.length };
 }
 
 function ok<T>(outcome: Outcome<T>): T {
-  if (!outcome.ok) throw new Error(`contender ${outcome.index} failed: ${outcome.error.name}: ${outcome.error.message}`);
+  if (!outcome.ok)
+    throw new Error(`contender ${outcome.index} failed: ${outcome.error.name}: ${outcome.error.message}`);
   return outcome.value;
 }
 
@@ -109,7 +115,12 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
     return (await on.org.createWorkspace({ companyId: company, name: `ws-${++wsCounter}` })).id;
   }
 
-  const req = (workspaceId: string, holder: string, paths: string[], ttlMs = LONG_TTL) => ({ workspaceId, holder, paths, ttlMs });
+  const req = (workspaceId: string, holder: string, paths: string[], ttlMs = LONG_TTL) => ({
+    workspaceId,
+    holder,
+    paths,
+    ttlMs,
+  });
 
   describe('tryAcquirePaths', () => {
     it('grants free paths and reports the holder and key that block an overlapping request', async () => {
@@ -131,7 +142,10 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
         const r = await store.paths.tryAcquirePaths(req(ws, 'h2', [...paths]));
         expect(r, JSON.stringify(paths)).toMatchObject({ acquired: false });
         if (r.acquired) continue;
-        expect(r.conflicts.some((c) => c.key === key && c.holder === 'h1'), JSON.stringify(r.conflicts)).toBe(true);
+        expect(
+          r.conflicts.some((c) => c.key === key && c.holder === 'h1'),
+          JSON.stringify(r.conflicts),
+        ).toBe(true);
       }
       // prefix-named siblings and other paths are free
       const b = await store.paths.tryAcquirePaths(req(ws, 'h2', ['src/libx', 'sr', 'docs/other.md', 'src/lib-b']));
@@ -152,7 +166,9 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       expect((await store.paths.tryAcquirePaths(req(ws, 'h1', ['src'], 1_000))).acquired).toBe(true);
       const again = await store.paths.tryAcquirePaths(req(ws, 'h1', ['src', 'src/a.ts', '.'], 90_000));
       expect(again).toMatchObject({ acquired: true, leases: [{ key: '' }] });
-      expect((await store.paths.listPathLeases({ workspaceId: ws })).map((l) => [l.key, l.expiresAt - l.acquiredAt])).toEqual([
+      expect(
+        (await store.paths.listPathLeases({ workspaceId: ws })).map((l) => [l.key, l.expiresAt - l.acquiredAt]),
+      ).toEqual([
         ['', 90_000],
         ['src', 1_000],
       ]);
@@ -166,7 +182,9 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
     });
 
     it('reports an unknown workspace as NotFoundError', async () => {
-      await expect(store.paths.tryAcquirePaths(req('no-such-workspace', 'h1', ['a']))).rejects.toBeInstanceOf(NotFoundError);
+      await expect(store.paths.tryAcquirePaths(req('no-such-workspace', 'h1', ['a']))).rejects.toBeInstanceOf(
+        NotFoundError,
+      );
     });
 
     it('scopes leases to their workspace', async () => {
@@ -180,7 +198,10 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
     it('treats paths with LIKE wildcards and Unicode names literally', async () => {
       const ws = await workspace();
       await store.paths.tryAcquirePaths(req(ws, 'h1', ['100%/a_b', 'données/é.md']));
-      expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['100x/a_b', '100%/aXb', 'donnees', 'données/e.md']))).acquired).toBe(true);
+      expect(
+        (await store.paths.tryAcquirePaths(req(ws, 'h2', ['100x/a_b', '100%/aXb', 'donnees', 'données/e.md'])))
+          .acquired,
+      ).toBe(true);
       expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['100%']))).acquired).toBe(false);
       expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['données/e\u0301.md']))).acquired).toBe(false);
     });
@@ -188,7 +209,9 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
     it('rejects bad paths and bad arguments before touching the database', async () => {
       const ws = await workspace();
       for (const bad of ['../x', '/etc', 'a/../../b', 'a\u0000b', '..\\x']) {
-        await expect(store.paths.tryAcquirePaths(req(ws, 'h1', ['ok', bad]))).rejects.toBeInstanceOf(InvalidWritePathError);
+        await expect(store.paths.tryAcquirePaths(req(ws, 'h1', ['ok', bad]))).rejects.toBeInstanceOf(
+          InvalidWritePathError,
+        );
       }
       await expect(store.paths.tryAcquirePaths(req(ws, '', ['a']))).rejects.toBeInstanceOf(InvalidArgumentError);
       await expect(store.paths.tryAcquirePaths(req(ws, 'h1', ['a'], 0))).rejects.toBeInstanceOf(InvalidArgumentError);
@@ -211,22 +234,33 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const taken = await clocked.paths.tryAcquirePaths(req(ws, 'h2', ['src/a'], 1_000));
       expect(taken.acquired).toBe(true);
       expect((await clocked.paths.tryAcquirePaths(req(ws, 'h2', ['docs/x']))).acquired).toBe(false);
-      const late = await clocked.paths.renewPaths({ workspaceId: ws, holder: 'h1', ttlMs: 1_000, paths: ['src', 'docs'] });
+      const late = await clocked.paths.renewPaths({
+        workspaceId: ws,
+        holder: 'h1',
+        ttlMs: 1_000,
+        paths: ['src', 'docs'],
+      });
       expect(late.lost).toEqual(['src']);
       expect(late.renewed.map((l) => l.key)).toEqual(['docs']);
       t += 10_000;
       expect((await clocked.paths.tryAcquirePaths(req(ws, 'h3', ['.']))).acquired).toBe(true);
       expect(await clocked.paths.pruneExpiredPaths(ws)).toBe(3);
-      expect((await clocked.paths.listPathLeases({ workspaceId: ws })).map((l) => [l.key, l.holder])).toEqual([['', 'h3']]);
+      expect((await clocked.paths.listPathLeases({ workspaceId: ws })).map((l) => [l.key, l.holder])).toEqual([
+        ['', 'h3'],
+      ]);
     });
 
     it('releases the given paths and what lies below them, or everything the holder has', async () => {
       const ws = await workspace();
       await store.paths.tryAcquirePaths(req(ws, 'h1', ['src/a', 'src/b/c', 'srcx', 'docs']));
       await store.paths.tryAcquirePaths(req(ws, 'h2', ['lib']));
-      expect(await store.paths.releasePaths({ workspaceId: ws, holder: 'h1', paths: ['src'] })).toEqual({ released: ['src/a', 'src/b/c'] });
+      expect(await store.paths.releasePaths({ workspaceId: ws, holder: 'h1', paths: ['src'] })).toEqual({
+        released: ['src/a', 'src/b/c'],
+      });
       expect((await store.paths.tryAcquirePaths(req(ws, 'h3', ['src']))).acquired).toBe(true);
-      expect(await store.paths.releasePaths({ workspaceId: ws, holder: 'h1', paths: ['nothing/here'] })).toEqual({ released: [] });
+      expect(await store.paths.releasePaths({ workspaceId: ws, holder: 'h1', paths: ['nothing/here'] })).toEqual({
+        released: [],
+      });
       expect(await store.paths.releasePaths({ workspaceId: ws, holder: 'h1' })).toEqual({ released: ['docs', 'srcx'] });
       expect((await store.paths.listPathLeases({ workspaceId: ws })).map((l) => l.holder).sort()).toEqual(['h2', 'h3']);
     });
@@ -234,7 +268,14 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
 
   describe('claimTask and submitTaskResult', () => {
     async function task(workspaceId: string | null, writes: string[] | null | undefined) {
-      return store.tasks.createTask({ companyId, title: 't', requiresFilesystem: true, workspaceId, status: 'todo', writes });
+      return store.tasks.createTask({
+        companyId,
+        title: 't',
+        requiresFilesystem: true,
+        workspaceId,
+        status: 'todo',
+        writes,
+      });
     }
 
     it('leases the whole workspace for a task whose write set is omitted, which conflicts with every lease there', async () => {
@@ -245,7 +286,11 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       expect(claim).toMatchObject({ claimed: true, mode: 'whole-workspace' });
       if (claim.claimed) expect(claim.leases.map((l) => [l.key, l.taskId])).toEqual([['', legacy.id]]);
       expect((await store.tasks.requireTask(legacy.id)).status).toBe('in_progress');
-      expect(await store.paths.claimTask(other.id, 'h2')).toEqual({ claimed: false, mode: 'paths', conflicts: [{ key: '', holder: 'h1', expiresAt: expect.any(Number) }] });
+      expect(await store.paths.claimTask(other.id, 'h2')).toEqual({
+        claimed: false,
+        mode: 'paths',
+        conflicts: [{ key: '', holder: 'h1', expiresAt: expect.any(Number) }],
+      });
       expect((await store.tasks.requireTask(other.id)).status).toBe('todo');
       expect((await store.paths.tryAcquirePaths(req(ws, 'h3', ['docs']))).acquired).toBe(false);
 
@@ -254,7 +299,10 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const pathsTask = await task(ws2, ['lib/x.ts']);
       const legacy2 = await task(ws2, null);
       expect((await store.paths.claimTask(pathsTask.id, 'h1')).claimed).toBe(true);
-      expect(await store.paths.claimTask(legacy2.id, 'h2')).toMatchObject({ claimed: false, conflicts: [{ key: 'lib/x.ts', holder: 'h1' }] });
+      expect(await store.paths.claimTask(legacy2.id, 'h2')).toMatchObject({
+        claimed: false,
+        conflicts: [{ key: 'lib/x.ts', holder: 'h1' }],
+      });
     });
 
     it('runs tasks with disjoint write sets in parallel and serializes overlapping ones', async () => {
@@ -262,13 +310,26 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const t1 = await task(ws, ['src/a/**/*.ts']);
       const t2 = await task(ws, ['src/b.ts', 'docs/']);
       const t3 = await task(ws, ['src']);
-      expect(await store.paths.claimTask(t1.id, 'h1')).toMatchObject({ claimed: true, mode: 'paths', leases: [{ key: 'src/a' }] });
-      expect(await store.paths.claimTask(t2.id, 'h2')).toMatchObject({ claimed: true, leases: [{ key: 'docs' }, { key: 'src/b.ts' }] });
+      expect(await store.paths.claimTask(t1.id, 'h1')).toMatchObject({
+        claimed: true,
+        mode: 'paths',
+        leases: [{ key: 'src/a' }],
+      });
+      expect(await store.paths.claimTask(t2.id, 'h2')).toMatchObject({
+        claimed: true,
+        leases: [{ key: 'docs' }, { key: 'src/b.ts' }],
+      });
       const blocked = await store.paths.claimTask(t3.id, 'h3');
       expect(blocked.claimed).toBe(false);
       if (!blocked.claimed) expect(blocked.conflicts.map((c) => c.holder).sort()).toEqual(['h1', 'h2']);
-      expect(await store.paths.submitTaskResult(t1.id, 'h1', { status: 'done' })).toEqual({ status: 'done', released: ['src/a'] });
-      expect(await store.paths.submitTaskResult(t2.id, 'h2', { status: 'failed' })).toEqual({ status: 'failed', released: ['docs', 'src/b.ts'] });
+      expect(await store.paths.submitTaskResult(t1.id, 'h1', { status: 'done' })).toEqual({
+        status: 'done',
+        released: ['src/a'],
+      });
+      expect(await store.paths.submitTaskResult(t2.id, 'h2', { status: 'failed' })).toEqual({
+        status: 'failed',
+        released: ['docs', 'src/b.ts'],
+      });
       expect((await store.tasks.requireTask(t1.id)).status).toBe('done');
       expect((await store.tasks.requireTask(t2.id)).status).toBe('failed');
       expect((await store.paths.claimTask(t3.id, 'h3')).claimed).toBe(true);
@@ -280,10 +341,16 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const claim = await store.paths.claimTask(dynamic.id, 'h1');
       expect(claim).toEqual({ claimed: true, mode: 'dynamic', leases: [] });
       expect(await store.paths.listPathLeases({ workspaceId: ws })).toEqual([]);
-      await store.paths.acquirePaths({ ...req(ws, 'h1', ['lib', 'src/x.ts']), taskId: dynamic.id }, { timeoutMs: 1_000 });
+      await store.paths.acquirePaths(
+        { ...req(ws, 'h1', ['lib', 'src/x.ts']), taskId: dynamic.id },
+        { timeoutMs: 1_000 },
+      );
       await store.paths.tryAcquirePaths(req(ws, 'h1', ['unrelated'])); // not tagged with the task
       // Re-acquiring a tagged key without a taskId keeps the tag.
-      expect(await store.paths.tryAcquirePaths(req(ws, 'h1', ['lib']))).toMatchObject({ acquired: true, leases: [{ key: 'lib', taskId: dynamic.id }] });
+      expect(await store.paths.tryAcquirePaths(req(ws, 'h1', ['lib']))).toMatchObject({
+        acquired: true,
+        leases: [{ key: 'lib', taskId: dynamic.id }],
+      });
       expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['lib/y']))).acquired).toBe(false);
       const outcome = await store.paths.submitTaskResult(dynamic.id, 'h1', { status: 'done' });
       expect(outcome).toEqual({ status: 'done', released: ['lib', 'src/x.ts'] });
@@ -303,17 +370,29 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       expect((await store.paths.listPathLeases({ workspaceId: ws })).length).toBe(1);
       await store.paths.submitTaskResult(t.id, 'h1', { status: 'done' });
       await expect(store.paths.claimTask(t.id, 'h1')).rejects.toMatchObject({ reason: 'task_finished' });
-      await expect(store.paths.submitTaskResult(t.id, 'h1', { status: 'done' })).rejects.toBeInstanceOf(PathClaimRefusedError);
+      await expect(store.paths.submitTaskResult(t.id, 'h1', { status: 'done' })).rejects.toBeInstanceOf(
+        PathClaimRefusedError,
+      );
 
       const homeless = await task(null, ['a']);
       await expect(store.paths.claimTask(homeless.id, 'h1')).rejects.toMatchObject({ reason: 'task_has_no_workspace' });
       await expect(store.paths.claimTask('no-such-task', 'h1')).rejects.toBeInstanceOf(NotFoundError);
 
       // createTask refuses a bad path outright; a row written by older code can still hold one, and claimTask refuses it too.
-      await expect(task(ws, ['ok', '../outside'])).rejects.toMatchObject({ code: 'INVALID_WRITE_PATH', path: '../outside' });
+      await expect(task(ws, ['ok', '../outside'])).rejects.toMatchObject({
+        code: 'INVALID_WRITE_PATH',
+        path: '../outside',
+      });
       const escaping = await task(ws, ['ok']);
-      await store.db.updateTable('tasks').set({ writes: JSON.stringify(['ok', '../outside']) }).where('id', '=', escaping.id).execute();
-      await expect(store.paths.claimTask(escaping.id, 'h1')).rejects.toMatchObject({ code: 'INVALID_WRITE_PATH', path: '../outside' });
+      await store.db
+        .updateTable('tasks')
+        .set({ writes: JSON.stringify(['ok', '../outside']) })
+        .where('id', '=', escaping.id)
+        .execute();
+      await expect(store.paths.claimTask(escaping.id, 'h1')).rejects.toMatchObject({
+        code: 'INVALID_WRITE_PATH',
+        path: '../outside',
+      });
       expect((await store.tasks.requireTask(escaping.id)).status).toBe('todo');
       expect(await store.paths.listPathLeases({ workspaceId: ws })).toEqual([]);
     });
@@ -325,12 +404,30 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const quiet = await workspace();
       const rows = [];
       for (let i = 0; i < 4_000; i++) {
-        rows.push({ workspace_id: busy, lease_key: `/dir${i % 100}/file${i}.ts/`, holder: `other${i % 7}`, task_id: null, acquired_at: 0, expires_at: 9e12 });
+        rows.push({
+          workspace_id: busy,
+          lease_key: `/dir${i % 100}/file${i}.ts/`,
+          holder: `other${i % 7}`,
+          task_id: null,
+          acquired_at: 0,
+          expires_at: 9e12,
+        });
       }
       for (let i = 0; i < 10; i++) {
-        rows.push({ workspace_id: quiet, lease_key: `/q${i}/`, holder: 'other', task_id: null, acquired_at: 0, expires_at: 9e12 });
+        rows.push({
+          workspace_id: quiet,
+          lease_key: `/q${i}/`,
+          holder: 'other',
+          task_id: null,
+          acquired_at: 0,
+          expires_at: 9e12,
+        });
       }
-      for (let i = 0; i < rows.length; i += 500) await store.db.insertInto('path_leases').values(rows.slice(i, i + 500)).execute();
+      for (let i = 0; i < rows.length; i += 500)
+        await store.db
+          .insertInto('path_leases')
+          .values(rows.slice(i, i + 500))
+          .execute();
       await sql`analyze`.execute(store.db);
       const now = Date.now();
       // Ancestors by equality plus one range per key, in the busy workspace; and the whole-workspace
@@ -340,18 +437,28 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const whole = buildPathConflictQuery(quiet, 'me', [''], now, store.db);
       if (fx.kind === 'sqlite') {
         for (const q of [keyed, whole]) {
-          const plan = (await sql<{ detail: string }>`explain query plan ${q}`.execute(store.db)).rows.map((r) => r.detail);
+          const plan = (await sql<{ detail: string }>`explain query plan ${q}`.execute(store.db)).rows.map(
+            (r) => r.detail,
+          );
           const touches = plan.filter((d) => d.includes('path_leases'));
           expect(touches.length, plan.join('\n')).toBeGreaterThan(0);
-          for (const d of touches) expect(d, plan.join('\n')).toMatch(/^SEARCH path_leases USING (COVERING )?INDEX sqlite_autoindex_path_leases_1 \(workspace_id=\? AND lease_key/);
+          for (const d of touches)
+            expect(d, plan.join('\n')).toMatch(
+              /^SEARCH path_leases USING (COVERING )?INDEX sqlite_autoindex_path_leases_1 \(workspace_id=\? AND lease_key/,
+            );
         }
       } else {
         const explain = async (q: typeof keyed) =>
-          (await sql<{ 'QUERY PLAN': string }>`explain ${q}`.execute(store.db)).rows.map((r) => r['QUERY PLAN']).join('\n');
+          (await sql<{ 'QUERY PLAN': string }>`explain ${q}`.execute(store.db)).rows
+            .map((r) => r['QUERY PLAN'])
+            .join('\n');
         const keyedPlan = await explain(keyed);
         expect(keyedPlan).not.toMatch(/Seq Scan/);
         expect(keyedPlan.match(/Index Scan using path_leases_pkey/g)?.length, keyedPlan).toBe(3);
-        expect(keyedPlan.match(/Index Cond: \(\(workspace_id = '[^']+'::text\) AND \(lease_key/g)?.length, keyedPlan).toBe(3);
+        expect(
+          keyedPlan.match(/Index Cond: \(\(workspace_id = '[^']+'::text\) AND \(lease_key/g)?.length,
+          keyedPlan,
+        ).toBe(3);
         // The whole-workspace range covers the workspace; any index that narrows to it will do.
         const wholePlan = await explain(whole);
         expect(wholePlan).not.toMatch(/Seq Scan/);
@@ -389,12 +496,19 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
         releaseNs: String(e),
         via: 'try',
       });
-      const bad = checkHistory([grant('c0', ['src'], 0, 10), grant('c1', ['src/a.ts'], 9, 20), grant('c2', ['srcx'], 5, 6)]);
+      const bad = checkHistory([
+        grant('c0', ['src'], 0, 10),
+        grant('c1', ['src/a.ts'], 9, 20),
+        grant('c2', ['srcx'], 5, 6),
+      ]);
       expect(bad.violations.map(([a, b]) => [a.holder, b.holder])).toEqual([['c0', 'c1']]);
       expect(bad.parallelDisjoint).toBe(1);
       const serial = checkHistory([grant('c0', [''], 0, 10), grant('c1', ['a'], 10, 20), grant('c2', ['b'], 20, 30)]);
       expect(serial).toMatchObject({ violations: [], parallelDisjoint: 0 });
-      const bogus = checkHistory([grant('c0', ['a'], 0, 10), { type: 'conflict', holder: 'c1', keys: ['b'], conflicts: [{ key: 'a', holder: 'c0', expiresAt: 0 }] }]);
+      const bogus = checkHistory([
+        grant('c0', ['a'], 0, 10),
+        { type: 'conflict', holder: 'c1', keys: ['b'], conflicts: [{ key: 'a', holder: 'c0', expiresAt: 0 }] },
+      ]);
       expect(bogus.bogusConflicts.length).toBe(1);
     });
 
@@ -403,7 +517,13 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const seed = Date.now() % 100_000;
       const events: RaceEvent[] = [];
       for (let wave = 0; wave < 2; wave++) {
-        const outcomes = await contenders.race<RaceEvent[]>('raceRounds', () => ({ workspaceId: ws, rounds: 25, seed: seed + wave, ttlMs: LONG_TTL, holdMaxMs: 12 }));
+        const outcomes = await contenders.race<RaceEvent[]>('raceRounds', () => ({
+          workspaceId: ws,
+          rounds: 25,
+          seed: seed + wave,
+          ttlMs: LONG_TTL,
+          holdMaxMs: 12,
+        }));
         for (const o of outcomes) events.push(...ok(o));
       }
       const report = checkHistory(events);
@@ -418,17 +538,31 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
 
     it('a blocked acquirePaths holds nothing while it waits and takes the whole set once the blocker releases', async () => {
       const ws = await workspace(parent, raceCompany);
-      expect(ok(await contenders.run<{ result: { acquired: boolean } }>(0, 'hold', req(ws, 'h0', ['src/b']))).result.acquired).toBe(true);
-      const waiter = contenders.start<{ first: { acquired: boolean }; keys: string[]; grantNs: string }>(1, 'waitAfterBlocked', {
-        ...req(ws, 'h1', ['src/a', 'src/b']),
-        timeoutMs: 120_000,
-      });
+      expect(
+        ok(await contenders.run<{ result: { acquired: boolean } }>(0, 'hold', req(ws, 'h0', ['src/b']))).result
+          .acquired,
+      ).toBe(true);
+      const waiter = contenders.start<{ first: { acquired: boolean }; keys: string[]; grantNs: string }>(
+        1,
+        'waitAfterBlocked',
+        {
+          ...req(ws, 'h1', ['src/a', 'src/b']),
+          timeoutMs: 120_000,
+        },
+      );
       await contenders.waitForSignal(1, 'blocked');
       // The waiter holds no part of its set: src/a can be taken and released by a third process.
       const third = ok(await contenders.run<{ result: { acquired: boolean } }>(2, 'hold', req(ws, 'h2', ['src/a'])));
       expect(third.result.acquired).toBe(true);
-      const thirdRelease = ok(await contenders.run<{ releaseNs: string }>(2, 'release', { workspaceId: ws, holder: 'h2' }));
-      const blockerRelease = ok(await contenders.run<{ released: string[]; releaseNs: string }>(0, 'release', { workspaceId: ws, holder: 'h0' }));
+      const thirdRelease = ok(
+        await contenders.run<{ releaseNs: string }>(2, 'release', { workspaceId: ws, holder: 'h2' }),
+      );
+      const blockerRelease = ok(
+        await contenders.run<{ released: string[]; releaseNs: string }>(0, 'release', {
+          workspaceId: ws,
+          holder: 'h0',
+        }),
+      );
       expect(blockerRelease.released).toEqual(['src/b']);
       const woken = ok(await waiter);
       expect(woken.first.acquired).toBe(false);
@@ -444,13 +578,34 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
     it('waiters on crossed multi-path sets all get through: no deadlock', async () => {
       const ws = await workspace(parent, raceCompany);
       await parent.paths.tryAcquirePaths(req(ws, 'blocker', ['a', 'b', 'c']));
-      const orders = [['a', 'b'], ['b', 'a'], ['c', 'a'], ['b', 'c'], ['a', 'b', 'c']];
-      const runs = orders.map((paths, i) => contenders.start<{ keys: string[]; grantNs: string; releaseNs: string }>(i, 'acquireHoldRelease', { ...req(ws, `w${i}`, paths), timeoutMs: 120_000 }));
+      const orders = [
+        ['a', 'b'],
+        ['b', 'a'],
+        ['c', 'a'],
+        ['b', 'c'],
+        ['a', 'b', 'c'],
+      ];
+      const runs = orders.map((paths, i) =>
+        contenders.start<{ keys: string[]; grantNs: string; releaseNs: string }>(i, 'acquireHoldRelease', {
+          ...req(ws, `w${i}`, paths),
+          timeoutMs: 120_000,
+        }),
+      );
       for (let i = 0; i < orders.length; i++) await contenders.waitForSignal(i, 'waiting');
       await parent.paths.releasePaths({ workspaceId: ws, holder: 'blocker' });
       const done = (await Promise.all(runs)).map(ok);
       const report = checkHistory(
-        done.map((d, i) => ({ type: 'grant', holder: `w${i}`, keys: d.keys, grantNs: d.grantNs, releaseNs: d.releaseNs, via: 'wait' }) as const),
+        done.map(
+          (d, i) =>
+            ({
+              type: 'grant',
+              holder: `w${i}`,
+              keys: d.keys,
+              grantNs: d.grantNs,
+              releaseNs: d.releaseNs,
+              via: 'wait',
+            }) as const,
+        ),
       );
       expect(report.violations).toEqual([]);
       expect(done.map((d) => d.keys)).toEqual(orders.map((o) => [...o].sort()));
@@ -475,7 +630,13 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
 
     it("a SIGKILLed holder's task leases block until their TTL runs out, then stop blocking", async () => {
       const ws = await workspace(parent, raceCompany);
-      const t = await parent.tasks.createTask({ companyId: raceCompany, title: 'doomed', requiresFilesystem: true, workspaceId: ws, writes: ['src'] });
+      const t = await parent.tasks.createTask({
+        companyId: raceCompany,
+        title: 'doomed',
+        requiresFilesystem: true,
+        workspaceId: ws,
+        writes: ['src'],
+      });
       const victim = 7;
       const hung = contenders.start(victim, 'claimAndHang', { taskId: t.id, holder: 'doomed', ttlMs: 1_500 });
       hung.catch(() => {});
@@ -498,7 +659,10 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       expect((await probe.paths.tryAcquirePaths(req(ws, 'probe', ['src/a.ts']))).acquired).toBe(true);
       await probe.paths.releasePaths({ workspaceId: ws, holder: 'probe' });
       // And in real time, a waiting process gets the path once the TTL has run out.
-      const outcome = await contenders.run<{ keys: string[] }>(4, 'acquire', { ...req(ws, 'next', ['src/a.ts']), timeoutMs: 60_000 });
+      const outcome = await contenders.run<{ keys: string[] }>(4, 'acquire', {
+        ...req(ws, 'next', ['src/a.ts']),
+        timeoutMs: 60_000,
+      });
       expect(ok(outcome).keys).toEqual(['src/a.ts']);
     });
   });

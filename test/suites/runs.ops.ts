@@ -54,13 +54,15 @@ export async function createDispatch(store: Store, args: { taskId: string; termi
 
 export async function failOnExit(store: Store, args: { terminalHandle: string }) {
   const result = await store.dispatches.failActiveDispatchOnExit(args.terminalHandle);
-  return result && {
-    dispatchId: result.dispatch.id,
-    failureCount: result.failureCount,
-    circuitBreakerTripped: result.circuitBreakerTripped,
-    taskStatus: result.taskStatus,
-    escalateTo: result.escalateTo,
-  };
+  return (
+    result && {
+      dispatchId: result.dispatch.id,
+      failureCount: result.failureCount,
+      circuitBreakerTripped: result.circuitBreakerTripped,
+      taskStatus: result.taskStatus,
+      escalateTo: result.escalateTo,
+    }
+  );
 }
 
 export async function resolveGate(store: Store, args: { gateId: string; resolution: string }) {
@@ -72,11 +74,21 @@ export async function resolveGate(store: Store, args: { gateId: string; resoluti
  * Creates tasks through `store.tasks.createTask`, which takes the run-target lock before it reads
  * the target's running run (see `runTargetLockKey`), so a run starting meanwhile stamps or adopts them.
  */
-export async function createTasksUnderTargetLock(store: Store, args: { companyId: string; targetKey: string | null; count: number; prefix: string }) {
+export async function createTasksUnderTargetLock(
+  store: Store,
+  args: { companyId: string; targetKey: string | null; count: number; prefix: string },
+) {
   const ids: string[] = [];
   for (let i = 0; i < args.count; i++) {
     const id = `${args.prefix}-${i}-${Math.random().toString(16).slice(2)}`;
-    await store.tasks.createTask({ id, companyId: args.companyId, title: id, status: 'ready', targetKey: args.targetKey, requiresFilesystem: false });
+    await store.tasks.createTask({
+      id,
+      companyId: args.companyId,
+      title: id,
+      status: 'ready',
+      targetKey: args.targetKey,
+      requiresFilesystem: false,
+    });
     ids.push(id);
   }
   return ids;
@@ -85,5 +97,8 @@ export async function createTasksUnderTargetLock(store: Store, args: { companyId
 /** Runs `startRun` or `createTasksUnderTargetLock` by `args.op`, so one race can mix the two. */
 export async function startOrCreate(store: Store, args: { op: 'startRun' | 'createTasks' } & Record<string, unknown>) {
   if (args.op === 'startRun') return startRun(store, args as unknown as { targetKey: string | null });
-  return createTasksUnderTargetLock(store, args as unknown as { companyId: string; targetKey: string | null; count: number; prefix: string });
+  return createTasksUnderTargetLock(
+    store,
+    args as unknown as { companyId: string; targetKey: string | null; count: number; prefix: string },
+  );
 }

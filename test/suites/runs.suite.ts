@@ -54,7 +54,10 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const url = await fx.freshUrl();
       const migrator = await fx.open(url);
       await migrator.migrate();
-      return { url, contenders: await Contenders.start(CONTENDERS, { url, module: OPS, storeOptions: { poolSize: 2 } }) };
+      return {
+        url,
+        contenders: await Contenders.start(CONTENDERS, { url, module: OPS, storeOptions: { poolSize: 2 } }),
+      };
     })();
     raceSetup.catch(() => {}); // surfaced by the races' beforeAll
   });
@@ -67,7 +70,12 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
     return (await store.org.createCompany({ name: 'acme' })).id;
   }
 
-  async function task(store: Store, companyId: string, targetKey: string | null, status: 'ready' | 'backlog' = 'ready') {
+  async function task(
+    store: Store,
+    companyId: string,
+    targetKey: string | null,
+    status: 'ready' | 'backlog' = 'ready',
+  ) {
     return store.tasks.createTask({ companyId, title: 't', targetKey, status, requiresFilesystem: false });
   }
 
@@ -121,7 +129,9 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       await store.runs.stopCoordinatorRun(a.id, 'completed');
       expect((await store.runs.listCoordinatorRuns()).map((r) => r.id)).toEqual([a.id, b.id]);
       expect((await store.runs.listCoordinatorRuns({ status: 'running' })).map((r) => r.id)).toEqual([b.id]);
-      expect((await store.runs.listCoordinatorRuns({ status: ['completed', 'failed'] })).map((r) => r.id)).toEqual([a.id]);
+      expect((await store.runs.listCoordinatorRuns({ status: ['completed', 'failed'] })).map((r) => r.id)).toEqual([
+        a.id,
+      ]);
       expect((await store.runs.listCoordinatorRuns({ targetKey: 'worktree:b' })).map((r) => r.id)).toEqual([b.id]);
     });
 
@@ -131,7 +141,11 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const first = await store.runs.startCoordinatorRun({ targetKey: T('x') });
       const error = await store.runs.startCoordinatorRun({ targetKey: T('x') }).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(CoordinatorRunConflictError);
-      expect(error).toMatchObject({ targetKey: T('x'), runningRunId: first.id, runningCoordinatorHandle: first.coordinatorHandle });
+      expect(error).toMatchObject({
+        targetKey: T('x'),
+        runningRunId: first.id,
+        runningCoordinatorHandle: first.coordinatorHandle,
+      });
       expect((await store.runs.getActiveCoordinatorRunForTarget(T('x')))?.id).toBe(first.id);
       // Stopping frees the target.
       await store.runs.stopCoordinatorRun(first.id, 'completed');
@@ -144,7 +158,10 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const store = await fx.freshStore();
       const keyed = await store.runs.startCoordinatorRun({ targetKey: 'worktree:k' });
       const nullRun = await store.runs.startCoordinatorRun({ targetKey: null });
-      await expect(store.runs.startCoordinatorRun({ targetKey: null })).rejects.toMatchObject({ targetKey: null, runningRunId: nullRun.id });
+      await expect(store.runs.startCoordinatorRun({ targetKey: null })).rejects.toMatchObject({
+        targetKey: null,
+        runningRunId: nullRun.id,
+      });
       expect((await store.runs.getActiveCoordinatorRunForTarget(null))?.id).toBe(nullRun.id);
       expect((await store.runs.getActiveCoordinatorRunForTarget('worktree:k'))?.id).toBe(keyed.id);
     });
@@ -156,7 +173,16 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const insert = (targetKey: string | null) =>
         store.db
           .insertInto('coordinator_runs')
-          .values({ id: `raw-${Math.random()}`, coordinator_handle: `raw-${Math.random()}`, status: 'running', spec: null, started_at: 1, ended_at: null, target_key: targetKey, heartbeat_at: 1 })
+          .values({
+            id: `raw-${Math.random()}`,
+            coordinator_handle: `raw-${Math.random()}`,
+            status: 'running',
+            spec: null,
+            started_at: 1,
+            ended_at: null,
+            target_key: targetKey,
+            heartbeat_at: 1,
+          })
           .execute();
       for (const target of ['worktree:raw', null, '']) {
         const error = await insert(target).catch((e: unknown) => e);
@@ -165,7 +191,16 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       // A non-running row for the same target is fine.
       await store.db
         .insertInto('coordinator_runs')
-        .values({ id: 'raw-done', coordinator_handle: 'raw-done', status: 'completed', spec: null, started_at: 1, ended_at: 2, target_key: 'worktree:raw', heartbeat_at: 1 })
+        .values({
+          id: 'raw-done',
+          coordinator_handle: 'raw-done',
+          status: 'completed',
+          spec: null,
+          started_at: 1,
+          ended_at: 2,
+          target_key: 'worktree:raw',
+          heartbeat_at: 1,
+        })
         .execute();
       await expectOneRunningPerTarget(store);
     });
@@ -174,8 +209,13 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const store = await shared();
       const T = targets();
       await expect(store.runs.startCoordinatorRun({ targetKey: '' })).rejects.toBeInstanceOf(InvalidArgumentError);
-      const first = await store.runs.startCoordinatorRun({ targetKey: T('h'), coordinatorHandle: `coordinator-${T('fixed').slice(9)}` });
-      const error = await store.runs.startCoordinatorRun({ targetKey: T('other'), coordinatorHandle: `coordinator-${T('fixed').slice(9)}` }).catch((e: unknown) => e);
+      const first = await store.runs.startCoordinatorRun({
+        targetKey: T('h'),
+        coordinatorHandle: `coordinator-${T('fixed').slice(9)}`,
+      });
+      const error = await store.runs
+        .startCoordinatorRun({ targetKey: T('other'), coordinatorHandle: `coordinator-${T('fixed').slice(9)}` })
+        .catch((e: unknown) => e);
       expect(error).toBeInstanceOf(CoordinatorHandleTakenError);
       expect(error).toMatchObject({ coordinatorHandle: `coordinator-${T('fixed').slice(9)}`, existingRunId: first.id });
       expect(await store.runs.getActiveCoordinatorRunForTarget(T('other'))).toBeNull();
@@ -190,10 +230,18 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       expect(stopped).toMatchObject({ id: older.id, status: 'cancelled' });
       expect(stopped.endedAt).not.toBeNull();
       expect((await store.runs.getCoordinatorRun(newer.id))?.status).toBe('running');
-      await expect(store.runs.stopCoordinatorRun(older.id, 'completed')).rejects.toMatchObject({ code: 'COORDINATOR_RUN_NOT_RUNNING', runId: older.id, status: 'cancelled' });
+      await expect(store.runs.stopCoordinatorRun(older.id, 'completed')).rejects.toMatchObject({
+        code: 'COORDINATOR_RUN_NOT_RUNNING',
+        runId: older.id,
+        status: 'cancelled',
+      });
       await expect(store.runs.heartbeatCoordinatorRun(older.id)).rejects.toBeInstanceOf(CoordinatorRunNotRunningError);
-      await expect(store.runs.stopCoordinatorRun(newer.id, 'running' as never)).rejects.toBeInstanceOf(InvalidArgumentError);
-      await expect(store.runs.stopCoordinatorRun('no-such-run', 'completed')).rejects.toMatchObject({ code: 'NOT_FOUND' });
+      await expect(store.runs.stopCoordinatorRun(newer.id, 'running' as never)).rejects.toBeInstanceOf(
+        InvalidArgumentError,
+      );
+      await expect(store.runs.stopCoordinatorRun('no-such-run', 'completed')).rejects.toMatchObject({
+        code: 'NOT_FOUND',
+      });
     });
 
     it('reconciles only runs whose heartbeat is older than the bound, and heartbeats keep a run alive', async () => {
@@ -210,14 +258,17 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       expect(reconciled.map((r) => [r.id, r.status])).toEqual([[quiet.id, 'failed']]);
       expect((await store.runs.getCoordinatorRun(alive.id))?.status).toBe('running');
       // The reconciled run cannot come back; its target is free.
-      await expect(store.runs.heartbeatCoordinatorRun(quiet.id)).rejects.toMatchObject({ code: 'COORDINATOR_RUN_NOT_RUNNING', status: 'failed' });
+      await expect(store.runs.heartbeatCoordinatorRun(quiet.id)).rejects.toMatchObject({
+        code: 'COORDINATOR_RUN_NOT_RUNNING',
+        status: 'failed',
+      });
       await store.runs.startCoordinatorRun({ targetKey: 'worktree:quiet' });
       await expect(store.runs.reconcileStaleRuns({ staleAfterMs: 0 })).rejects.toBeInstanceOf(InvalidArgumentError);
     });
   });
 
   describe('task adoption', () => {
-    it('gives two runs on different targets disjoint task sets, and never another target\'s tasks', async () => {
+    it("gives two runs on different targets disjoint task sets, and never another target's tasks", async () => {
       const store = await shared();
       const T = targets();
       const c = await company(store);
@@ -228,12 +279,14 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const runB = await store.runs.startCoordinatorRun({ targetKey: T('b') });
       expect(runA.adoptedTaskCount).toBe(2);
       expect(runB.adoptedTaskCount).toBe(1);
-      expect((await store.tasks.listTasks({ runId: runA.id })).map((t) => t.id).sort()).toEqual(onA.map((t) => t.id).sort());
+      expect((await store.tasks.listTasks({ runId: runA.id })).map((t) => t.id).sort()).toEqual(
+        onA.map((t) => t.id).sort(),
+      );
       expect((await store.tasks.listTasks({ runId: runB.id })).map((t) => t.id)).toEqual(onB.map((t) => t.id));
       expect((await store.tasks.requireTask(onNull[0]!.id)).coordinatorRunId).toBeNull();
     });
 
-    it('never adopts a live run\'s tasks, but adopts those of a run that stopped', async () => {
+    it("never adopts a live run's tasks, but adopts those of a run that stopped", async () => {
       const store = await shared();
       const T = targets();
       const c = await company(store);
@@ -244,9 +297,21 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const heldByLive = await task(store, c, T('y'));
       const heldByDone = await task(store, c, T('y'));
       const dangling = await task(store, c, T('y'));
-      await store.db.updateTable('tasks').set({ coordinator_run_id: live.id }).where('id', '=', heldByLive.id).execute();
-      await store.db.updateTable('tasks').set({ coordinator_run_id: done.id }).where('id', '=', heldByDone.id).execute();
-      await store.db.updateTable('tasks').set({ coordinator_run_id: 'deleted-run' }).where('id', '=', dangling.id).execute();
+      await store.db
+        .updateTable('tasks')
+        .set({ coordinator_run_id: live.id })
+        .where('id', '=', heldByLive.id)
+        .execute();
+      await store.db
+        .updateTable('tasks')
+        .set({ coordinator_run_id: done.id })
+        .where('id', '=', heldByDone.id)
+        .execute();
+      await store.db
+        .updateTable('tasks')
+        .set({ coordinator_run_id: 'deleted-run' })
+        .where('id', '=', dangling.id)
+        .execute();
       const runY = await store.runs.startCoordinatorRun({ targetKey: T('y') });
       expect(runY.adoptedTaskCount).toBe(2);
       expect((await store.tasks.requireTask(heldByLive.id)).coordinatorRunId).toBe(live.id);
@@ -266,13 +331,17 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       expect((await store.tasks.listTasks({ runId: run.id })).map((t) => t.id)).toEqual([mine.id]);
     });
 
-    it('moves adopted tasks\' dispatches and gates to the new run', async () => {
+    it("moves adopted tasks' dispatches and gates to the new run", async () => {
       const store = await shared();
       const T = targets();
       const c = await company(store);
       const first = await store.runs.startCoordinatorRun({ targetKey: T('g') });
       const t = await task(store, c, T('g'));
-      const dispatch = await store.dispatches.createDispatch({ taskId: t.id, terminalHandle: 'term-g', runId: first.id });
+      const dispatch = await store.dispatches.createDispatch({
+        taskId: t.id,
+        terminalHandle: 'term-g',
+        runId: first.id,
+      });
       const gate = await store.gates.openGate({ taskId: t.id, question: 'merge?' });
       expect(dispatch.coordinatorRunId).toBe(first.id);
       expect(gate.coordinatorRunId).toBe(first.id);
@@ -282,7 +351,12 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       expect((await store.dispatches.getDispatch(dispatch.id))?.coordinatorRunId).toBe(second.id);
       expect((await store.gates.listOpenGates(second.id)).map((g) => g.id)).toEqual([gate.id]);
       expect(await store.gates.listOpenGates(first.id)).toEqual([]);
-      expect(await store.dispatches.countDispatchesByStatus(second.id)).toEqual({ active: 1, completed: 0, failed: 0, cancelled: 0 });
+      expect(await store.dispatches.countDispatchesByStatus(second.id)).toEqual({
+        active: 1,
+        completed: 0,
+        failed: 0,
+        cancelled: 0,
+      });
       expect((await store.dispatches.listDispatches({ runId: first.id })).length).toBe(0);
     });
 
@@ -303,7 +377,7 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
   });
 
   describe('dispatches', () => {
-    it('dispatches only ready tasks, once per task within a run, and only a run\'s own tasks', async () => {
+    it("dispatches only ready tasks, once per task within a run, and only a run's own tasks", async () => {
       const store = await shared();
       const T = targets();
       const c = await company(store);
@@ -311,19 +385,27 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const other = await store.runs.startCoordinatorRun({ targetKey: T('e') });
       const ready = await task(store, c, T('d'));
       const backlog = await task(store, c, T('d'), 'backlog');
-      await expect(store.dispatches.createDispatch({ taskId: backlog.id, terminalHandle: 'w1' })).rejects.toBeInstanceOf(TaskNotDispatchableError);
-      await expect(store.dispatches.createDispatch({ taskId: ready.id, terminalHandle: 'w1', runId: other.id })).rejects.toBeInstanceOf(DispatchRunMismatchError);
+      await expect(
+        store.dispatches.createDispatch({ taskId: backlog.id, terminalHandle: 'w1' }),
+      ).rejects.toBeInstanceOf(TaskNotDispatchableError);
+      await expect(
+        store.dispatches.createDispatch({ taskId: ready.id, terminalHandle: 'w1', runId: other.id }),
+      ).rejects.toBeInstanceOf(DispatchRunMismatchError);
       const d = await store.dispatches.createDispatch({ taskId: ready.id, terminalHandle: 'w1', runId: run.id });
       expect(d).toMatchObject({ status: 'active', coordinatorRunId: run.id, terminalHandle: 'w1' });
       expect((await store.tasks.requireTask(ready.id)).status).toBe('dispatched');
       // Someone puts the task back to ready while the dispatch is still active: still one per run.
       await store.db.updateTable('tasks').set({ status: 'ready' }).where('id', '=', ready.id).execute();
-      await expect(store.dispatches.createDispatch({ taskId: ready.id, terminalHandle: 'w2' })).rejects.toBeInstanceOf(DispatchAlreadyActiveError);
+      await expect(store.dispatches.createDispatch({ taskId: ready.id, terminalHandle: 'w2' })).rejects.toBeInstanceOf(
+        DispatchAlreadyActiveError,
+      );
       await store.runs.stopCoordinatorRun(run.id, 'completed');
-      await expect(store.dispatches.createDispatch({ taskId: ready.id, terminalHandle: 'w2', runId: run.id })).rejects.toBeInstanceOf(CoordinatorRunNotRunningError);
+      await expect(
+        store.dispatches.createDispatch({ taskId: ready.id, terminalHandle: 'w2', runId: run.id }),
+      ).rejects.toBeInstanceOf(CoordinatorRunNotRunningError);
     });
 
-    it('finds a terminal\'s newest active dispatch deterministically', async () => {
+    it("finds a terminal's newest active dispatch deterministically", async () => {
       const clock = frozenClock();
       const store = await fx.freshStore({ clock });
       const c = await company(store);
@@ -340,12 +422,15 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       expect((await store.dispatches.getActiveDispatchForTerminal('shared-term'))?.id).toBe(next.id);
       await store.dispatches.endDispatch(next.id, 'cancelled');
       expect((await store.dispatches.getActiveDispatchForTerminal('shared-term'))?.id).toBe(first.id);
-      await expect(store.dispatches.endDispatch(next.id, 'completed')).rejects.toMatchObject({ code: 'DISPATCH_NOT_ACTIVE', status: 'cancelled' });
+      await expect(store.dispatches.endDispatch(next.id, 'completed')).rejects.toMatchObject({
+        code: 'DISPATCH_NOT_ACTIVE',
+        status: 'cancelled',
+      });
       expect(await store.dispatches.getActiveDispatchForTerminal('nobody')).toBeNull();
       expect(await store.dispatches.failActiveDispatchOnExit('nobody')).toBeNull();
     });
 
-    it('routes exit escalation to the dispatch\'s own run, and legacy NULL-run dispatches to a running run', async () => {
+    it("routes exit escalation to the dispatch's own run, and legacy NULL-run dispatches to a running run", async () => {
       // A clock that moves on every reading: "the latest running run" must not hinge on two runs
       // starting within one millisecond (then the tie is broken by their random ids).
       let t = Date.now();
@@ -371,9 +456,15 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
         return store.dispatches.failActiveDispatchOnExit(terminal);
       };
       // Its target has a running run: that one, not the latest run anywhere.
-      expect((await legacy('worktree:a', 'legacy-a'))?.escalateTo).toMatchObject({ runId: runA.id, via: 'task_target_run' });
+      expect((await legacy('worktree:a', 'legacy-a'))?.escalateTo).toMatchObject({
+        runId: runA.id,
+        via: 'task_target_run',
+      });
       // No run on its (null) target: the latest running run.
-      expect((await legacy(null, 'legacy-null'))?.escalateTo).toMatchObject({ runId: runB.id, via: 'latest_running_run' });
+      expect((await legacy(null, 'legacy-null'))?.escalateTo).toMatchObject({
+        runId: runB.id,
+        via: 'latest_running_run',
+      });
       await store.runs.stopCoordinatorRun(runA.id, 'completed');
       await store.runs.stopCoordinatorRun(runB.id, 'completed');
       expect((await legacy('worktree:a', 'legacy-none'))?.escalateTo).toBeNull();
@@ -396,13 +487,20 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
         });
       }
       expect((await store.tasks.requireTask(t.id)).status).toBe('failed');
-      await expect(store.dispatches.createDispatch({ taskId: t.id, terminalHandle: 'cb-4' })).rejects.toBeInstanceOf(TaskNotDispatchableError);
-      expect(await store.dispatches.countDispatchesByStatus(run.id)).toEqual({ active: 0, completed: 0, failed: 3, cancelled: 0 });
+      await expect(store.dispatches.createDispatch({ taskId: t.id, terminalHandle: 'cb-4' })).rejects.toBeInstanceOf(
+        TaskNotDispatchableError,
+      );
+      expect(await store.dispatches.countDispatchesByStatus(run.id)).toEqual({
+        active: 0,
+        completed: 0,
+        failed: 3,
+        cancelled: 0,
+      });
     });
   });
 
   describe('gates', () => {
-    it('opens gates in the task\'s run, resolves each once, and lists open gates by run', async () => {
+    it("opens gates in the task's run, resolves each once, and lists open gates by run", async () => {
       const store = await shared();
       const T = targets();
       const c = await company(store);
@@ -413,7 +511,9 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const g2 = await store.gates.openGate({ question: 'scope?', runId: runA.id });
       const gb = await store.gates.openGate({ question: 'other run', runId: runB.id });
       expect(g1.coordinatorRunId).toBe(runA.id);
-      await expect(store.gates.openGate({ taskId: ta.id, question: 'x', runId: runB.id })).rejects.toBeInstanceOf(InvalidArgumentError);
+      await expect(store.gates.openGate({ taskId: ta.id, question: 'x', runId: runB.id })).rejects.toBeInstanceOf(
+        InvalidArgumentError,
+      );
       expect((await store.gates.listOpenGates(runA.id)).map((g) => g.id).sort()).toEqual([g1.id, g2.id].sort());
       const resolved = await store.gates.resolveGate(g1.id, 'yes');
       expect(resolved).toMatchObject({ status: 'resolved', resolution: 'yes' });
@@ -423,7 +523,9 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       expect((await store.gates.listOpenGates(runA.id)).map((g) => g.id)).toEqual([g2.id]);
       expect((await store.gates.listOpenGates(runB.id)).map((g) => g.id)).toEqual([gb.id]);
       await store.runs.stopCoordinatorRun(runB.id, 'completed');
-      await expect(store.gates.openGate({ question: 'late', runId: runB.id })).rejects.toBeInstanceOf(CoordinatorRunNotRunningError);
+      await expect(store.gates.openGate({ question: 'late', runId: runB.id })).rejects.toBeInstanceOf(
+        CoordinatorRunNotRunningError,
+      );
     });
   });
 
@@ -433,7 +535,14 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const store = await fx.freshStore({ clock });
       const sent = [];
       for (let i = 0; i < 5; i++) {
-        sent.push(await store.messages.sendMessage({ from: 'worker-1', to: 'coordinator-a', kind: 'worker_done', payload: { i } }));
+        sent.push(
+          await store.messages.sendMessage({
+            from: 'worker-1',
+            to: 'coordinator-a',
+            kind: 'worker_done',
+            payload: { i },
+          }),
+        );
         clock.advance(1);
       }
       await store.messages.sendMessage({ from: 'worker-1', to: 'coordinator-b', kind: 'heartbeat' });
@@ -441,11 +550,16 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       expect(firstBatch.map((m) => m.payload)).toEqual([{ i: 0 }, { i: 1 }, { i: 2 }]);
       expect(firstBatch.every((m) => m.status === 'delivered' && m.deliveredAt !== null)).toBe(true);
       expect(await store.messages.countPendingMessages('coordinator-a')).toBe(2);
-      expect((await store.messages.deliverPendingMessages('coordinator-a')).map((m) => m.id)).toEqual([sent[3]!.id, sent[4]!.id]);
+      expect((await store.messages.deliverPendingMessages('coordinator-a')).map((m) => m.id)).toEqual([
+        sent[3]!.id,
+        sent[4]!.id,
+      ]);
       expect(await store.messages.deliverPendingMessages('coordinator-a')).toEqual([]);
       const other = await store.messages.deliverPendingMessages('coordinator-b');
       expect(other).toMatchObject([{ from: 'worker-1', to: 'coordinator-b', kind: 'heartbeat', payload: null }]);
-      await expect(store.messages.deliverPendingMessages('coordinator-a', { limit: 0 })).rejects.toBeInstanceOf(InvalidArgumentError);
+      await expect(store.messages.deliverPendingMessages('coordinator-a', { limit: 0 })).rejects.toBeInstanceOf(
+        InvalidArgumentError,
+      );
     });
   });
 
@@ -528,10 +642,16 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       for (let round = 0; round < 5; round++) {
         const outcomes = await contenders.race<unknown>(
           'startOrCreate',
-          (i) => (i === 0 ? { op: 'startRun', targetKey: target } : { op: 'createTasks', companyId, targetKey: target, count: 2, prefix: `r${round}` }),
+          (i) =>
+            i === 0
+              ? { op: 'startRun', targetKey: target }
+              : { op: 'createTasks', companyId, targetKey: target, count: 2, prefix: `r${round}` },
           [0, 1, 2, 3, 4, 5],
         );
-        expect(outcomes.filter((o) => !o.ok), JSON.stringify(outcomes)).toEqual([]);
+        expect(
+          outcomes.filter((o) => !o.ok),
+          JSON.stringify(outcomes),
+        ).toEqual([]);
         const run = (outcomes[0] as { value: StartValue }).value;
         const tasks = await store.tasks.listTasks({ targetKey: target });
         expect(tasks.filter((t) => t.coordinatorRunId !== run.id).map((t) => t.id)).toEqual([]);
@@ -541,14 +661,22 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
 
     it('lets 4 consumers drain 1,000 messages from one inbox, each delivered exactly once', async () => {
       const inbox = 'coordinator-drained';
-      const sends = await contenders.race<number>('sendMessages', () => ({ from: 'worker', to: inbox, count: 250 }), [0, 1, 2, 3]);
+      const sends = await contenders.race<number>(
+        'sendMessages',
+        () => ({ from: 'worker', to: inbox, count: 250 }),
+        [0, 1, 2, 3],
+      );
       expect(sends.every((o) => o.ok)).toBe(true);
       const drains = await contenders.race<string[]>('drainInbox', () => ({ handle: inbox, limit: 10 }), [4, 5, 6, 7]);
       const delivered = drains.flatMap((o) => (o.ok ? o.value : []));
       expect(drains.every((o) => o.ok)).toBe(true);
       expect(delivered.length).toBe(1000);
       expect(new Set(delivered).size).toBe(1000);
-      const inDb = await store.db.selectFrom('messages').select(['id', 'status']).where('to_handle', '=', inbox).execute();
+      const inDb = await store.db
+        .selectFrom('messages')
+        .select(['id', 'status'])
+        .where('to_handle', '=', inbox)
+        .execute();
       expect(new Set(inDb.map((m) => m.id))).toEqual(new Set(delivered));
       expect(inDb.every((m) => m.status === 'delivered')).toBe(true);
       await expectNoOpenTransactions(store);
@@ -556,30 +684,56 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
 
     it('lets 8 consumers drain 2,000 messages from one inbox, each delivered exactly once', async () => {
       const inbox = 'coordinator-eight';
-      const sends = await contenders.race<number>('sendMessages', () => ({ from: 'worker', to: inbox, count: 250 }), [0, 1, 2, 3, 4, 5, 6, 7]);
+      const sends = await contenders.race<number>(
+        'sendMessages',
+        () => ({ from: 'worker', to: inbox, count: 250 }),
+        [0, 1, 2, 3, 4, 5, 6, 7],
+      );
       expect(sends.every((o) => o.ok)).toBe(true);
-      const drains = await contenders.race<string[]>('drainInbox', () => ({ handle: inbox, limit: 5 }), [8, 9, 10, 11, 12, 13, 14, 15]);
-      expect(drains.every((o) => o.ok), JSON.stringify(drains.filter((o) => !o.ok))).toBe(true);
+      const drains = await contenders.race<string[]>(
+        'drainInbox',
+        () => ({ handle: inbox, limit: 5 }),
+        [8, 9, 10, 11, 12, 13, 14, 15],
+      );
+      expect(
+        drains.every((o) => o.ok),
+        JSON.stringify(drains.filter((o) => !o.ok)),
+      ).toBe(true);
       const delivered = drains.flatMap((o) => (o.ok ? o.value : []));
       expect(delivered.length).toBe(2000);
       expect(new Set(delivered).size).toBe(2000);
-      const inDb = await store.db.selectFrom('messages').select(['id', 'status']).where('to_handle', '=', inbox).execute();
+      const inDb = await store.db
+        .selectFrom('messages')
+        .select(['id', 'status'])
+        .where('to_handle', '=', inbox)
+        .execute();
       expect(inDb.every((m) => m.status === 'delivered')).toBe(true);
       await expectNoOpenTransactions(store);
     });
 
     it('loses no message and delivers none twice while senders and consumers run at once', async () => {
       const inbox = 'coordinator-busy';
-      const senders = [0, 1].map((i) => contenders.start<number>(i, 'sendMessages', { from: `worker-${i}`, to: inbox, count: 150 }));
-      const consumers = [2, 3, 4, 5].map((i) => contenders.start<string[]>(i, 'drainInbox', { handle: inbox, limit: 1 }));
+      const senders = [0, 1].map((i) =>
+        contenders.start<number>(i, 'sendMessages', { from: `worker-${i}`, to: inbox, count: 150 }),
+      );
+      const consumers = [2, 3, 4, 5].map((i) =>
+        contenders.start<string[]>(i, 'drainInbox', { handle: inbox, limit: 1 }),
+      );
       const settled = await Promise.all([...senders, ...consumers]);
-      expect(settled.every((o) => o.ok), JSON.stringify(settled.filter((o) => !o.ok))).toBe(true);
+      expect(
+        settled.every((o) => o.ok),
+        JSON.stringify(settled.filter((o) => !o.ok)),
+      ).toBe(true);
       // Consumers stop at an empty inbox, which may come before the senders finish: drain the rest.
       const rest = (await store.messages.deliverPendingMessages(inbox, { limit: 1000 })).map((m) => m.id);
       const delivered = [...settled.slice(2).flatMap((o) => (o.ok ? (o.value as string[]) : [])), ...rest];
       expect(delivered.length).toBe(300);
       expect(new Set(delivered).size).toBe(300);
-      const inDb = await store.db.selectFrom('messages').select(['id', 'status']).where('to_handle', '=', inbox).execute();
+      const inDb = await store.db
+        .selectFrom('messages')
+        .select(['id', 'status'])
+        .where('to_handle', '=', inbox)
+        .execute();
       expect(new Set(inDb.map((m) => m.id))).toEqual(new Set(delivered));
       expect(inDb.every((m) => m.status === 'delivered')).toBe(true);
       await expectNoOpenTransactions(store);
@@ -589,10 +743,15 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:dispatch-race' });
       for (let round = 0; round < 10; round++) {
         const t = await task(store, companyId, 'worktree:dispatch-race');
-        const outcomes = await contenders.race('createDispatch', (i) => ({ taskId: t.id, terminalHandle: `race-${round}-${i}`, runId: run.id }));
+        const outcomes = await contenders.race('createDispatch', (i) => ({
+          taskId: t.id,
+          terminalHandle: `race-${round}-${i}`,
+          runId: run.id,
+        }));
         const { wins, losses } = partition(outcomes);
         expect(wins.length).toBe(1);
-        for (const loss of losses) expect(['TASK_NOT_DISPATCHABLE', 'DISPATCH_ALREADY_ACTIVE']).toContain(loss.error.code);
+        for (const loss of losses)
+          expect(['TASK_NOT_DISPATCHABLE', 'DISPATCH_ALREADY_ACTIVE']).toContain(loss.error.code);
         const active = await store.dispatches.listDispatches({ taskId: t.id, status: 'active' });
         expect(active.length).toBe(1);
         expect(active[0]!.coordinatorRunId).toBe(run.id);
@@ -608,17 +767,23 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       await store.runs.stopCoordinatorRun(run.id, 'completed');
     });
 
-    it('fails a terminal\'s dispatch once however many exit reports race, and trips the breaker on the third', async () => {
+    it("fails a terminal's dispatch once however many exit reports race, and trips the breaker on the third", async () => {
       const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:exit-race' });
       const t = await task(store, companyId, 'worktree:exit-race');
       for (let failure = 1; failure <= DISPATCH_FAILURE_LIMIT; failure++) {
         const terminal = `exit-race-${failure}`;
-        const dispatch = await store.dispatches.createDispatch({ taskId: t.id, terminalHandle: terminal, runId: run.id });
-        const outcomes = await contenders.race<{ dispatchId: string; failureCount: number; circuitBreakerTripped: boolean; taskStatus: string; escalateTo: unknown } | null>(
-          'failOnExit',
-          () => ({ terminalHandle: terminal }),
-          [0, 1, 2, 3, 4, 5, 6, 7],
-        );
+        const dispatch = await store.dispatches.createDispatch({
+          taskId: t.id,
+          terminalHandle: terminal,
+          runId: run.id,
+        });
+        const outcomes = await contenders.race<{
+          dispatchId: string;
+          failureCount: number;
+          circuitBreakerTripped: boolean;
+          taskStatus: string;
+          escalateTo: unknown;
+        } | null>('failOnExit', () => ({ terminalHandle: terminal }), [0, 1, 2, 3, 4, 5, 6, 7]);
         expect(outcomes.every((o) => o.ok)).toBe(true);
         const reports = outcomes.flatMap((o) => (o.ok && o.value ? [o.value] : []));
         expect(reports.length).toBe(1);
@@ -627,25 +792,40 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
           failureCount: failure,
           circuitBreakerTripped: failure === DISPATCH_FAILURE_LIMIT,
           taskStatus: failure === DISPATCH_FAILURE_LIMIT ? 'failed' : 'ready',
-          escalateTo: { runId: run.id, coordinatorHandle: run.coordinatorHandle, runStatus: 'running', via: 'dispatch_run' },
+          escalateTo: {
+            runId: run.id,
+            coordinatorHandle: run.coordinatorHandle,
+            runStatus: 'running',
+            via: 'dispatch_run',
+          },
         });
       }
-      expect(await store.dispatches.countDispatchesByStatus(run.id)).toEqual({ active: 0, completed: 0, failed: 3, cancelled: 0 });
+      expect(await store.dispatches.countDispatchesByStatus(run.id)).toEqual({
+        active: 0,
+        completed: 0,
+        failed: 3,
+        cancelled: 0,
+      });
       await store.runs.stopCoordinatorRun(run.id, 'completed');
     });
 
     it('lets exactly one of concurrent resolutions of a gate win', async () => {
       for (let round = 0; round < 5; round++) {
         const gate = await store.gates.openGate({ question: `round ${round}?` });
-        const outcomes = await contenders.race<{ resolution: string }>('resolveGate', (i) => ({ gateId: gate.id, resolution: `answer-${i}` }), [0, 1, 2, 3, 4, 5, 6, 7]);
+        const outcomes = await contenders.race<{ resolution: string }>(
+          'resolveGate',
+          (i) => ({ gateId: gate.id, resolution: `answer-${i}` }),
+          [0, 1, 2, 3, 4, 5, 6, 7],
+        );
         const { wins, losses } = partition(outcomes);
         expect(wins.length).toBe(1);
-        for (const loss of losses) expect(loss.error).toMatchObject({ code: 'GATE_ALREADY_RESOLVED', resolution: wins[0]!.value.resolution });
+        for (const loss of losses)
+          expect(loss.error).toMatchObject({ code: 'GATE_ALREADY_RESOLVED', resolution: wins[0]!.value.resolution });
         expect((await store.gates.getGate(gate.id))?.resolution).toBe(wins[0]!.value.resolution);
       }
     });
 
-    it('frees the target of a SIGKILLed run holder after reconciliation and refuses the dead run\'s late heartbeat', async () => {
+    it("frees the target of a SIGKILLed run holder after reconciliation and refuses the dead run's late heartbeat", async () => {
       const [holder, successor, latecomer] = [15, 14, 13];
       const target = 'worktree:crash';
       const holding = contenders.start(holder, 'holdRun', { targetKey: target });
@@ -667,7 +847,10 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const replacement = await contenders.run<StartValue>(successor, 'startRun', { targetKey: target });
       expect(replacement.ok).toBe(true);
       const late = await contenders.run(latecomer, 'heartbeat', { runId: dead.id });
-      expect(late).toMatchObject({ ok: false, error: { code: 'COORDINATOR_RUN_NOT_RUNNING', runId: dead.id, status: 'failed' } });
+      expect(late).toMatchObject({
+        ok: false,
+        error: { code: 'COORDINATOR_RUN_NOT_RUNNING', runId: dead.id, status: 'failed' },
+      });
       expect((await store.runs.getCoordinatorRun(dead.id))?.status).toBe('failed');
       if (replacement.ok) {
         expect((await store.runs.getActiveCoordinatorRunForTarget(target))?.id).toBe(replacement.value.id);
@@ -679,14 +862,20 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
 
     it('tells a live holder whose run was reconciled that it lost the run', async () => {
       const holder = 12;
-      const holding = contenders.start<{ runId: string; lost: string }>(holder, 'holdRun', { targetKey: 'worktree:stalled' });
+      const holding = contenders.start<{ runId: string; lost: string }>(holder, 'holdRun', {
+        targetKey: 'worktree:stalled',
+      });
       await contenders.waitForSignal(holder, 'started');
       const run = (await store.runs.getActiveCoordinatorRunForTarget('worktree:stalled'))!;
       // Seen from the reconciler, the holder stalled past the bound (as if SIGSTOPped).
       clock.advance(120 * 60_000);
       expect((await store.runs.reconcileStaleRuns({ staleAfterMs: 60 * 60_000 })).map((r) => r.id)).toEqual([run.id]);
       // The holder keeps heartbeating; its next heartbeat is refused and it learns it lost the run.
-      expect(await holding).toEqual({ index: holder, ok: true, value: { runId: run.id, lost: 'COORDINATOR_RUN_NOT_RUNNING' } });
+      expect(await holding).toEqual({
+        index: holder,
+        ok: true,
+        value: { runId: run.id, lost: 'COORDINATOR_RUN_NOT_RUNNING' },
+      });
       expect((await store.runs.getCoordinatorRun(run.id))?.status).toBe('failed');
       await expectOneRunningPerTarget(store);
     });

@@ -6,7 +6,16 @@ import type { ContenderTools } from '../support/contender.js';
 export const SHARED_KEY = 'zz/shared';
 
 /** `n` paths of this contender's own plus `SHARED_KEY`, in one `tryAcquirePaths`. */
-export async function acquireLargeSet(store: Store, args: { workspaceId: string; n: number }, tools: ContenderTools): Promise<TryAcquirePathsResult> {
+export async function acquireLargeSet(
+  store: Store,
+  args: { workspaceId: string; n: number },
+  tools: ContenderTools,
+): Promise<TryAcquirePathsResult> {
   const paths = [...Array.from({ length: args.n }, (_, i) => `c${tools.index}/f${i}`), SHARED_KEY];
-  return store.paths.tryAcquirePaths({ workspaceId: args.workspaceId, holder: `c${tools.index}`, paths, ttlMs: 600_000 });
+  return store.paths.tryAcquirePaths({
+    workspaceId: args.workspaceId,
+    holder: `c${tools.index}`,
+    paths,
+    ttlMs: 600_000,
+  });
 }

@@ -19,7 +19,12 @@ import { SHARED_KEY } from './validation.ops.js';
 const OPS = fileURLToPath(new URL('./validation.ops.ts', import.meta.url));
 
 /** Runs `fn`, expects a `TaskfenceError` with `code` (and `field`, for INVALID_ARGUMENT), and that the database did not change. */
-async function expectRefusal(store: Store, code: string, fn: () => Promise<unknown>, field?: string): Promise<TaskfenceError> {
+async function expectRefusal(
+  store: Store,
+  code: string,
+  fn: () => Promise<unknown>,
+  field?: string,
+): Promise<TaskfenceError> {
   const before = await databaseState(store);
   const error = await fn().then(
     (value) => {
@@ -49,28 +54,55 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
       companyId = (await store.org.createCompany({ name: 'acme' })).id;
       workspaceId = (await store.org.createWorkspace({ companyId, name: 'ws' })).id;
       agentId = (await store.org.createAgent({ companyId, name: 'a', workspaceId })).id;
-      taskId = (await store.tasks.createTask({ companyId, title: 't', requiresFilesystem: false, status: 'ready', workspaceId })).id;
+      taskId = (
+        await store.tasks.createTask({ companyId, title: 't', requiresFilesystem: false, status: 'ready', workspaceId })
+      ).id;
     });
     afterAll(async () => fx.cleanup());
 
     describe('text the database cannot store', () => {
       it('refuses a NUL byte in a title, a name and a message handle on both dialects alike, storing nothing', async () => {
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.tasks.createTask({ companyId, title: 'a\u0000b', requiresFilesystem: false }), 'title');
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.tasks.createTask({ companyId, title: 'a\u0000b', requiresFilesystem: false }),
+          'title',
+        );
         await expectRefusal(store, 'INVALID_ARGUMENT', () => store.org.createCompany({ name: 'x\u0000' }), 'name');
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.messages.sendMessage({ from: 'w\u0000', to: 'c', kind: 'k' }), 'from');
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.messages.sendMessage({ from: 'w\u0000', to: 'c', kind: 'k' }),
+          'from',
+        );
       });
 
       it('refuses a lone UTF-16 surrogate instead of storing U+FFFD', async () => {
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.tasks.createTask({ companyId, title: 'x\ud800', requiresFilesystem: false }), 'title');
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.tasks.createTask({ companyId, title: 'x\ud800', requiresFilesystem: false }),
+          'title',
+        );
         await expectRefusal(store, 'INVALID_ARGUMENT', () => store.org.createCompany({ name: '\udfffy' }), 'name');
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.messages.sendMessage({ from: 'w', to: 'c\udc00', kind: 'k' }), 'to');
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.messages.sendMessage({ from: 'w', to: 'c\udc00', kind: 'k' }),
+          'to',
+        );
         // A proper pair is fine and round-trips.
         const ok = await store.org.createCompany({ name: 'smile \ud83d\ude00' });
         expect(ok.name).toBe('smile \ud83d\ude00');
       });
 
       it('refuses an identifier longer than MAX_ID_LENGTH', async () => {
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.locks.getTaskLease('t'.repeat(MAX_ID_LENGTH + 1)), 'taskId');
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.locks.getTaskLease('t'.repeat(MAX_ID_LENGTH + 1)),
+          'taskId',
+        );
         expect(await store.locks.getTaskLease('t'.repeat(MAX_ID_LENGTH))).toBeNull();
       });
     });
@@ -78,13 +110,28 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
     describe('numbers out of range', () => {
       it('refuses ttlMs of 1e19, 1e300, NaN, Infinity, 0, -1, 1.5 and beyond 10 years', async () => {
         for (const ttlMs of [1e19, 1e300, Number.NaN, Number.POSITIVE_INFINITY, 0, -1, 1.5, MAX_DURATION_MS + 1]) {
-          await expectRefusal(store, 'INVALID_ARGUMENT', () => store.locks.claimWorkspaceLock(workspaceId, { holder: 'h', runId: 'r', ttlMs }), 'ttlMs');
-          await expectRefusal(store, 'INVALID_ARGUMENT', () => store.paths.tryAcquirePaths({ workspaceId, holder: 'h', paths: ['a'], ttlMs }), 'ttlMs');
+          await expectRefusal(
+            store,
+            'INVALID_ARGUMENT',
+            () => store.locks.claimWorkspaceLock(workspaceId, { holder: 'h', runId: 'r', ttlMs }),
+            'ttlMs',
+          );
+          await expectRefusal(
+            store,
+            'INVALID_ARGUMENT',
+            () => store.paths.tryAcquirePaths({ workspaceId, holder: 'h', paths: ['a'], ttlMs }),
+            'ttlMs',
+          );
         }
       });
 
       it('refuses staleAfterMs of 1e300', async () => {
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.runs.reconcileStaleRuns({ staleAfterMs: 1e300 }), 'staleAfterMs');
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.runs.reconcileStaleRuns({ staleAfterMs: 1e300 }),
+          'staleAfterMs',
+        );
       });
 
       it('grants, renews and releases fencing tokens beyond 32 bits (64-bit columns on both dialects)', async () => {
@@ -105,7 +152,11 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
         const next = await store.tasks.createTask({ companyId, title: 'n', requiresFilesystem: true });
         const env = await store.ownership.createEnvironment({ ownerTaskId: owner.id, rootPath: '/w/o' });
         const big = 2 ** 33;
-        await store.db.updateTable('task_environments').set({ ownership_generation: big }).where('id', '=', env.id).execute();
+        await store.db
+          .updateTable('task_environments')
+          .set({ ownership_generation: big })
+          .where('id', '=', env.id)
+          .execute();
         const moved = await store.ownership.transferEnvironmentOwnership({
           environmentId: env.id,
           expectedOwnerTaskId: owner.id,
@@ -117,7 +168,12 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
 
       it('refuses a token that is not a positive safe integer', async () => {
         for (const token of [2 ** 60, 0, -3, 1.5, Number.NaN, '1' as unknown as number]) {
-          await expectRefusal(store, 'INVALID_ARGUMENT', () => store.locks.releaseTaskLease(taskId, { token }), 'token');
+          await expectRefusal(
+            store,
+            'INVALID_ARGUMENT',
+            () => store.locks.releaseTaskLease(taskId, { token }),
+            'token',
+          );
         }
       });
     });
@@ -126,23 +182,53 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
       it('refuses an object where an id is expected, on reads and writes', async () => {
         const obj = { a: 1 } as unknown as string;
         await expectRefusal(store, 'INVALID_ARGUMENT', () => store.tasks.getTask(obj), 'id');
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.locks.claimTaskLease(obj, { holder: 'h', ttlMs: 1000 }), 'taskId');
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.tasks.createTask({ companyId: obj, title: 't', requiresFilesystem: false }), 'companyId');
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.org.createWorkspace({ companyId, name: 'w', id: obj }), 'id');
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.locks.claimTaskLease(obj, { holder: 'h', ttlMs: 1000 }),
+          'taskId',
+        );
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.tasks.createTask({ companyId: obj, title: 't', requiresFilesystem: false }),
+          'companyId',
+        );
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.org.createWorkspace({ companyId, name: 'w', id: obj }),
+          'id',
+        );
       });
 
       it('refuses a BigInt, a circular and a function payload with INVALID_ARGUMENT', async () => {
         const circular: Record<string, unknown> = {};
         circular.self = circular;
         for (const payload of [10n, { n: 1n }, circular, () => 1, Symbol('s')]) {
-          await expectRefusal(store, 'INVALID_ARGUMENT', () => store.messages.sendMessage({ from: 'w', to: 'c', kind: 'k', payload }), 'payload');
+          await expectRefusal(
+            store,
+            'INVALID_ARGUMENT',
+            () => store.messages.sendMessage({ from: 'w', to: 'c', kind: 'k', payload }),
+            'payload',
+          );
         }
       });
 
       it('refuses listTasks({ status: 5 }) and unknown statuses', async () => {
         await expectRefusal(store, 'INVALID_ARGUMENT', () => store.tasks.listTasks({ status: 5 as never }), 'status');
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.tasks.listTasks({ status: ['ready', 'nope'] as never }), 'status');
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.runs.listCoordinatorRuns({ status: {} as never }), 'status');
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.tasks.listTasks({ status: ['ready', 'nope'] as never }),
+          'status',
+        );
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.runs.listCoordinatorRuns({ status: {} as never }),
+          'status',
+        );
         expect(await store.tasks.listTasks({ status: [] })).toEqual([]);
       });
 
@@ -150,7 +236,12 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
         const u = undefined as never;
         await expectRefusal(store, 'INVALID_ARGUMENT', () => store.tasks.createTask(u), 'input');
         await expectRefusal(store, 'INVALID_ARGUMENT', () => store.paths.tryAcquirePaths(u), 'input');
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.paths.tryAcquirePaths({ workspaceId, holder: 'h', paths: u, ttlMs: 1000 }), 'paths');
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.paths.tryAcquirePaths({ workspaceId, holder: 'h', paths: u, ttlMs: 1000 }),
+          'paths',
+        );
         await expectRefusal(store, 'INVALID_ARGUMENT', () => store.runs.reconcileStaleRuns(u), 'options');
         await expectRefusal(store, 'INVALID_ARGUMENT', () => store.ownership.completeCleanup(null as never), 'claim');
         await expectRefusal(store, 'INVALID_ARGUMENT', () => store.scheduler.dispatchRun(u), 'input');
@@ -164,14 +255,20 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
           store.scheduler.dispatchRun({ taskId, agentId: 'no-such-agent', runId: 'run-1', mode: 'heartbeat' }),
         );
         expect(error).toMatchObject({ entity: 'agent', id: 'no-such-agent' });
-        expect(await store.db.selectFrom('task_leases').selectAll().where('task_id', '=', taskId).execute()).toEqual([]);
+        expect(await store.db.selectFrom('task_leases').selectAll().where('task_id', '=', taskId).execute()).toEqual(
+          [],
+        );
         // The agent exists: the dispatch goes through.
-        expect((await store.scheduler.dispatchRun({ taskId, agentId, runId: 'run-1', mode: 'heartbeat' })).outcome).toBe('dispatched');
+        expect(
+          (await store.scheduler.dispatchRun({ taskId, agentId, runId: 'run-1', mode: 'heartbeat' })).outcome,
+        ).toBe('dispatched');
       });
 
       it('createDispatch with a missing agent is NOT_FOUND and leaves the task ready', async () => {
         const t = await store.tasks.createTask({ companyId, title: 'd', requiresFilesystem: false, status: 'ready' });
-        const error = await expectRefusal(store, 'NOT_FOUND', () => store.dispatches.createDispatch({ taskId: t.id, terminalHandle: 'term', agentId: 'ghost' }));
+        const error = await expectRefusal(store, 'NOT_FOUND', () =>
+          store.dispatches.createDispatch({ taskId: t.id, terminalHandle: 'term', agentId: 'ghost' }),
+        );
         expect(error).toMatchObject({ entity: 'agent', id: 'ghost' });
       });
     });
@@ -186,8 +283,16 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
         expect(got.acquired).toBe(true);
         expect((got as unknown as { leases: unknown[] }).leases).toHaveLength(MAX_WRITE_PATHS);
         // Another holder asking for the same large set is told about conflicts, capped at the report limit.
-        const other = await store.paths.tryAcquirePaths({ workspaceId: ws, holder: 'h2', paths: [...many(MAX_WRITE_PATHS - 1, 'g'), `f/${MAX_WRITE_PATHS - 1}`], ttlMs: 1_000 });
-        expect(other).toMatchObject({ acquired: false, conflicts: [{ key: `f/${MAX_WRITE_PATHS - 1}`, holder: 'h1' }] });
+        const other = await store.paths.tryAcquirePaths({
+          workspaceId: ws,
+          holder: 'h2',
+          paths: [...many(MAX_WRITE_PATHS - 1, 'g'), `f/${MAX_WRITE_PATHS - 1}`],
+          ttlMs: 1_000,
+        });
+        expect(other).toMatchObject({
+          acquired: false,
+          conflicts: [{ key: `f/${MAX_WRITE_PATHS - 1}`, holder: 'h1' }],
+        });
         const renewed = await store.paths.renewPaths({ workspaceId: ws, holder: 'h1', paths, ttlMs: 600_000 });
         expect(renewed.renewed).toHaveLength(MAX_WRITE_PATHS);
         expect(renewed.lost).toEqual([]);
@@ -198,26 +303,42 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
 
       it(`claims a task that writes ${MAX_WRITE_PATHS} paths`, async () => {
         const ws = (await store.org.createWorkspace({ companyId, name: 'claim' })).id;
-        const task = await store.tasks.createTask({ companyId, title: 'big', requiresFilesystem: true, workspaceId: ws, writes: many(MAX_WRITE_PATHS) });
+        const task = await store.tasks.createTask({
+          companyId,
+          title: 'big',
+          requiresFilesystem: true,
+          workspaceId: ws,
+          writes: many(MAX_WRITE_PATHS),
+        });
         const claim = await store.paths.claimTask(task.id, 'agent-1', { ttlMs: 600_000 });
         expect(claim).toMatchObject({ claimed: true, mode: 'paths' });
         expect((claim as unknown as { leases: unknown[] }).leases).toHaveLength(MAX_WRITE_PATHS);
-        expect((await store.paths.submitTaskResult(task.id, 'agent-1', { status: 'done' })).released).toHaveLength(MAX_WRITE_PATHS);
+        expect((await store.paths.submitTaskResult(task.id, 'agent-1', { status: 'done' })).released).toHaveLength(
+          MAX_WRITE_PATHS,
+        );
       });
 
       it('of 6 processes racing large overlapping sets (3,000 paths each, the overlap in the last chunk), exactly one wins each round', async () => {
-        const contenders = await Contenders.start(6, { url: store.location.url, module: OPS, storeOptions: { poolSize: 1 } });
+        const contenders = await Contenders.start(6, {
+          url: store.location.url,
+          module: OPS,
+          storeOptions: { poolSize: 1 },
+        });
         try {
           for (let round = 0; round < 3; round++) {
             const ws = (await store.org.createWorkspace({ companyId, name: `race-${round}` })).id;
-            const outcomes = await contenders.race<{ acquired: boolean; conflicts?: { key: string; holder: string }[] }>('acquireLargeSet', () => ({ workspaceId: ws, n: 3_000 }));
+            const outcomes = await contenders.race<{
+              acquired: boolean;
+              conflicts?: { key: string; holder: string }[];
+            }>('acquireLargeSet', () => ({ workspaceId: ws, n: 3_000 }));
             const values = outcomes.map((o) => {
               if (!o.ok) throw new Error(`contender ${o.index} failed: ${JSON.stringify(o.error)}`);
               return o.value;
             });
             const winners = outcomes.filter((o, k) => values[k]!.acquired).map((o) => `c${o.index}`);
             expect(winners, `round ${round}`).toHaveLength(1);
-            for (const v of values.filter((x) => !x.acquired)) expect(v.conflicts).toEqual([expect.objectContaining({ key: SHARED_KEY, holder: winners[0] })]);
+            for (const v of values.filter((x) => !x.acquired))
+              expect(v.conflicts).toEqual([expect.objectContaining({ key: SHARED_KEY, holder: winners[0] })]);
             // The losers leased nothing: every lease is the winner's, the whole set of it.
             const leases = await store.paths.listPathLeases({ workspaceId: ws });
             expect(new Set(leases.map((l) => l.holder))).toEqual(new Set(winners));
@@ -230,11 +351,36 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
 
       it('refuses a write set above the maximum at createTask and at every path call', async () => {
         const paths = many(MAX_WRITE_PATHS + 1);
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.tasks.createTask({ companyId, title: 'x', requiresFilesystem: true, writes: paths }), 'writes');
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.paths.tryAcquirePaths({ workspaceId, holder: 'h', paths, ttlMs: 1_000 }), 'paths');
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.paths.acquirePaths({ workspaceId, holder: 'h', paths, ttlMs: 1_000 }, { timeoutMs: 10 }), 'paths');
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.paths.renewPaths({ workspaceId, holder: 'h', paths, ttlMs: 1_000 }), 'paths');
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.paths.releasePaths({ workspaceId, holder: 'h', paths }), 'paths');
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.tasks.createTask({ companyId, title: 'x', requiresFilesystem: true, writes: paths }),
+          'writes',
+        );
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.paths.tryAcquirePaths({ workspaceId, holder: 'h', paths, ttlMs: 1_000 }),
+          'paths',
+        );
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.paths.acquirePaths({ workspaceId, holder: 'h', paths, ttlMs: 1_000 }, { timeoutMs: 10 }),
+          'paths',
+        );
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.paths.renewPaths({ workspaceId, holder: 'h', paths, ttlMs: 1_000 }),
+          'paths',
+        );
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.paths.releasePaths({ workspaceId, holder: 'h', paths }),
+          'paths',
+        );
       });
     });
 
@@ -243,21 +389,41 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
         let t = 5_000_000;
         const clocked = await fx.open(store.location.url, { clock: { now: () => t } });
         const ws = (await clocked.org.createWorkspace({ companyId, name: 'hb' })).id;
-        await clocked.paths.tryAcquirePaths({ workspaceId: ws, holder: 'h1', paths: ['src', 'docs', 'lib/a'], ttlMs: 1_000 });
+        await clocked.paths.tryAcquirePaths({
+          workspaceId: ws,
+          holder: 'h1',
+          paths: ['src', 'docs', 'lib/a'],
+          ttlMs: 1_000,
+        });
         t += 1_000; // every lease of h1 expired
-        expect((await clocked.paths.tryAcquirePaths({ workspaceId: ws, holder: 'h2', paths: ['src'], ttlMs: 1_000 })).acquired).toBe(true);
+        expect(
+          (await clocked.paths.tryAcquirePaths({ workspaceId: ws, holder: 'h2', paths: ['src'], ttlMs: 1_000 }))
+            .acquired,
+        ).toBe(true);
         await clocked.paths.pruneExpiredPaths(ws); // and the others are gone altogether
-        const beat = await clocked.paths.renewPaths({ workspaceId: ws, holder: 'h1', paths: ['src', 'docs', 'lib/a'], ttlMs: 1_000 });
+        const beat = await clocked.paths.renewPaths({
+          workspaceId: ws,
+          holder: 'h1',
+          paths: ['src', 'docs', 'lib/a'],
+          ttlMs: 1_000,
+        });
         expect(beat).toEqual({ renewed: [], lost: ['docs', 'lib/a', 'src'] });
       });
 
       it('refuses renewPaths without paths', async () => {
-        await expectRefusal(store, 'INVALID_ARGUMENT', () => store.paths.renewPaths({ workspaceId, holder: 'h1', ttlMs: 1_000 } as never), 'paths');
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.paths.renewPaths({ workspaceId, holder: 'h1', ttlMs: 1_000 } as never),
+          'paths',
+        );
       });
 
       it('answers listPathLeases on an unknown workspace with NOT_FOUND, like tryAcquirePaths', async () => {
         await expectRefusal(store, 'NOT_FOUND', () => store.paths.listPathLeases({ workspaceId: 'no-such-ws' }));
-        await expectRefusal(store, 'NOT_FOUND', () => store.paths.tryAcquirePaths({ workspaceId: 'no-such-ws', holder: 'h', paths: ['a'], ttlMs: 1_000 }));
+        await expectRefusal(store, 'NOT_FOUND', () =>
+          store.paths.tryAcquirePaths({ workspaceId: 'no-such-ws', holder: 'h', paths: ['a'], ttlMs: 1_000 }),
+        );
       });
     });
 
@@ -274,12 +440,17 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
       it('throws SCHEMA_OUT_OF_DATE on a database at an older version', async () => {
         const old = await fx.freshStore({ to: 52 });
         const c = await old.org.createCompany({ name: 'c' });
-        await expect(old.tasks.createTask({ companyId: c.id, title: 't', requiresFilesystem: false, writes: ['a'] })).rejects.toMatchObject({
+        await expect(
+          old.tasks.createTask({ companyId: c.id, title: 't', requiresFilesystem: false, writes: ['a'] }),
+        ).rejects.toMatchObject({
           code: 'SCHEMA_OUT_OF_DATE',
           currentVersion: 52,
         });
         await old.migrate();
-        expect((await old.tasks.createTask({ companyId: c.id, title: 't', requiresFilesystem: false, writes: ['a'] })).writes).toEqual(['a']);
+        expect(
+          (await old.tasks.createTask({ companyId: c.id, title: 't', requiresFilesystem: false, writes: ['a'] }))
+            .writes,
+        ).toEqual(['a']);
       });
     });
 
@@ -293,26 +464,44 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
         };
         await missing(/company/, 'no-co', () => store.org.createWorkspace({ companyId: 'no-co', name: 'w' }));
         await missing(/company/, 'no-co', () => store.org.createAgent({ companyId: 'no-co', name: 'a' }));
-        await missing(/workspace/, 'no-ws', () => store.org.createAgent({ companyId, name: 'a', workspaceId: 'no-ws' }));
+        await missing(/workspace/, 'no-ws', () =>
+          store.org.createAgent({ companyId, name: 'a', workspaceId: 'no-ws' }),
+        );
         await missing(/company/, 'no-co', () => store.org.createProject({ companyId: 'no-co', name: 'p' }));
-        await missing(/company/, 'no-co', () => store.tasks.createTask({ companyId: 'no-co', title: 't', requiresFilesystem: false }));
-        await missing(/agent|assignee/, 'no-agent', () => store.tasks.createTask({ companyId, title: 't', requiresFilesystem: false, assigneeAgentId: 'no-agent' }));
-        await missing(/project/, 'no-project', () => store.tasks.createTask({ companyId, title: 't', requiresFilesystem: false, projectId: 'no-project' }));
-        await missing(/workspace/, 'no-ws', () => store.tasks.createTask({ companyId, title: 't', requiresFilesystem: false, workspaceId: 'no-ws' }));
+        await missing(/company/, 'no-co', () =>
+          store.tasks.createTask({ companyId: 'no-co', title: 't', requiresFilesystem: false }),
+        );
+        await missing(/agent|assignee/, 'no-agent', () =>
+          store.tasks.createTask({ companyId, title: 't', requiresFilesystem: false, assigneeAgentId: 'no-agent' }),
+        );
+        await missing(/project/, 'no-project', () =>
+          store.tasks.createTask({ companyId, title: 't', requiresFilesystem: false, projectId: 'no-project' }),
+        );
+        await missing(/workspace/, 'no-ws', () =>
+          store.tasks.createTask({ companyId, title: 't', requiresFilesystem: false, workspaceId: 'no-ws' }),
+        );
       });
 
       it('refuses a taken id with different input with ALREADY_EXISTS, and returns the row for the same input', async () => {
         const first = await store.org.createCompany({ id: 'taken-co', name: 'one' });
         await expectRefusal(store, 'ALREADY_EXISTS', () => store.org.createCompany({ id: 'taken-co', name: 'two' }));
-        expect(await store.org.createCompany({ id: 'taken-co', name: 'one' })).toMatchObject({ id: first.id, name: 'one' });
-        await expectRefusal(store, 'ALREADY_EXISTS', () => store.tasks.createTask({ id: taskId, companyId, title: 'other title', requiresFilesystem: true }));
+        expect(await store.org.createCompany({ id: 'taken-co', name: 'one' })).toMatchObject({
+          id: first.id,
+          name: 'one',
+        });
+        await expectRefusal(store, 'ALREADY_EXISTS', () =>
+          store.tasks.createTask({ id: taskId, companyId, title: 'other title', requiresFilesystem: true }),
+        );
       });
 
-
       it('refuses a lock or lease on a missing workspace or task with NOT_FOUND naming it', async () => {
-        const a = await expectRefusal(store, 'NOT_FOUND', () => store.locks.claimWorkspaceLock('ghost-ws', { holder: 'h', runId: 'r', ttlMs: 1_000 }));
+        const a = await expectRefusal(store, 'NOT_FOUND', () =>
+          store.locks.claimWorkspaceLock('ghost-ws', { holder: 'h', runId: 'r', ttlMs: 1_000 }),
+        );
         expect(a).toMatchObject({ entity: 'workspace', id: 'ghost-ws' });
-        const b = await expectRefusal(store, 'NOT_FOUND', () => store.locks.claimTaskLease('ghost-task', { holder: 'h', ttlMs: 1_000 }));
+        const b = await expectRefusal(store, 'NOT_FOUND', () =>
+          store.locks.claimTaskLease('ghost-task', { holder: 'h', ttlMs: 1_000 }),
+        );
         expect(b).toMatchObject({ entity: 'task', id: 'ghost-task' });
         await expect(store.org.getAgent('ghost')).resolves.toBeNull();
         await expect(store.org.requireAgent('ghost')).rejects.toBeInstanceOf(NotFoundError);
@@ -320,4 +509,3 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
     });
   });
 }
-

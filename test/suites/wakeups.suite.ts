@@ -32,7 +32,10 @@ export function defineWakeupSuite(makeFixture: () => DialectFixture) {
     const other = await fx.open(url);
     const ws = await setup.org.createWorkspace({ companyId, name: 'paths' });
     await other.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'holder', paths: ['src'], ttlMs: 600_000 });
-    const waiting = waiterStore.paths.acquirePaths({ workspaceId: ws.id, holder: 'waiter', paths: ['src/a.ts'], ttlMs: 60_000 }, { timeoutMs: 600_000 });
+    const waiting = waiterStore.paths.acquirePaths(
+      { workspaceId: ws.id, holder: 'waiter', paths: ['src/a.ts'], ttlMs: 60_000 },
+      { timeoutMs: 600_000 },
+    );
     await new Promise((resolve) => setTimeout(resolve, 200));
     await other.paths.releasePaths({ workspaceId: ws.id, holder: 'holder' });
     const leases = await waiting;
@@ -43,7 +46,10 @@ export function defineWakeupSuite(makeFixture: () => DialectFixture) {
     const store = await fx.open(url, { wakeFallbackMs: NEVER });
     const ws = await setup.org.createWorkspace({ companyId, name: 'same' });
     await store.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'holder', paths: ['docs'], ttlMs: 600_000 });
-    const waiting = store.paths.acquirePaths({ workspaceId: ws.id, holder: 'waiter', paths: ['docs'], ttlMs: 60_000 }, { timeoutMs: 600_000 });
+    const waiting = store.paths.acquirePaths(
+      { workspaceId: ws.id, holder: 'waiter', paths: ['docs'], ttlMs: 60_000 },
+      { timeoutMs: 600_000 },
+    );
     await new Promise((resolve) => setTimeout(resolve, 100));
     await store.paths.releasePaths({ workspaceId: ws.id, holder: 'holder' });
     expect((await waiting).map((l) => l.key)).toEqual(['docs']);
@@ -54,7 +60,12 @@ export function defineWakeupSuite(makeFixture: () => DialectFixture) {
     const sender = await fx.open(url);
     const waiting = consumer.messages.waitForMessages('inbox-wake', { timeoutMs: 600_000 });
     await new Promise((resolve) => setTimeout(resolve, 200));
-    const sent = await sender.messages.sendMessage({ from: 'worker', to: 'inbox-wake', kind: 'done', payload: { ok: true } });
+    const sent = await sender.messages.sendMessage({
+      from: 'worker',
+      to: 'inbox-wake',
+      kind: 'done',
+      payload: { ok: true },
+    });
     expect((await waiting).map((m) => m.id)).toEqual([sent.id]);
     expect(await consumer.messages.waitForMessages('inbox-empty', { timeoutMs: 50 })).toEqual([]);
   });
@@ -69,25 +80,31 @@ export function defineWakeupSuite(makeFixture: () => DialectFixture) {
   });
 
   if (makeFixture().kind === 'postgres') {
-    it('the listening connection reconnects after its backend is terminated, and waiters wake again', WAIT, async () => {
-      const consumer = await fx.open(url, { wakeFallbackMs: NEVER });
-      const sender = await fx.open(url);
-      const first = consumer.messages.waitForMessages('inbox-reconnect', { timeoutMs: 600_000 });
-      await new Promise((resolve) => setTimeout(resolve, 200));
-      await sender.messages.sendMessage({ from: 'w', to: 'inbox-reconnect', kind: 'one' });
-      expect(await first).toHaveLength(1);
-      const admin = new pg.Client({ connectionString: url });
-      await admin.connect();
-      try {
-        const { rows } = await admin.query("select pg_terminate_backend(pid) as done from pg_stat_activity where application_name = 'taskfence-listen' and datname = current_database()");
-        expect(rows.some((r) => r.done)).toBe(true);
-      } finally {
-        await admin.end();
-      }
-      const second = consumer.messages.waitForMessages('inbox-reconnect', { timeoutMs: 600_000 });
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      await sender.messages.sendMessage({ from: 'w', to: 'inbox-reconnect', kind: 'two' });
-      expect((await second).map((m) => m.kind)).toEqual(['two']);
-    });
+    it(
+      'the listening connection reconnects after its backend is terminated, and waiters wake again',
+      WAIT,
+      async () => {
+        const consumer = await fx.open(url, { wakeFallbackMs: NEVER });
+        const sender = await fx.open(url);
+        const first = consumer.messages.waitForMessages('inbox-reconnect', { timeoutMs: 600_000 });
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        await sender.messages.sendMessage({ from: 'w', to: 'inbox-reconnect', kind: 'one' });
+        expect(await first).toHaveLength(1);
+        const admin = new pg.Client({ connectionString: url });
+        await admin.connect();
+        try {
+          const { rows } = await admin.query(
+            "select pg_terminate_backend(pid) as done from pg_stat_activity where application_name = 'taskfence-listen' and datname = current_database()",
+          );
+          expect(rows.some((r) => r.done)).toBe(true);
+        } finally {
+          await admin.end();
+        }
+        const second = consumer.messages.waitForMessages('inbox-reconnect', { timeoutMs: 600_000 });
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        await sender.messages.sendMessage({ from: 'w', to: 'inbox-reconnect', kind: 'two' });
+        expect((await second).map((m) => m.kind)).toEqual(['two']);
+      },
+    );
   }
 }

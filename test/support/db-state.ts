@@ -13,7 +13,11 @@ export async function databaseState(store: Store, options: { schema?: SchemaDesc
   for (const table of Object.keys(schema.tables).sort()) {
     const columns = Object.keys(schema.tables[table]!.columns).sort();
     const { rows } = await sql<Record<string, unknown>>`select * from ${sql.table(table)}`.execute(store.db);
-    const lines = rows.map((row) => JSON.stringify(columns.map((c) => (row[c] === null || row[c] === undefined ? null : String(row[c]))))).sort();
+    const lines = rows
+      .map((row) =>
+        JSON.stringify(columns.map((c) => (row[c] === null || row[c] === undefined ? null : String(row[c])))),
+      )
+      .sort();
     parts.push(`${table}:${rows.length}:${lines.join('|')}`);
   }
   return parts.join('\n');

@@ -65,11 +65,22 @@ async function op<T>(fn: () => Promise<T>, done: readonly string[] = []): Promis
 async function round(store: Store, i: number, ids: { companyId: string; workspaceId: string }): Promise<void> {
   const tag = `${process.pid}-${i}`;
   const task = await op(() =>
-    store.tasks.createTask({ id: `t-${tag}`, companyId: ids.companyId, title: `task ${i}`, requiresFilesystem: false, status: 'ready' }),
+    store.tasks.createTask({
+      id: `t-${tag}`,
+      companyId: ids.companyId,
+      title: `task ${i}`,
+      requiresFilesystem: false,
+      status: 'ready',
+    }),
   );
   report.ids.tasks.push(`t-${tag}`);
   const other = await op(() =>
-    store.tasks.createTask({ id: `t2-${tag}`, companyId: ids.companyId, title: `other ${i}`, requiresFilesystem: false }),
+    store.tasks.createTask({
+      id: `t2-${tag}`,
+      companyId: ids.companyId,
+      title: `other ${i}`,
+      requiresFilesystem: false,
+    }),
   );
   report.ids.tasks.push(`t2-${tag}`);
   const run = await op(() => store.runs.startCoordinatorRun({ id: `r-${tag}`, targetKey: `worktree:${tag}` }));
@@ -77,22 +88,36 @@ async function round(store: Store, i: number, ids: { companyId: string; workspac
   await op(() => store.runs.heartbeatCoordinatorRun(run!.id));
 
   const holder = `holder-${tag}`;
-  const claim = await op(() => store.locks.claimWorkspaceLock(ids.workspaceId, { holder, runId: run!.id, ttlMs: 60_000 }));
+  const claim = await op(() =>
+    store.locks.claimWorkspaceLock(ids.workspaceId, { holder, runId: run!.id, ttlMs: 60_000 }),
+  );
   let token: number | undefined;
   if (claim?.status === 'claimed') token = claim.token;
   else if (claim?.status === 'busy' && claim.heldBy.holder === holder) token = claim.heldBy.token; // our own earlier claim
-  if (token !== undefined) await op(() => store.locks.releaseWorkspaceLock(ids.workspaceId, { token: token! }), ['STALE_WORKSPACE_LOCK']);
+  if (token !== undefined)
+    await op(() => store.locks.releaseWorkspaceLock(ids.workspaceId, { token: token! }), ['STALE_WORKSPACE_LOCK']);
 
-  await op(() => store.paths.tryAcquirePaths({ workspaceId: ids.workspaceId, holder, paths: [`src/${tag}`], ttlMs: 60_000 }));
+  await op(() =>
+    store.paths.tryAcquirePaths({ workspaceId: ids.workspaceId, holder, paths: [`src/${tag}`], ttlMs: 60_000 }),
+  );
   await op(() => store.paths.releasePaths({ workspaceId: ids.workspaceId, holder }));
 
-  await op(() => store.messages.sendMessage({ from: run!.coordinatorHandle, to: `inbox-${process.pid}`, kind: 'note', payload: { i } }));
+  await op(() =>
+    store.messages.sendMessage({
+      from: run!.coordinatorHandle,
+      to: `inbox-${process.pid}`,
+      kind: 'note',
+      payload: { i },
+    }),
+  );
   await op(() => store.messages.deliverPendingMessages(`inbox-${process.pid}`));
 
   const gate = await op(() => store.gates.openGate({ question: `q ${i}`, runId: run!.id }));
   if (gate) await op(() => store.gates.resolveGate(gate.id, 'yes'), ['GATE_ALREADY_RESOLVED']);
 
-  const env = await op(() => store.ownership.createEnvironment({ id: `e-${tag}`, ownerTaskId: task!.id, rootPath: `/work/${tag}` }));
+  const env = await op(() =>
+    store.ownership.createEnvironment({ id: `e-${tag}`, ownerTaskId: task!.id, rootPath: `/work/${tag}` }),
+  );
   report.ids.environments.push(`e-${tag}`);
   if (env && other) {
     await op(
@@ -139,7 +164,8 @@ async function main(): Promise<void> {
   } catch (error) {
     report.finalRound.push(error instanceof Error ? `${error.name}: ${error.message}` : String(error));
   }
-  if (JSON.stringify(report.failures) !== before) report.finalRound.push(`failures after the faults stopped: ${JSON.stringify(report.failures)} (was ${before})`);
+  if (JSON.stringify(report.failures) !== before)
+    report.finalRound.push(`failures after the faults stopped: ${JSON.stringify(report.failures)} (was ${before})`);
   process.send!({ type: 'report', report });
 }
 

@@ -8,7 +8,10 @@ import { openStore } from '../../src/index.js';
 const store = await openStore({ url: process.env.FAULT_URL! });
 await store.dialect.writeTransaction(async (trx) => {
   await trx.insertInto('companies').values({ id: 'half', name: 'half-written', created_at: 1 }).execute();
-  await trx.insertInto('workspaces').values({ id: 'half-ws', company_id: 'half', name: 'ws', root_path: null, created_at: 1 }).execute();
+  await trx
+    .insertInto('workspaces')
+    .values({ id: 'half-ws', company_id: 'half', name: 'ws', root_path: null, created_at: 1 })
+    .execute();
   process.send!({ type: 'holding' });
   // Keep the event loop busy: with nothing pending, Node would exit (and SQLite release the lock) on its own.
   setInterval(() => {}, 1_000);

@@ -26,7 +26,9 @@ async function freePort(): Promise<number> {
  * `url(database)` is a URL through it. Started as a child process (as `postgres` when run as
  * root: PgBouncer refuses root); `stop()` ends it.
  */
-export async function startPgbouncer(adminUrl: string): Promise<{ url(database: string): string; stop(): Promise<void> }> {
+export async function startPgbouncer(
+  adminUrl: string,
+): Promise<{ url(database: string): string; stop(): Promise<void> }> {
   const server = new URL(adminUrl);
   const user = decodeURIComponent(server.username || 'postgres');
   const password = decodeURIComponent(server.password);
@@ -55,7 +57,9 @@ export async function startPgbouncer(adminUrl: string): Promise<{ url(database: 
     { mode: 0o644 },
   );
   const asRoot = process.getuid?.() === 0;
-  const child: ChildProcess = spawn('pgbouncer', [...(asRoot ? ['-u', 'postgres'] : []), join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const child: ChildProcess = spawn('pgbouncer', [...(asRoot ? ['-u', 'postgres'] : []), join(dir, 'pgbouncer.ini')], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   let stderr = '';
   child.stderr?.on('data', (chunk) => (stderr += String(chunk)));
   const url = (database: string) => {

@@ -19,7 +19,11 @@ export interface PostgresSource {
 export async function choosePostgres(): Promise<PostgresSource> {
   const fromEnv = process.env.TEST_PG_URL;
   if (fromEnv && fromEnv.trim() !== '') {
-    return { label: `TEST_PG_URL (${fromEnv.replace(/(\/\/[^:/@]+:)[^@/]*@/, '$1***@')})`, adminUrl: fromEnv, stop: async () => {} };
+    return {
+      label: `TEST_PG_URL (${fromEnv.replace(/(\/\/[^:/@]+:)[^@/]*@/, '$1***@')})`,
+      adminUrl: fromEnv,
+      stop: async () => {},
+    };
   }
   skipped('TEST_PG_URL', 'not set');
   const container = await tryTestcontainers();

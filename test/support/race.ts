@@ -140,7 +140,11 @@ export class Contenders {
    * Arms `fn(store, args(i))` in every listed contender (default: all), releases them together,
    * and returns every outcome in contender order.
    */
-  async race<T = unknown>(fn: string, args: (index: number) => unknown = () => ({}), indexes?: readonly number[]): Promise<Outcome<T>[]> {
+  async race<T = unknown>(
+    fn: string,
+    args: (index: number) => unknown = () => ({}),
+    indexes?: readonly number[],
+  ): Promise<Outcome<T>[]> {
     const targets = indexes ?? this.#children.map((c) => c.index);
     const id = this.#nextId++;
     const prepared = targets.map((i) => this.#await('prepared', i, id));
@@ -151,7 +155,9 @@ export class Contenders {
     const settled = await Promise.all(results);
     return settled.map((m, k) => {
       const r = m as Extract<Message, { type: 'result' }>;
-      return r.ok ? { index: targets[k]!, ok: true, value: r.value as T } : { index: targets[k]!, ok: false, error: r.error! };
+      return r.ok
+        ? { index: targets[k]!, ok: true, value: r.value as T }
+        : { index: targets[k]!, ok: false, error: r.error! };
     });
   }
 

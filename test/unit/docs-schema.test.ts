@@ -13,7 +13,9 @@ const run = promisify(execFile);
 
 async function script(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
-    const { stdout, stderr } = await run(process.execPath, ['--import', 'tsx', 'scripts/docs-schema.ts', ...args], { cwd: ROOT });
+    const { stdout, stderr } = await run(process.execPath, ['--import', 'tsx', 'scripts/docs-schema.ts', ...args], {
+      cwd: ROOT,
+    });
     return { code: 0, stdout, stderr };
   } catch (error) {
     const e = error as { code: number; stdout: string; stderr: string };
@@ -32,12 +34,16 @@ describe('docs/schema.md', () => {
     const { text } = await renderSchemaDoc(MIGRATIONS);
     expect((await renderSchemaDoc(MIGRATIONS)).text).toBe(text);
     expect(text).toContain('```mermaid\nerDiagram\n');
-    expect(text).toContain('  path_leases {\n    text workspace_id PK, FK\n    text lease_key PK\n    text holder PK\n');
+    expect(text).toContain(
+      '  path_leases {\n    text workspace_id PK, FK\n    text lease_key PK\n    text holder PK\n',
+    );
     expect(text).toContain('  workspaces ||--o{ path_leases : "workspace_id"');
     expect(text).toContain('  tasks |o--o{ decision_gates : "task_id"');
     expect(text).toMatch(/^\| `path_leases` \| .* \| 0055 path_leases \| — \|$/m);
     expect(text).toMatch(/^\| `coordinator_runs` \| .* \| 0005 baseline \| 0007 run_target_guard \|$/m);
-    expect(text).toContain("| `coordinator_runs` | `coordinator_runs_one_running_per_target` | `(coalesce(target_key, ''))` | yes | `status = 'running'` |");
+    expect(text).toContain(
+      "| `coordinator_runs` | `coordinator_runs_one_running_per_target` | `(coalesce(target_key, ''))` | yes | `status = 'running'` |",
+    );
     // A shorter chain describes its own latest version.
     const early = await renderSchemaDoc(MIGRATIONS.filter((m) => m.version <= 8));
     expect(early.text).toContain('The schema at version 0008 task_target_key: 12 tables');

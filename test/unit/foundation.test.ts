@@ -10,13 +10,24 @@ describe('database URLs', () => {
   it('accepts the documented forms', () => {
     expect(parseDatabaseUrl('sqlite:./taskfence.db')).toMatchObject({ dialect: 'sqlite', filename: './taskfence.db' });
     expect(parseDatabaseUrl('sqlite::memory:')).toMatchObject({ dialect: 'sqlite', filename: ':memory:' });
-    expect(parseDatabaseUrl('sqlite:///var/data/x.db')).toMatchObject({ dialect: 'sqlite', filename: '/var/data/x.db' });
+    expect(parseDatabaseUrl('sqlite:///var/data/x.db')).toMatchObject({
+      dialect: 'sqlite',
+      filename: '/var/data/x.db',
+    });
     expect(parseDatabaseUrl('postgres://u:p@db:5432/app')).toMatchObject({ dialect: 'postgres' });
     expect(parseDatabaseUrl('postgresql://db/app')).toMatchObject({ dialect: 'postgres' });
   });
 
   it('rejects malformed and unsupported URLs with an error naming the URL and the accepted forms', () => {
-    for (const bad of ['', '   ', 'taskfence.db', 'mysql://localhost/x', 'sqlite:', 'postgres://', 'sqlite:x.db?mode=ro']) {
+    for (const bad of [
+      '',
+      '   ',
+      'taskfence.db',
+      'mysql://localhost/x',
+      'sqlite:',
+      'postgres://',
+      'sqlite:x.db?mode=ro',
+    ]) {
       const error = (() => {
         try {
           parseDatabaseUrl(bad);
@@ -25,7 +36,9 @@ describe('database URLs', () => {
         }
       })();
       expect(error, bad).toBeInstanceOf(InvalidDatabaseUrlError);
-      expect((error as Error).message).toMatch(/Use sqlite:<path>, sqlite::memory:, postgres:\/\/… or postgresql:\/\/…/);
+      expect((error as Error).message).toMatch(
+        /Use sqlite:<path>, sqlite::memory:, postgres:\/\/… or postgresql:\/\/…/,
+      );
     }
   });
 
@@ -41,7 +54,12 @@ describe('database URLs', () => {
 
 describe('schema normalization', () => {
   it('maps both dialects to one set of logical types', () => {
-    expect(['INTEGER', 'bigint', 'integer', 'smallint'].map(normalizeType)).toEqual(['integer', 'integer', 'integer', 'integer']);
+    expect(['INTEGER', 'bigint', 'integer', 'smallint'].map(normalizeType)).toEqual([
+      'integer',
+      'integer',
+      'integer',
+      'integer',
+    ]);
     expect(['TEXT', 'character varying', 'text'].map(normalizeType)).toEqual(['text', 'text', 'text']);
   });
 
@@ -77,7 +95,11 @@ describe('plan rendering', () => {
 
 describe('CLI arguments', () => {
   it('parses versions written either way', () => {
-    expect(parseArgs(['migrate', '--to', '0052', '--db', 'sqlite:x.db'])).toMatchObject({ command: 'migrate', to: 52, db: 'sqlite:x.db' });
+    expect(parseArgs(['migrate', '--to', '0052', '--db', 'sqlite:x.db'])).toMatchObject({
+      command: 'migrate',
+      to: 52,
+      db: 'sqlite:x.db',
+    });
     expect(parseArgs(['migrate', '--baseline=5'])).toMatchObject({ baseline: 5 });
     expect(parseArgs(['status', '--json'])).toMatchObject({ command: 'status', json: true });
     expect(parseArgs([])).toMatchObject({ command: 'help' });

@@ -42,23 +42,38 @@ describe('decideLockMode: the seed 000 decision table', () => {
   });
 
   it('requiresFilesystem = 1 → exclusive on the agent workspace first', () => {
-    const decision = decideLockMode(task({ requiresFilesystem: true, projectId: 'project-1' }), agent('ws-agent'), project('ws-primary'));
+    const decision = decideLockMode(
+      task({ requiresFilesystem: true, projectId: 'project-1' }),
+      agent('ws-agent'),
+      project('ws-primary'),
+    );
     expect(decision).toEqual({ lockMode: 'exclusive', workspaceId: 'ws-agent', source: 'agent' });
   });
 
   it('requiresFilesystem = 1 and no agent workspace → exclusive on the project primary', () => {
-    const decision = decideLockMode(task({ requiresFilesystem: true, projectId: 'project-1' }), agent(null), project('ws-primary'));
+    const decision = decideLockMode(
+      task({ requiresFilesystem: true, projectId: 'project-1' }),
+      agent(null),
+      project('ws-primary'),
+    );
     expect(decision).toEqual({ lockMode: 'exclusive', workspaceId: 'ws-primary', source: 'project_primary' });
   });
 
   it('requiresFilesystem = 1 with no workspace anywhere → WorkspaceConfigurationError naming task, agent and project', () => {
-    const run = () => decideLockMode(task({ requiresFilesystem: true, projectId: 'project-1' }), agent(null), project(null));
+    const run = () =>
+      decideLockMode(task({ requiresFilesystem: true, projectId: 'project-1' }), agent(null), project(null));
     expect(run).toThrow(WorkspaceConfigurationError);
     try {
       run();
     } catch (error) {
       const e = error as WorkspaceConfigurationError;
-      expect(e).toMatchObject({ code: 'WORKSPACE_CONFIGURATION', taskId: 'task-1', agentId: 'agent-1', projectId: 'project-1', reason: 'no_workspace_bound' });
+      expect(e).toMatchObject({
+        code: 'WORKSPACE_CONFIGURATION',
+        taskId: 'task-1',
+        agentId: 'agent-1',
+        projectId: 'project-1',
+        reason: 'no_workspace_bound',
+      });
       expect(e.message).toContain('task-1');
       expect(e.message).toContain('agent-1');
       expect(e.message).toContain('project-1');
@@ -78,27 +93,46 @@ describe('decideLockMode: the seed 000 decision table', () => {
     });
   });
 
-  it('rejects a project that is not the task\'s project', () => {
-    expect(() => decideLockMode(task({ requiresFilesystem: true, projectId: 'project-1' }), agent(null), project('ws', 'project-2'))).toThrow(
-      expect.objectContaining({ code: 'INVALID_ARGUMENT', field: 'project' }),
-    );
+  it("rejects a project that is not the task's project", () => {
+    expect(() =>
+      decideLockMode(
+        task({ requiresFilesystem: true, projectId: 'project-1' }),
+        agent(null),
+        project('ws', 'project-2'),
+      ),
+    ).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', field: 'project' }));
   });
 });
 
 describe('completeResolution', () => {
   it('an exclusive decision carries the looked-up workspace record', () => {
-    const r = completeResolution(task(), agent(), { lockMode: 'exclusive', workspaceId: 'ws-1', source: 'agent' }, workspace('ws-1'));
+    const r = completeResolution(
+      task(),
+      agent(),
+      { lockMode: 'exclusive', workspaceId: 'ws-1', source: 'agent' },
+      workspace('ws-1'),
+    );
     expect(r).toEqual({ lockMode: 'exclusive', workspace: workspace('ws-1'), source: 'agent' });
   });
 
   it('an exclusive decision whose workspace does not exist is a configuration error, never none', () => {
-    expect(() => completeResolution(task(), agent(), { lockMode: 'exclusive', workspaceId: 'ws-gone', source: 'task' }, null)).toThrow(
-      expect.objectContaining({ code: 'WORKSPACE_CONFIGURATION', reason: 'workspace_missing', workspaceId: 'ws-gone', source: 'task' }),
+    expect(() =>
+      completeResolution(task(), agent(), { lockMode: 'exclusive', workspaceId: 'ws-gone', source: 'task' }, null),
+    ).toThrow(
+      expect.objectContaining({
+        code: 'WORKSPACE_CONFIGURATION',
+        reason: 'workspace_missing',
+        workspaceId: 'ws-gone',
+        source: 'task',
+      }),
     );
   });
 
   it('a none decision resolves to a null workspace', () => {
-    expect(completeResolution(task(), agent(), { lockMode: 'none', workspaceId: null }, null)).toEqual({ lockMode: 'none', workspace: null });
+    expect(completeResolution(task(), agent(), { lockMode: 'none', workspaceId: null }, null)).toEqual({
+      lockMode: 'none',
+      workspace: null,
+    });
   });
 });
 
@@ -107,7 +141,11 @@ describe('decideLockMode properties', () => {
   it('exclusive only on a workspace the task, agent or project names; none only without a filesystem signal', () => {
     fc.assert(
       fc.property(id, fc.boolean(), id, fc.option(id, { nil: undefined }), (taskWs, fs, agentWs, primary) => {
-        const t = task({ workspaceId: taskWs, requiresFilesystem: fs, projectId: primary === undefined ? null : 'project-1' });
+        const t = task({
+          workspaceId: taskWs,
+          requiresFilesystem: fs,
+          projectId: primary === undefined ? null : 'project-1',
+        });
         const p = primary === undefined ? null : project(primary);
         let decision;
         try {

@@ -38,14 +38,18 @@ const missingFlag: CreateTaskInput = { companyId: 'c', title: 't' };
 
 describe('lock-mode types', () => {
   it('exclusive carries a WorkspaceRecord, none carries null', () => {
-    expectTypeOf<Extract<WorkspaceResolution, { lockMode: 'exclusive' }>['workspace']>().toEqualTypeOf<WorkspaceRecord>();
+    expectTypeOf<
+      Extract<WorkspaceResolution, { lockMode: 'exclusive' }>['workspace']
+    >().toEqualTypeOf<WorkspaceRecord>();
     expectTypeOf<Extract<WorkspaceResolution, { lockMode: 'none' }>['workspace']>().toEqualTypeOf<null>();
     expectTypeOf<WorkspaceResolution['workspace']>().toEqualTypeOf<WorkspaceRecord | null>();
     expectTypeOf<DispatchResult['outcome']>().toEqualTypeOf<'dispatched' | 'cancelled' | 'skipped'>();
   });
 
   it('store.scheduler.resolveWorkspaceWithLockMode returns the union', () => {
-    expectTypeOf<ReturnType<Store['scheduler']['resolveWorkspaceWithLockMode']>>().toEqualTypeOf<Promise<WorkspaceResolution>>();
+    expectTypeOf<ReturnType<Store['scheduler']['resolveWorkspaceWithLockMode']>>().toEqualTypeOf<
+      Promise<WorkspaceResolution>
+    >();
     void [readWithoutNarrowing, readInNoneBranch, readInExclusiveBranch, readLockToken, missingFlag];
   });
 });

@@ -2,12 +2,23 @@ import { describe, expect, it } from 'vitest';
 import { ProgressRenderer } from '../../src/cli.js';
 
 describe('the CLI progress renderer', () => {
-  const event = (done: number, total?: number) => ({ type: 'progress' as const, version: 52, message: `backfilled ${done}`, done, ...(total !== undefined ? { total } : {}) });
+  const event = (done: number, total?: number) => ({
+    type: 'progress' as const,
+    version: 52,
+    message: `backfilled ${done}`,
+    done,
+    ...(total !== undefined ? { total } : {}),
+  });
 
   it('on a terminal redraws one line with a bar, percent, rows/s and ETA, and ends it with a newline', () => {
     let now = 0;
     let text = '';
-    const r = new ProgressRenderer((t) => (text += t), true, 2_000, () => now);
+    const r = new ProgressRenderer(
+      (t) => (text += t),
+      true,
+      2_000,
+      () => now,
+    );
     r.start();
     now = 1_000;
     r.update(event(50_000, 200_000));
@@ -23,7 +34,12 @@ describe('the CLI progress renderer', () => {
   it('without a terminal prints a plain line at most every few seconds, and messages without counts as they come', () => {
     let now = 0;
     const lines: string[] = [];
-    const r = new ProgressRenderer((t) => lines.push(t), false, 2_000, () => now);
+    const r = new ProgressRenderer(
+      (t) => lines.push(t),
+      false,
+      2_000,
+      () => now,
+    );
     r.start();
     now = 1_000;
     r.update(event(10_000, 40_000));

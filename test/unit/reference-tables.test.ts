@@ -9,10 +9,14 @@ async function tablesBySqlite(version: number): Promise<Record<string, string[]>
   try {
     for (const m of MIGRATIONS) {
       if (m.version > version) break;
-      await dialect.writeTransaction((trx) => m.up({ db: trx, types: dialect.columnTypes, now: 0, progress: () => {} }));
+      await dialect.writeTransaction((trx) =>
+        m.up({ db: trx, types: dialect.columnTypes, now: 0, progress: () => {} }),
+      );
     }
     const description = await dialect.describeSchema();
-    return Object.fromEntries(Object.entries(description.tables).map(([name, t]) => [name, Object.keys(t.columns).sort()]));
+    return Object.fromEntries(
+      Object.entries(description.tables).map(([name, t]) => [name, Object.keys(t.columns).sort()]),
+    );
   } finally {
     await dialect.close();
   }

@@ -58,8 +58,12 @@ describe('resolveOrchestrationTargetKey', () => {
 
   it('applies the same rules to asynchronous lookups', async () => {
     await expect(resolveOrchestrationTargetKeyAsync(undefined, async () => 'never')).resolves.toBeNull();
-    await expect(resolveOrchestrationTargetKeyAsync('main', async (s) => worktrees.get(s))).resolves.toBe('worktree:wt-main');
-    await expect(resolveOrchestrationTargetKeyAsync('nope', async (s) => worktrees.get(s))).rejects.toBeInstanceOf(UnresolvedTargetError);
+    await expect(resolveOrchestrationTargetKeyAsync('main', async (s) => worktrees.get(s))).resolves.toBe(
+      'worktree:wt-main',
+    );
+    await expect(resolveOrchestrationTargetKeyAsync('nope', async (s) => worktrees.get(s))).rejects.toBeInstanceOf(
+      UnresolvedTargetError,
+    );
     await expect(
       resolveOrchestrationTargetKeyAsync('main', async () => {
         throw new Error('down');

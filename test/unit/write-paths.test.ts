@@ -17,7 +17,25 @@ const RUNS = { numRuns: 500 };
 /** A path segment: plain names, names with `.`/`-`/`%`/`_`, and Unicode (no globs, no `.`/`..`). */
 const segment = fc
   .oneof(
-    fc.constantFrom('src', 'srcx', 'sr', 'a', 'b', 'a-b', 'a.b', 'lib', '100%', 'x_y', 'données', 'é', 'e\u0301', '日本', '🙂', '.env', '...'),
+    fc.constantFrom(
+      'src',
+      'srcx',
+      'sr',
+      'a',
+      'b',
+      'a-b',
+      'a.b',
+      'lib',
+      '100%',
+      'x_y',
+      'données',
+      'é',
+      'e\u0301',
+      '日本',
+      '🙂',
+      '.env',
+      '...',
+    ),
     fc.stringMatching(/^[a-z0-9._%-]{1,6}$/),
   )
   .filter((s) => s !== '.' && s !== '..');
@@ -222,8 +240,14 @@ describe('leaseKeys', () => {
     [['*.md'], ['']],
     [['src/a.ts', 'src/a.ts', './src/a.ts'], ['src/a.ts']],
     [['src/a.ts', 'src'], ['src']],
-    [['src/a.ts', 'srcx/b', 'src/b'], ['src/a.ts', 'src/b', 'srcx/b']],
-    [['docs/{a,b}.md', 'lib/[ab].ts', 'x/?.txt'], ['docs', 'lib', 'x']],
+    [
+      ['src/a.ts', 'srcx/b', 'src/b'],
+      ['src/a.ts', 'src/b', 'srcx/b'],
+    ],
+    [
+      ['docs/{a,b}.md', 'lib/[ab].ts', 'x/?.txt'],
+      ['docs', 'lib', 'x'],
+    ],
     [['.', 'src'], ['']],
     [[], []],
   ])('leaseKeys(%j) is %j', (paths, expected) => {
