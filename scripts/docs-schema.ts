@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { MIGRATIONS } from '../src/migrations/index.js';
 import type { MigrationDefinition } from '../src/migrations/types.js';
 import { referenceSchemas } from '../src/doctor/reference.js';
-import { openSqliteDialect } from '../src/dialects/sqlite.js';
+import { openSqliteDialect } from '../src/dialects/sqlite/sqlite-dialect.js';
 import { Migrator } from '../src/migrator/migrator.js';
 import { sql } from 'kysely';
 import type { SchemaDescription, TableDescription } from '../src/schema/describe.js';

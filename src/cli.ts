@@ -8,8 +8,8 @@ import { openStore } from './store.js';
 import { parseDatabaseUrl, redactDatabaseUrl } from './config.js';
 import { DatabaseUnavailableError, TaskfenceError, formatVersion } from './errors.js';
 import { Migrator, type MigrationEvent, type MigrationStatus, type PlanStep } from './migrator/migrator.js';
-import { openPostgresDialect } from './dialects/postgres.js';
-import { openSqliteDialect } from './dialects/sqlite.js';
+import { openPostgresDialect } from './dialects/postgres/postgres-dialect.js';
+import { openSqliteDialect } from './dialects/sqlite/sqlite-dialect.js';
 import type { MigrationLockHolder, StoreDialect } from './dialects/types.js';
 
 const HELP = `taskfence — migrate and inspect a taskfence database

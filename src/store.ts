@@ -2,8 +2,8 @@ import { sql, type Kysely, type Transaction } from 'kysely';
 import { defaultDatabaseUrl, parseDatabaseUrl, type DatabaseLocation } from './config.js';
 import { runDoctor, type DoctorOptions } from './doctor/doctor.js';
 import type { DoctorReport } from './doctor/report.js';
-import { openPostgresDialect } from './dialects/postgres.js';
-import { openSqliteDialect } from './dialects/sqlite.js';
+import { openPostgresDialect } from './dialects/postgres/postgres-dialect.js';
+import { openSqliteDialect } from './dialects/sqlite/sqlite-dialect.js';
 import type { DialectOptions, StoreDialect } from './dialects/types.js';
 import { InvalidArgumentError } from './errors.js';
 import {

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import { openSqliteDialect } from '../dialects/sqlite.js';
-import { describePostgresSchema } from '../dialects/postgres-describe.js';
+import { openSqliteDialect } from '../dialects/sqlite/sqlite-dialect.js';
+import { describePostgresSchema } from '../dialects/postgres/postgres-describe.js';
 import type { StoreDialect } from '../dialects/types.js';
 import { PROBE_TABLE_PREFIX } from './drift.js';
 import { inRolledBackWrite, probeName } from './probe-support.js';

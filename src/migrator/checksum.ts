@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { CompiledQuery, QueryResult } from 'kysely';
-import { columnTypesFor, createRecordingKysely } from '../dialects/recording.js';
+import { columnTypesFor, createRecordingKysely } from './recording-driver.js';
 import type { StoreDialect } from '../dialects/types.js';
 import type { MigrationDefinition } from '../migrations/types.js';
 

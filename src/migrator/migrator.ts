@@ -13,7 +13,7 @@ import {
   UnknownVersionError,
   formatVersion,
 } from '../errors.js';
-import { inlineParameters } from '../dialects/recording.js';
+import { inlineParameters } from './recording-driver.js';
 import { sql, type CompiledQuery, type Kysely } from 'kysely';
 import type { SchemaDescription } from '../schema/describe.js';
 import type { MigrationLockHolder, StoreDialect } from '../dialects/types.js';

@@ -9,7 +9,7 @@
 import { sql } from 'kysely';
 import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
 import type { StoreContext } from './context.js';
-import { prepared } from './prepared.js';
+import { prepared } from '../query/prepared.js';
 import { requireCounter, requireId, requireInput, requirePositiveMs } from './validate.js';
 import { tableIn } from '../dialects/schema.js';
 

@@ -1,7 +1,7 @@
 import type { MessageRow, MessageStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { clampTimerMs } from '../timers.js';
-import { prepared } from './prepared.js';
+import { prepared } from '../query/prepared.js';
 import { optionalInput, requireId, requireInput, requireJson, requireLimit, requirePositiveMs } from './validate.js';
 
 /**

@@ -10,7 +10,7 @@ import type {
 } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { createOnce, requireSameCreate } from './idempotent.js';
-import { elements, prepared } from './prepared.js';
+import { elements, prepared } from '../query/prepared.js';
 import {
   optionalId,
   optionalIdFilter,

@@ -11,7 +11,7 @@ import {
 import type { Database, PathLeaseRow, TaskStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { clampTimerMs } from '../timers.js';
-import { elements, prepared } from './prepared.js';
+import { elements, prepared } from '../query/prepared.js';
 import {
   optionalId,
   optionalIdFilter,

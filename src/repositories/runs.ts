@@ -3,7 +3,7 @@ import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.j
 import { runTargetLockKey } from '../domain/run-targets.js';
 import type { CoordinatorRunRow, CoordinatorRunStatus, Database } from '../schema/database.js';
 import type { StoreContext } from './context.js';
-import { prepared } from './prepared.js';
+import { prepared } from '../query/prepared.js';
 import { requireSameCreate } from './idempotent.js';
 import {
   optionalId,

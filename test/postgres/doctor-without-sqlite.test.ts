@@ -5,8 +5,8 @@ import { postgresFixture } from '../support/dialects.js';
 // A PostgreSQL-only install: opening SQLite fails as it does without better-sqlite3. (Switched off
 // only after migrating: this branch's migrator still finds a version's tables with SQLite.)
 const driver = vi.hoisted(() => ({ installed: true }));
-vi.mock('../../src/dialects/sqlite.js', async (importOriginal) => {
-  const real = await importOriginal<typeof import('../../src/dialects/sqlite.js')>();
+vi.mock('../../src/dialects/sqlite/sqlite-dialect.js', async (importOriginal) => {
+  const real = await importOriginal<typeof import('../../src/dialects/sqlite/sqlite-dialect.js')>();
   return {
     ...real,
     openSqliteDialect: async (...args: Parameters<typeof real.openSqliteDialect>) => {

@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import fc from 'fast-check';
 import type { Store } from '../../src/index.js';
-import { elements, prepared } from '../../src/repositories/prepared.js';
+import { elements, prepared } from '../../src/query/prepared.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { holdWriteLock } from '../support/hold-write-lock.js';
 import { Contenders } from '../support/race.js';

@@ -3,7 +3,7 @@ import { CompiledQuery } from 'kysely';
 import fc from 'fast-check';
 import { InvalidDatabaseUrlError, defaultDatabaseUrl, parseDatabaseUrl, redactDatabaseUrl } from '../../src/index.js';
 import { normalizeExpression, normalizeType, splitTopLevel } from '../../src/schema/describe.js';
-import { inlineParameters } from '../../src/dialects/recording.js';
+import { inlineParameters } from '../../src/migrator/recording-driver.js';
 import { parseArgs } from '../../src/cli.js';
 
 describe('database URLs', () => {

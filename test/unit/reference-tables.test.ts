@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { openSqliteDialect } from '../../src/dialects/sqlite.js';
+import { openSqliteDialect } from '../../src/dialects/sqlite/sqlite-dialect.js';
 import { MIGRATIONS } from '../../src/migrations/index.js';
 import { expectedTablesAt } from '../../src/migrator/reference.js';
 

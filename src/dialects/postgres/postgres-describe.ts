@@ -8,7 +8,7 @@ import {
   type IndexDescription,
   type SchemaDescription,
   type TableDescription,
-} from '../schema/describe.js';
+} from '../../schema/describe.js';
 
 const ON_DELETE: Record<string, string> = {
   a: 'no action',

@@ -1,8 +1,8 @@
 import type BetterSqlite3 from 'better-sqlite3';
 import { CompiledQuery, type DatabaseConnection, type Driver, type QueryCompiler, type QueryResult } from 'kysely';
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { DialectOptions } from './types.js';
-import { TransactionReentryError } from '../errors.js';
+import type { DialectOptions } from '../types.js';
+import { TransactionReentryError } from '../../errors.js';
 
 /** Which driver's connection the current async context holds in an open transaction (see `holdingConnection`). */
 const HOLDING = new AsyncLocalStorage<{ readonly driver: ImmediateSqliteDriver; active: boolean }>();

@@ -1,5 +1,5 @@
 import type BetterSqlite3 from 'better-sqlite3';
-import { DriverNotInstalledError, driverCodeOf } from '../errors.js';
+import { DriverNotInstalledError, driverCodeOf } from '../../errors.js';
 
 /**
  * Loads better-sqlite3, an optional peer dependency: PostgreSQL-only apps never install (nor

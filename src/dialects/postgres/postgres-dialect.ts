@@ -8,8 +8,8 @@ import {
   sql,
   type Transaction,
 } from 'kysely';
-import type { Database as Schema } from '../schema/database.js';
-import type { SchemaDescription } from '../schema/describe.js';
+import type { Database as Schema } from '../../schema/database.js';
+import type { SchemaDescription } from '../../schema/describe.js';
 import {
   DatabaseUnavailableError,
   ForeignTransactionError,
@@ -17,7 +17,7 @@ import {
   MigrationLockTimeoutError,
   StatementTimeoutError,
   TaskfenceError,
-} from '../errors.js';
+} from '../../errors.js';
 import {
   FaultTolerantPostgresDriver,
   SERVER_NOW_SQL,
@@ -25,13 +25,13 @@ import {
   classifyPostgresError,
   clientQueryTimeoutMs,
 } from './postgres-driver.js';
-import { redactDatabaseUrl } from '../config.js';
+import { redactDatabaseUrl } from '../../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
 import { hostPool, int8AsNumbers } from './host-pool.js';
-import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from './schema.js';
-import { POSTGRES_COLUMN_TYPES } from './recording.js';
-import { retryTransient } from './retry.js';
-import { DEFAULT_WAKE_FALLBACK_MS, PostgresWakeups } from './wakeups.js';
+import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from '../schema.js';
+import { POSTGRES_COLUMN_TYPES } from '../../migrator/recording-driver.js';
+import { retryTransient } from '../retry.js';
+import { DEFAULT_WAKE_FALLBACK_MS, PostgresWakeups } from '../wakeups.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
   queryLogger,
@@ -43,7 +43,7 @@ import {
   type StoreDialect,
   type WriteTransactionFn,
   type WriteTransactionOptions,
-} from './types.js';
+} from '../types.js';
 
 /** The migration lock's key: one per schema, so two schemas in one database migrate independently. */
 const MIGRATION_KEY = sql`hashtextextended('taskfence:migrate:' || current_schema(), 0)`;

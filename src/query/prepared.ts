@@ -1,5 +1,5 @@
 import type { Compilable, CompiledQuery, Kysely, QueryResult, RawBuilder } from 'kysely';
-import { connectionOf } from '../dialects/direct.js';
+import { connectionOf } from './direct.js';
 import { schemaOf } from '../dialects/schema.js';
 import type { Database } from '../schema/database.js';
 

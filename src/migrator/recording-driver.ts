@@ -11,7 +11,7 @@ import {
   type Driver,
   type QueryResult,
 } from 'kysely';
-import type { ColumnTypes, StoreDialect } from './types.js';
+import type { ColumnTypes, StoreDialect } from '../dialects/types.js';
 
 export const SQLITE_COLUMN_TYPES: ColumnTypes = Object.freeze({
   epochMs: 'integer',

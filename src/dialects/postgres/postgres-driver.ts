@@ -12,8 +12,8 @@ import {
   LockTimeoutError,
   StatementTimeoutError,
   TaskfenceError,
-} from '../errors.js';
-import type { ErrorKind } from './types.js';
+} from '../../errors.js';
+import type { ErrorKind } from '../types.js';
 
 /** Server-side limits set with `SET LOCAL` at the start of every transaction (never as startup parameters). */
 export interface TransactionLimits {

@@ -10,7 +10,7 @@ import {
   type IndexDescription,
   type SchemaDescription,
   type TableDescription,
-} from '../schema/describe.js';
+} from '../../schema/describe.js';
 
 /** Describes an SQLite schema from sqlite_master and the table/index pragmas. */
 export async function describeSqliteSchema(db: Kysely<any>): Promise<SchemaDescription> {

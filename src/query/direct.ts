@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely';
-import type { SynchronousConnection } from './sqlite-driver.js';
+import type { SynchronousConnection } from '../dialects/sqlite/sqlite-driver.js';
 
 /*
  * Kysely instances that only ever run on one synchronous connection their owner already holds

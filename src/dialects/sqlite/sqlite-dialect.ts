@@ -12,13 +12,13 @@ import {
   type Driver,
   type Transaction,
 } from 'kysely';
-import type { Database as Schema } from '../schema/database.js';
-import type { SchemaDescription } from '../schema/describe.js';
+import type { Database as Schema } from '../../schema/database.js';
+import type { SchemaDescription } from '../../schema/describe.js';
 import { describeSqliteSchema } from './sqlite-describe.js';
 import { ImmediateSqliteDriver, PinnedSqliteDriver, holdingConnection } from './sqlite-driver.js';
-import { SQLITE_COLUMN_TYPES } from './recording.js';
-import { retryTransient } from './retry.js';
-import { DEFAULT_WAKE_FALLBACK_MS, SqliteWakeups } from './wakeups.js';
+import { SQLITE_COLUMN_TYPES } from '../../migrator/recording-driver.js';
+import { retryTransient } from '../retry.js';
+import { DEFAULT_WAKE_FALLBACK_MS, SqliteWakeups } from '../wakeups.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
   type DialectOptions,
@@ -28,14 +28,14 @@ import {
   type StoreDialect,
   type WriteTransactionFn,
   type WriteTransactionOptions,
-} from './types.js';
+} from '../types.js';
 import {
   DatabaseUnavailableError,
   ForeignTransactionError,
   MigrationLockTimeoutError,
   WriteTimeoutError,
-} from '../errors.js';
-import { runsOnConnection } from './direct.js';
+} from '../../errors.js';
+import { runsOnConnection } from '../../query/direct.js';
 import { loadBetterSqlite3 } from './load-driver.js';
 
 const BEGIN_IMMEDIATE = CompiledQuery.raw('begin immediate');
