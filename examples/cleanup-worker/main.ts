@@ -51,7 +51,10 @@ export interface CleanupDemoReport {
   readonly pendingAfter: number;
 }
 
-const CLAIM_TTL_MS = 300; // short for the demo; the default is 10 minutes
+const CLAIM_TTL_MS = 1_500; // short for the demo; the default is 10 minutes
+const PASS_PAUSE_MS = 100;
+/** Snapshot states no worker acts on again. */
+const SETTLED: readonly CleanupSnapshotState[] = ['completed', 'stale'];
 const IN_USE = '.in-use'; // stands for a process that still has files open in the environment
 
 /** The demo's teardown: an environment's directory is removed, unless something still uses it; a group has nothing on disk. */
@@ -162,14 +165,20 @@ async function demo(store: Store, tempDir: string, log: (line: string) => void):
   );
   log(`a transfer of main during worker-A's claim is refused: ${transferDuringClaim}`);
 
-  // 5. Worker B's passes: pass 1 while "scratch" is still in use and worker-A's claim is live; then
-  //    the process using scratch exits and worker-A's claim expires; pass 2 retries and finishes.
+  // 5. Worker B's passes, as its daemon loop would run them: the first while "scratch" is still in
+  //    use and worker-A's claim is live; then the process using scratch exits, and B passes again
+  //    (pausing between passes) until the task's inventory is settled: "main" comes back once
+  //    worker-A's claim expires.
   const pass = () =>
     cleanupPass(store, { workerId: 'worker-B', tearDown, claimTtlMs: CLAIM_TTL_MS, taskId: feature.id, log });
   const passes = [await pass()];
   rmSync(join(scratch.rootPath, IN_USE));
-  await new Promise((resolve) => setTimeout(resolve, CLAIM_TTL_MS + 50));
-  passes.push(await pass());
+  const deadline = Date.now() + 30_000;
+  while ((await store.ownership.listCleanupSnapshots(feature.id)).some((s) => !SETTLED.includes(s.state))) {
+    if (Date.now() > deadline) throw new Error('the cleanup did not settle within 30 s');
+    await new Promise((resolve) => setTimeout(resolve, PASS_PAUSE_MS));
+    passes.push(await pass());
+  }
 
   // 6. Worker A wakes up and tries to complete with its old claim: refused, nothing changes.
   const stalledWorkerComplete = await refusal(() => store.ownership.completeCleanup(stalledClaim));
