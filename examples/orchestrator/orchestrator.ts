@@ -133,6 +133,7 @@ export async function orchestrate(
   const workers: Promise<void>[] = [];
   const workerErrors: unknown[] = [];
   const lastOutcome = new Map<string, string>(); // to log a waiting task once, not every beat
+  const titles = new Map<string, string>();
   const deadline = Date.now() + options.deadlineMs;
 
   const finished = async () =>
@@ -150,6 +151,7 @@ export async function orchestrate(
     // 2. Dispatch the run's ready tasks, oldest first.
     for (const task of await store.tasks.listTasks({ runId: run.id, status: 'ready' })) {
       if (task.assigneeAgentId === null) continue; // nobody to run it
+      titles.set(task.id, task.title);
       const terminalHandle = `${run.coordinatorHandle}/terminal-${stats.dispatched.length + 1}`;
       // One transaction: the task lease, the workspace lock (exclusive tasks only) and the dispatch
       // record commit together or not at all. It may run more than once (retries): no side effects in it.
@@ -212,7 +214,7 @@ export async function orchestrate(
 
     // 3. Deliver: wait up to one beat for the inbox (woken by a sender's commit), handle each message once.
     for (const message of await store.messages.waitForMessages(run.coordinatorHandle, { timeoutMs: options.beatMs })) {
-      await handle(store, message, stats, log);
+      await handle(store, message, stats, (id) => titles.get(id) ?? id, log);
     }
   }
   await Promise.all(workers);
@@ -237,14 +239,20 @@ async function supervise(store: Store, worker: Worker, assignment: Assignment): 
   }
 }
 
-async function handle(store: Store, message: Message, stats: OrchestrateStats, log: (line: string) => void) {
+async function handle(
+  store: Store,
+  message: Message,
+  stats: OrchestrateStats,
+  title: (taskId: string) => string,
+  log: (line: string) => void,
+) {
   const m = message as Message & InboxMessage;
   switch (m.kind) {
     case 'task.done':
       stats.delivered['task.done']++;
       try {
         await store.dispatches.endDispatch(m.payload.dispatchId, 'completed');
-        log(`${m.from}: task ${m.payload.taskId} done`);
+        log(`${m.from}: ${title(m.payload.taskId)} done`);
       } catch (error) {
         if (!(error instanceof DispatchNotActiveError)) throw error;
         log(`${m.from}: dispatch ${m.payload.dispatchId} had already ended (${error.code})`);
