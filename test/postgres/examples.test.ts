@@ -1,0 +1,4 @@
+import { defineExamplesSuite } from '../suites/examples.suite.js';
+import { postgresFixture } from '../support/dialects.js';
+
+defineExamplesSuite(postgresFixture);
