@@ -56,7 +56,7 @@ export interface OrchestratorDemoReport {
 }
 
 /** Demo timings, short so the example finishes in seconds; production values are minutes. */
-const TIMINGS = { staleAfterMs: 400, ttlMs: 1_000, beatMs: 50, stepMs: 15, deadlineMs: 30_000 };
+const TIMINGS = { staleAfterMs: 600, ttlMs: 2_000, beatMs: 50, stepMs: 15, deadlineMs: 30_000 };
 
 /**
  * Seeds a company, a workspace, two agents and three tasks on one target; lets a "previous
