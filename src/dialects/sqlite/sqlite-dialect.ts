@@ -16,9 +16,10 @@ import type { Database as Schema } from '../../schema/database.js';
 import type { SchemaDescription } from '../../schema/describe.js';
 import { describeSqliteSchema } from './sqlite-describe.js';
 import { ImmediateSqliteDriver, PinnedSqliteDriver, holdingConnection } from './sqlite-driver.js';
-import { SQLITE_COLUMN_TYPES } from '../../migrator/recording-driver.js';
+import { SQLITE_COLUMN_TYPES } from './sqlite-column-types.js';
 import { retryTransient } from '../retry.js';
-import { DEFAULT_WAKE_FALLBACK_MS, SqliteWakeups } from '../wakeups.js';
+import { DEFAULT_WAKE_FALLBACK_MS } from '../wakeups.js';
+import { SqliteWakeups } from './sqlite-wakeups.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
   type DialectOptions,
