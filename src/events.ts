@@ -51,7 +51,18 @@ const CHANNEL_OF: Record<TaskfenceEvent['type'], string> = {
   prune: TASKFENCE_CHANNELS.prune,
 };
 
-/** Counters of one store since it opened (`store.stats()`). */
+/**
+ * Counters of one store since it opened (`store.stats()`).
+ *
+ * Calls made through a transaction (`store.transaction`'s `tx`, `store.withTransaction(trx)`)
+ * count and report events like the store's own calls, when they return: a conflict the callback
+ * saw is counted even if the callback then throws and the transaction rolls back. When a
+ * `store.transaction` callback is retried (SQLITE_BUSY, serialization failure, deadlock,
+ * connection loss before COMMIT), each attempt's calls count again, as each attempt is another
+ * transaction in `transactions`; the `transaction.retry` event between them tells the attempts
+ * apart. Such calls run in savepoints of the host's transaction, not transactions of their own,
+ * so they add nothing to `transactions`.
+ */
 export interface StoreStats {
   /** Write and read transactions attempted (each retry is another attempt). */
   readonly transactions: number;

@@ -60,6 +60,8 @@ export interface Store extends Repositories {
    * keep side effects outside the database (HTTP calls, queue publishes, …) out of it.
    * On SQLite, a non-`tx` store call (or a `store.db` query) inside `fn` throws
    * `TransactionReentryError` instead of waiting forever for the connection `fn` holds.
+   * Calls on `tx` report events and count in `stats()` like the store's own calls, as they
+   * return: a retried `fn` reports its calls again, once per attempt (see `StoreStats`).
    *
    * @example
    * await store.transaction(async (tx) => {
@@ -74,6 +76,7 @@ export interface Store extends Repositories {
    * taskfence ignores the host's plugins). SQLite: only a transaction of this store's own
    * connection (`store.db.transaction()`, or `tx.db`), used inside its callback; anything else
    * throws `ForeignTransactionError`. No retry here: the host's transaction is the host's to retry.
+   * Calls on the result report events and count in `stats()` like the store's own calls.
    */
   withTransaction<DB>(trx: Transaction<DB>): StoreTransaction;
   /** Counters since the store opened: transactions, retries by kind, conflicts, refusals, leases lost, runs reconciled, pool usage. */
@@ -129,7 +132,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
         async (trx) => {
           let open = true;
           try {
-            return await fn(bindTransaction(dialect, trx, () => open, context.clock));
+            return await fn(bindTransaction(dialect, trx, () => open, context.clock, events));
           } finally {
             open = false;
           }
@@ -138,7 +141,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       ),
     withTransaction: <DB>(trx: Transaction<DB>) => {
       const joined = dialect.joinTransaction(trx as unknown as Transaction<Database>);
-      return bindTransaction(dialect, joined.db, () => joined.isActive(), context.clock);
+      return bindTransaction(dialect, joined.db, () => joined.isActive(), context.clock, events);
     },
     stats: (): StoreStats => ({
       ...events.counters,

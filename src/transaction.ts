@@ -2,6 +2,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { sql, type KyselyPlugin, type Transaction } from 'kysely';
 import type { StoreDialect, WriteTransactionFn } from './dialects/types.js';
 import { InvalidArgumentError, TransactionEndedError } from './errors.js';
+import type { EventHub } from './events.js';
 import type { Database } from './schema/database.js';
 import { createStoreContext, type Clock } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
@@ -126,16 +127,18 @@ function endGuard(binding: Binding): KyselyPlugin {
 
 /**
  * Binds taskfence's repositories to an open transaction `trx` of `dialect` (already checked to be
- * joinable). `isActive` says whether the transaction is still open.
+ * joinable). `isActive` says whether the transaction is still open. Calls on the result report
+ * to `events` like the store's own calls (see `EventHub.observe`).
  */
 export function bindTransaction(
   dialect: StoreDialect,
   trx: Transaction<Database>,
   isActive: () => boolean,
   clock: Clock | undefined,
+  events: EventHub,
 ): StoreTransaction {
   const binding = new Binding(trx, isActive);
-  const repositories = createRepositories(createStoreContext(boundDialect(dialect, binding), clock));
+  const repositories = events.observe(createRepositories(createStoreContext(boundDialect(dialect, binding), clock)));
   return Object.freeze({
     ...repositories,
     db: trx.withPlugin(endGuard(binding)),

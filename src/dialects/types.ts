@@ -1,4 +1,4 @@
-import type { Kysely, KyselyConfig, Transaction } from 'kysely';
+import type { CompiledQuery, Kysely, KyselyConfig, QueryResult, Transaction } from 'kysely';
 import type pg from 'pg';
 import type { Database } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
@@ -56,6 +56,30 @@ export interface DialectStats {
 
 export type WriteTransactionFn<T> = (trx: Transaction<Database>) => Promise<T>;
 
+/** The key of `HeldConnectionKysely`'s synchronous executor. */
+export const EXECUTE_COMPILED_SYNC: unique symbol = Symbol('taskfence.executeCompiledSync');
+
+/**
+ * The fast path a dialect may offer for prepared queries (`src/query/prepared.ts`): a Kysely
+ * instance whose statements all run on one connection that whoever runs them already holds,
+ * and that can run a compiled statement synchronously on it. SQLite's write transactions hand
+ * one to their callback (better-sqlite3 is synchronous, and the transaction holds the store's
+ * one connection); prepared queries executed on it skip Kysely's async connection provider.
+ * Nothing else differs: it has no plugins, so no result transformation is skipped. A Kysely
+ * derived from it (`withPlugin`, `withSchema`, `withTables`) is a plain Kysely again and takes
+ * Kysely's normal path, plugins included. PostgreSQL offers none: a statement there is a network
+ * round trip, and its transactions are plain Kysely transactions.
+ */
+export interface HeldConnectionKysely extends Kysely<Database> {
+  /** Runs `query` on the held connection, now. */
+  [EXECUTE_COMPILED_SYNC]<R>(query: CompiledQuery): QueryResult<R>;
+}
+
+/** Whether `db` is a `HeldConnectionKysely` (see there). */
+export function runsOnHeldConnection(db: Kysely<Database>): db is HeldConnectionKysely {
+  return EXECUTE_COMPILED_SYNC in db;
+}
+
 /**
  * The one place dialect differences live. Repositories receive a `StoreDialect` and use
  * only these methods; they never ask which dialect they run on.
@@ -85,6 +109,7 @@ export interface StoreDialect {
    * (SQLite `BEGIN IMMEDIATE`; PostgreSQL READ COMMITTED) and retries it whole on
    * SQLITE_BUSY, serialization failures and deadlocks, with jittered backoff, until the deadline.
    * `fn` may therefore run more than once: keep side effects outside the database out of it.
+   * `trx` may be a `HeldConnectionKysely` (SQLite), which prepared queries run on synchronously.
    */
   writeTransaction<T>(fn: WriteTransactionFn<T>, options?: WriteTransactionOptions): Promise<T>;
 

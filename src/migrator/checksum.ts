@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { CompiledQuery, QueryResult } from 'kysely';
-import { columnTypesFor, createRecordingKysely } from './recording-driver.js';
+import { columnTypesFor } from '../dialects/column-types.js';
+import { createRecordingKysely } from './recording-driver.js';
 import type { StoreDialect } from '../dialects/types.js';
 import type { MigrationDefinition } from '../migrations/types.js';
 

@@ -11,18 +11,7 @@ import {
   type Driver,
   type QueryResult,
 } from 'kysely';
-import type { ColumnTypes, StoreDialect } from '../dialects/types.js';
-
-export const SQLITE_COLUMN_TYPES: ColumnTypes = Object.freeze({
-  epochMs: 'integer',
-  bytewiseText: 'text',
-  integerIs64Bit: true,
-});
-export const POSTGRES_COLUMN_TYPES: ColumnTypes = Object.freeze({
-  epochMs: 'bigint',
-  bytewiseText: 'text collate "C"',
-  integerIs64Bit: false,
-});
+import type { StoreDialect } from '../dialects/types.js';
 
 /**
  * A Kysely instance that compiles queries exactly as the given dialect would, records them in
@@ -68,10 +57,6 @@ export function createRecordingKysely(
             createQueryCompiler: () => new PostgresQueryCompiler(),
           },
   });
-}
-
-export function columnTypesFor(kind: StoreDialect['kind']): ColumnTypes {
-  return kind === 'sqlite' ? SQLITE_COLUMN_TYPES : POSTGRES_COLUMN_TYPES;
 }
 
 /**

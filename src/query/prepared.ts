@@ -1,12 +1,29 @@
 import type { Compilable, CompiledQuery, Kysely, QueryResult, RawBuilder } from 'kysely';
-import { connectionOf } from './direct.js';
 import { schemaOf } from '../dialects/schema.js';
+import { EXECUTE_COMPILED_SYNC, runsOnHeldConnection } from '../dialects/types.js';
 import type { Database } from '../schema/database.js';
 
 /*
- * Prepared queries: a hot-path query is built with Kysely once and compiled once per Kysely
- * instance (so once per dialect), then executed with new parameter values. Building and compiling
- * a query costs more than SQLite takes to run it (bench/overhead); this skips both.
+ * Three ways to write a query in taskfence, and when to use each:
+ *
+ * 1. The Kysely builder (`db.selectFrom('tasks')…`) — the default. Typed against `Database`,
+ *    portable across both dialects, and what to reach for in anything that is not on the hot
+ *    path: maintenance, migrations, diagnostics, rare transitions, reads for the CLI.
+ * 2. `sql` fragments (the `sql` template tag, `sql.join`, `tableIn(db, …)`) — when the builder cannot say
+ *    it, or says it worse: `insert … on conflict … do update … where` compare-and-swaps, range
+ *    predicates over byte-ordered keys, `case` orderings. Values are still parameters, never
+ *    spliced text; table names go through `tableIn` so a PostgreSQL schema applies. A fragment
+ *    must compile the same on both dialects, or be chosen by a `ColumnTypes` / `StoreDialect`
+ *    capability, never by asking which dialect runs.
+ * 3. Prepared queries (`prepared(...)`, below) — statements on the hot path: every repository
+ *    call that the overhead benchmark (bench/overhead.bench.ts) measures, and the fences they
+ *    run. The query is written with 1 or 2 and compiled once per dialect (and PostgreSQL
+ *    schema); a call binds its values and executes. On SQLite, inside a write
+ *    transaction, it runs synchronously on the connection the transaction holds (the dialect
+ *    hands its callback a `HeldConnectionKysely`, see `src/dialects/types.ts`); elsewhere,
+ *    PostgreSQL included, it goes through Kysely's normal `executeQuery`. Building and compiling
+ *    a query costs more than SQLite takes to run it, so this is where the overhead ratio is won.
+ *    Its cost: the query's text may depend only on its `shape` (see `prepared`), not on values.
  *
  * Parameters are placeholders handed to the builder as the values of `p`: Kysely puts each into
  * the compiled parameter list like any other value, and execution swaps in the caller's value at
@@ -95,8 +112,7 @@ export function prepared<P extends object, R, S extends string | number | void =
       slot instanceof Placeholder ? bind(params as Record<string, unknown>, slot) : slot,
     );
     const compiled = { ...query, parameters };
-    const direct = connectionOf(db);
-    return direct ? direct.executeSync<R>(compiled) : db.executeQuery<R>(compiled);
+    return runsOnHeldConnection(db) ? db[EXECUTE_COMPILED_SYNC]<R>(compiled) : db.executeQuery<R>(compiled);
   };
 
   return Object.freeze({

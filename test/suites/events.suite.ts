@@ -78,6 +78,84 @@ export function defineEventsSuite(makeFixture: () => DialectFixture) {
     else expect(stats.pool).toBeNull();
   });
 
+  it("reports and counts calls made through store.transaction and store.withTransaction like the store's own", async () => {
+    published.length = 0;
+    const seen: TaskfenceEvent[] = [];
+    const clock = new FakeClock(1_000_000);
+    const store: Store = await fx.freshStore({ clock, onEvent: (e) => seen.push(e) });
+    const company = await store.org.createCompany({ name: 'Events in transactions' });
+    const ws = await store.org.createWorkspace({ companyId: company.id, name: 'ws' });
+    const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:tx-events' });
+    const before = seen.length;
+
+    // store.transaction: a busy claim (conflict), a refused start (conflict, caught), a stale renewal (lease lost).
+    const stale = await store.transaction(async (tx) => {
+      const first = await tx.locks.claimWorkspaceLock(ws.id, { holder: 'a', runId: run.id, ttlMs: 1_000 });
+      if (first.status !== 'claimed') throw new Error('not claimed');
+      expect((await tx.locks.claimWorkspaceLock(ws.id, { holder: 'b', runId: run.id, ttlMs: 1_000 })).status).toBe(
+        'busy',
+      );
+      await expect(tx.runs.startCoordinatorRun({ targetKey: 'worktree:tx-events' })).rejects.toMatchObject({
+        code: 'COORDINATOR_RUN_CONFLICT',
+      });
+      return first.token;
+    });
+    clock.t += 5_000;
+    // store.withTransaction on a transaction the host opened: b takes the expired lock, a's renewal is refused.
+    await store.db.transaction().execute(async (trx) => {
+      const tx = store.withTransaction(trx);
+      expect((await tx.locks.claimWorkspaceLock(ws.id, { holder: 'b', runId: run.id, ttlMs: 1_000 })).status).toBe(
+        'claimed',
+      );
+      await expect(tx.locks.renewWorkspaceLock(ws.id, { token: stale, ttlMs: 1_000 })).rejects.toMatchObject({
+        code: 'STALE_WORKSPACE_LOCK',
+      });
+      await expect(tx.locks.releaseWorkspaceLock(ws.id, { token: stale })).rejects.toMatchObject({
+        code: 'STALE_WORKSPACE_LOCK',
+      });
+    });
+
+    const reported = seen.slice(before);
+    expect(reported.map((e) => [e.type, 'operation' in e ? e.operation : null])).toEqual([
+      ['conflict', 'locks.claimWorkspaceLock'],
+      ['conflict', 'runs.startCoordinatorRun'],
+      ['lease.lost', 'locks.renewWorkspaceLock'],
+      ['refused', 'locks.releaseWorkspaceLock'],
+    ]);
+    expect(published.filter((e) => e.type !== 'migration')).toEqual(reported);
+    expect(store.stats()).toMatchObject({ conflicts: 2, refusals: 1, leasesLost: 1 });
+  });
+
+  it('reports the calls of a retried store.transaction callback once per attempt', async () => {
+    const seen: TaskfenceEvent[] = [];
+    const store: Store = await fx.freshStore({ onEvent: (e) => seen.push(e) });
+    const company = await store.org.createCompany({ name: 'Retried callback' });
+    const ws = await store.org.createWorkspace({ companyId: company.id, name: 'ws' });
+    const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:retried' });
+    await store.locks.claimWorkspaceLock(ws.id, { holder: 'a', runId: run.id, ttlMs: 60_000 });
+    const transient = Object.assign(new Error('simulated transient failure'), {
+      code: fx.kind === 'sqlite' ? 'SQLITE_BUSY' : '40001',
+    });
+    const before = store.stats();
+    let attempts = 0;
+    await store.transaction(async (tx) => {
+      attempts++;
+      expect((await tx.locks.claimWorkspaceLock(ws.id, { holder: 'b', runId: run.id, ttlMs: 1_000 })).status).toBe(
+        'busy',
+      );
+      if (attempts === 1) throw transient;
+    });
+    expect(attempts).toBe(2);
+    expect(seen.filter((e) => e.type !== 'migration').map((e) => e.type)).toEqual([
+      'conflict',
+      'transaction.retry',
+      'conflict',
+    ]);
+    const after = store.stats();
+    expect(after.conflicts - before.conflicts).toBe(2);
+    expect(after.transactions - before.transactions).toBe(2);
+  });
+
   it('reports every retry of a write transaction with its kind and attempt', async () => {
     const seen: TaskfenceEvent[] = [];
     if (fx.kind === 'sqlite') {

@@ -29,9 +29,11 @@ import { redactDatabaseUrl } from '../../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
 import { hostPool, int8AsNumbers } from './host-pool.js';
 import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from '../schema.js';
-import { POSTGRES_COLUMN_TYPES } from '../../migrator/recording-driver.js';
+import { POSTGRES_COLUMN_TYPES } from './postgres-column-types.js';
+import { Backoff } from '../backoff.js';
 import { retryTransient } from '../retry.js';
-import { DEFAULT_WAKE_FALLBACK_MS, PostgresWakeups } from '../wakeups.js';
+import { DEFAULT_WAKE_FALLBACK_MS } from '../wakeups.js';
+import { PostgresWakeups } from './postgres-wakeups.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
   queryLogger,
@@ -240,7 +242,7 @@ class PostgresStoreDialect implements StoreDialect {
         const started = Date.now();
         const reportEveryMs = options.reportEveryMs ?? 3_000;
         let nextReport = started + reportEveryMs;
-        let backoff = 20;
+        const backoff = new Backoff(20, 250);
         for (;;) {
           const { rows } = await sql<{
             locked: boolean;
@@ -252,8 +254,7 @@ class PostgresStoreDialect implements StoreDialect {
             options.onWaiting(await this.migrationLockHolder().catch(() => null), waited);
             nextReport = Date.now() + reportEveryMs;
           }
-          await new Promise((resolve) => setTimeout(resolve, backoff * (0.5 + Math.random())));
-          backoff = Math.min(backoff * 2, 250);
+          await new Promise((resolve) => setTimeout(resolve, backoff.next()));
         }
         if (options.ddlLockTimeoutMs !== undefined) {
           await sql`select set_config('lock_timeout', ${String(options.ddlLockTimeoutMs)}, true)`.execute(trx);

@@ -10,17 +10,26 @@ import {
   SqliteQueryCompiler,
   sql,
   type Driver,
+  type QueryResult,
   type Transaction,
 } from 'kysely';
 import type { Database as Schema } from '../../schema/database.js';
 import type { SchemaDescription } from '../../schema/describe.js';
 import { describeSqliteSchema } from './sqlite-describe.js';
-import { ImmediateSqliteDriver, PinnedSqliteDriver, holdingConnection } from './sqlite-driver.js';
-import { SQLITE_COLUMN_TYPES } from '../../migrator/recording-driver.js';
+import {
+  ImmediateSqliteDriver,
+  PinnedSqliteDriver,
+  holdingConnection,
+  type SynchronousConnection,
+} from './sqlite-driver.js';
+import { SQLITE_COLUMN_TYPES } from './sqlite-column-types.js';
 import { retryTransient } from '../retry.js';
-import { DEFAULT_WAKE_FALLBACK_MS, SqliteWakeups } from '../wakeups.js';
+import { DEFAULT_WAKE_FALLBACK_MS } from '../wakeups.js';
+import { SqliteWakeups } from './sqlite-wakeups.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
+  EXECUTE_COMPILED_SYNC,
+  type HeldConnectionKysely,
   type DialectOptions,
   type DialectStats,
   type ErrorKind,
@@ -35,7 +44,6 @@ import {
   MigrationLockTimeoutError,
   WriteTimeoutError,
 } from '../../errors.js';
-import { runsOnConnection } from '../../query/direct.js';
 import { loadBetterSqlite3 } from './load-driver.js';
 
 const BEGIN_IMMEDIATE = CompiledQuery.raw('begin immediate');
@@ -91,22 +99,19 @@ export async function openSqliteDialect(filename: string, options: DialectOption
   // The driver's connection reports to onQuery: both Kysely instances share it, so Kysely's own
   // `log` (which wraps the connection once per instance) would report every statement twice.
   const driver = new ImmediateSqliteDriver(raw, options.onQuery);
-  const kysely = (d: Driver) =>
-    new GuardedKysely<Schema>(driver, {
-      dialect: {
-        createAdapter: () => new SerializedSqliteAdapter(),
-        createDriver: () => d,
-        createIntrospector: (k) => new SqliteIntrospector(k),
-        createQueryCompiler: () => new SqliteQueryCompiler(),
-      },
-    });
-  const pinned = kysely(new PinnedSqliteDriver(driver));
-  runsOnConnection(pinned, driver.connection);
+  const config = (d: Driver): KyselyConfig => ({
+    dialect: {
+      createAdapter: () => new SerializedSqliteAdapter(),
+      createDriver: () => d,
+      createIntrospector: (k) => new SqliteIntrospector(k),
+      createQueryCompiler: () => new SqliteQueryCompiler(),
+    },
+  });
   return new SqliteDialect(
     raw,
-    kysely(driver),
+    new GuardedKysely<Schema>(driver, config(driver)),
     driver,
-    pinned,
+    new PinnedKysely(driver, config(new PinnedSqliteDriver(driver))),
     options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
     options.hostClock,
     {
@@ -284,6 +289,24 @@ class GuardedKysely<DB> extends Kysely<DB> {
 
   override connection(): ConnectionBuilder<DB> {
     return guardBuilder(super.connection(), this.#driver);
+  }
+}
+
+/**
+ * The Kysely a write transaction hands to its callback (`SqliteDialect.pinned`): it runs on the
+ * connection the transaction holds (`PinnedSqliteDriver`), and prepared queries run on that
+ * connection synchronously (see `HeldConnectionKysely`).
+ */
+class PinnedKysely extends GuardedKysely<Schema> implements HeldConnectionKysely {
+  readonly #connection: SynchronousConnection;
+
+  constructor(driver: ImmediateSqliteDriver, config: KyselyConfig) {
+    super(driver, config);
+    this.#connection = driver.connection;
+  }
+
+  [EXECUTE_COMPILED_SYNC]<R>(query: CompiledQuery): QueryResult<R> {
+    return this.#connection.executeSync<R>(query);
   }
 }
 
