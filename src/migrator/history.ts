@@ -97,31 +97,40 @@ export interface UnitOutcome {
 }
 
 /**
- * umzug's storage, backed by taskfence's history table. `executed` is what umzug decides the
- * pending set and the targets from. The row itself is written (or deleted) by the migration's
- * own transaction, under the migration lock, together with the migration: writing it here, in a
- * second transaction after umzug's `up` returned, would let a crash between the two leave a
- * migration applied but unrecorded. So `logMigration` / `unlogMigration` confirm that the
- * migration's transaction settled the row (written by this run, or found written by another
- * migrator), and refuse a name this run did not migrate.
+ * umzug's storage, backed by taskfence's history table: `executed` starts as the history read
+ * under the migration lock at the start of the run (so umzug decides what is pending, in which
+ * order and up to which target from one consistent read, which another deploy committing
+ * meanwhile cannot shift under it), and follows what this run settles.
+ *
+ * The row itself is written (or deleted) by the migration's own transaction, under the migration
+ * lock, together with the migration: writing it here, in a second transaction after umzug's
+ * `up` returned, would let a crash between the two leave a migration applied but unrecorded. So
+ * `logMigration` / `unlogMigration` take the row the migration's transaction settled (written by
+ * this run, or found written by another migrator) into the run's view, and refuse a name this run
+ * did not migrate.
  */
 export class HistoryStorage implements UmzugStorage<object> {
+  readonly #executed: Set<string>;
+
   constructor(
-    private readonly db: Kysely<Database>,
-    private readonly known: ReadonlySet<string>,
+    history: readonly Pick<AppliedMigration, 'version' | 'name'>[],
     private readonly outcomes: ReadonlyMap<string, UnitOutcome>,
-  ) {}
+  ) {
+    this.#executed = new Set(history.map(migrationName));
+  }
 
   async executed(): Promise<string[]> {
-    return (await readHistory(this.db)).map(migrationName).filter((name) => this.known.has(name));
+    return [...this.#executed];
   }
 
   async logMigration({ name }: MigrationParams<object>): Promise<void> {
     this.#confirm(name, 'up');
+    this.#executed.add(name);
   }
 
   async unlogMigration({ name }: MigrationParams<object>): Promise<void> {
     this.#confirm(name, 'down');
+    this.#executed.delete(name);
   }
 
   #confirm(name: string, direction: 'up' | 'down'): void {

@@ -115,6 +115,7 @@ export class Migrator {
     }
     const { applied, reverted } = await runChain(chain, {
       target,
+      history: status.applied,
       checksums,
       now: options.now ?? Date.now(),
       emit,

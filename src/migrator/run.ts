@@ -5,11 +5,13 @@ import type { Chain } from './chain.js';
 import { droppedRows } from './data-loss.js';
 import { HISTORY_TABLE, HistoryStorage, createHistoryTable, migrationName, type UnitOutcome } from './history.js';
 import type { LockSettings } from './lock.js';
-import type { MigrationEvent } from './types.js';
+import type { AppliedMigration, MigrationEvent } from './types.js';
 
 /** What `runChain` needs besides the chain: the target, and how this `migrate` call runs. */
 export interface ChainRun {
   readonly target: number;
+  /** The history as read under the migration lock at the start of this run. */
+  readonly history: readonly AppliedMigration[];
   readonly checksums: ReadonlyMap<number, string>;
   readonly now: number;
   readonly emit: (event: MigrationEvent) => void;
@@ -19,7 +21,7 @@ export interface ChainRun {
 
 /**
  * Runs the chain up or down to `run.target` with umzug: umzug reads the applied set from the
- * history table (`HistoryStorage.executed`), decides what is pending and in which order, slices
+ * history (`HistoryStorage.executed`, as read under the migration lock), decides what is pending and in which order, slices
  * it at the target, and calls each migration's `up`/`down`, which is one `applyOne` transaction
  * (the migration and its history row together, under the migration lock, re-checked there).
  * umzug's `migrated` / `reverted` events become taskfence's `applied` / `reverted` (or `skipped`
@@ -34,7 +36,7 @@ export async function runChain(chain: Chain, run: ChainRun): Promise<{ applied: 
   const umzug = new Umzug<object>({
     migrations: chain.migrations.map((m) => ({ name: migrationName(m), up: unit(m, 'up'), down: unit(m, 'down') })),
     context: {},
-    storage: new HistoryStorage(chain.dialect.db, new Set(byName.keys()), outcomes),
+    storage: new HistoryStorage(run.history, outcomes),
     logger: undefined,
   });
   const applied: number[] = [];
