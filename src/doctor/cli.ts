@@ -6,19 +6,19 @@ import { errorMessage } from './probe-support.js';
 export const DOCTOR_EXIT = Object.freeze({ ok: 0, failed: 1 });
 
 /**
- * `taskfence doctor [--db URL] [--json]`: opens the store, runs every check, prints the table (or
+ * `taskfence doctor [--db URL] [--schema NAME] [--json]`: opens the store, runs every check, prints the table (or
  * the JSON report), closes. Returns 0 when every check passed or only warned, 1 when any failed or
  * the database could not be examined at all.
  *
  * @example process.exitCode = await runDoctorCommand({ db: url, json: false }, console.log);
  */
 export async function runDoctorCommand(
-  options: { db: string; json: boolean },
+  options: { db: string; json: boolean; schema?: string },
   out: (line: string) => void,
 ): Promise<number> {
   let store: Store | undefined;
   try {
-    store = await openStore(options.db);
+    store = await openStore({ url: options.db, ...(options.schema === undefined ? {} : { schema: options.schema }) });
     const report = await store.doctor();
     out(options.json ? formatDoctorReportJson(report) : formatDoctorReport(report));
     return report.ok ? DOCTOR_EXIT.ok : DOCTOR_EXIT.failed;

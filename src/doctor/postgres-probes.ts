@@ -12,6 +12,7 @@ import {
   probeName,
   runProbe,
   scalar,
+  schemaNotCreated,
   taskfenceSchema,
 } from './probe-support.js';
 
@@ -155,6 +156,8 @@ async function advisoryLockCheck(dialect: StoreDialect, options: PostgresProbeOp
  */
 async function readCommittedCheck(dialect: StoreDialect, options: PostgresProbeOptions): Promise<DoctorCheck> {
   const db = dialect.db;
+  const notCreated = await schemaNotCreated(db, 'guarantee.read-committed');
+  if (notCreated) return notCreated;
   const table = sql.table(`${await taskfenceSchema(db)}.${PROBE_TABLE_PREFIX}${probeName()}`);
   const problems: string[] = [];
   await sql`create table ${table} (x integer)`.execute(db);
@@ -198,6 +201,8 @@ async function readCommittedCheck(dialect: StoreDialect, options: PostgresProbeO
 
 /** DDL must roll back with its transaction (migrations rely on it): a table created in a rolled-back transaction must not exist afterwards. */
 async function transactionalDdlCheck(dialect: StoreDialect): Promise<DoctorCheck> {
+  const notCreated = await schemaNotCreated(dialect.db, 'guarantee.transactional-ddl');
+  if (notCreated) return notCreated;
   const schema = await taskfenceSchema(dialect.db);
   const name = `${PROBE_TABLE_PREFIX}${probeName()}`;
   const table = sql.table(`${schema}.${name}`);

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { StoreDialect } from '../dialects/types.js';
+import { schemaOf } from '../dialects/schema.js';
 import type { Database } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
 import { check, type DoctorCheck } from './report.js';
@@ -162,12 +163,15 @@ export async function scalar<T>(db: Kysely<Database>, query: ReturnType<typeof s
 }
 
 /**
- * The PostgreSQL schema taskfence's tables live in, asked through the store's own query builder
- * (which names a configured schema on every table it touches): the schema of the migration
- * history table, or `current_schema()` before anything was migrated. Raw probe SQL qualifies its
- * scratch objects and catalog lookups with it.
+ * The PostgreSQL schema taskfence's tables live in: the configured one (`openStore({ schema })`,
+ * `?schema=`, `--schema`) when there is one, whether or not anything was migrated yet; else the
+ * schema of the migration history table, asked through the store's own query builder; else
+ * `current_schema()` (nothing migrated, no schema configured). Raw probe SQL qualifies its
+ * scratch objects and catalog lookups with it, never relying on the search path.
  */
 export async function taskfenceSchema(db: Kysely<Database>): Promise<string> {
+  const configured = schemaOf(db);
+  if (configured !== undefined) return configured;
   const row = await db
     .selectFrom('taskfence_migrations')
     .select(
@@ -179,4 +183,23 @@ export async function taskfenceSchema(db: Kysely<Database>): Promise<string> {
     .executeTakeFirst()
     .catch(() => undefined);
   return row?.schema ?? (await scalar(db, sql<{ v: string }>`select current_schema() as v`)) ?? 'public';
+}
+
+/**
+ * For a probe that needs a scratch table in taskfence's schema: a `warn` naming the configured
+ * schema when it does not exist yet (`migrate` creates it), else undefined. The probe is not run
+ * elsewhere instead: a scratch table in another schema would say nothing about this one.
+ */
+export async function schemaNotCreated(
+  db: Kysely<Database>,
+  id: `guarantee.${string}`,
+): Promise<DoctorCheck | undefined> {
+  const schema = await taskfenceSchema(db);
+  const exists = await scalar(
+    db,
+    sql<{ v: boolean }>`select exists (select 1 from pg_namespace where nspname = ${schema}) as v`,
+  );
+  return exists
+    ? undefined
+    : check(id, 'warn', `not probed: the schema ${schema} does not exist yet (migrate creates it)`);
 }

@@ -45,7 +45,9 @@ async function replay(migrations: readonly MigrationDefinition[]): Promise<Map<n
 /**
  * The schema the chain produces at `version` on the live PostgreSQL database itself, and every
  * table any version creates: the migrations' `up` run in a scratch schema (alone on the search
- * path) inside a transaction that is rolled back, so nothing stays behind. For installs without
+ * path) inside a transaction that is rolled back, so nothing stays behind. What they built is
+ * read from the scratch schema by name, never through `current_schema()`; the live side of the
+ * comparison is the store's configured schema (`describeSchema`). For installs without
  * better-sqlite3, where `referenceSchemas` cannot open its scratch database. The migration history
  * table is not part of it (the migrator, not a migration, creates it).
  */
@@ -65,9 +67,9 @@ export async function scratchSchemaReference(
     for (const m of migrations) {
       await m.up({ db: trx, types: dialect.columnTypes, now: 0, progress: () => {} });
       const { rows } = await sql<{ name: string }>`
-        select table_name as name from information_schema.tables where table_schema = current_schema()`.execute(trx);
+        select table_name as name from information_schema.tables where table_schema = ${scratchSchema}`.execute(trx);
       for (const row of rows) chainTables.add(row.name);
-      if (m.version === version) schema = await describePostgresSchema(trx);
+      if (m.version === version) schema = await describePostgresSchema(trx, scratchSchema);
     }
   });
   return { schema, chainTables };

@@ -4,19 +4,27 @@ import { columnTypesFor } from '../dialects/column-types.js';
 import { createRecordingKysely } from './recording-driver.js';
 import type { StoreDialect } from '../dialects/types.js';
 import type { MigrationDefinition } from '../migrations/types.js';
+import { TaskfenceSchemaPlugin } from '../dialects/schema.js';
 
 /**
  * Records the statements a migration issues in one direction on one dialect, answering every
- * query with no rows (so data backfills show the statements they run on an empty table).
+ * query with no rows (so data backfills show the statements they run on an empty table), or as
+ * `live.answer` does. With `live.schema` (a configured PostgreSQL schema) the statements name
+ * their tables in it, as `migrate` sends them; checksums are recorded without one.
  */
 export async function recordMigration(
   migration: MigrationDefinition,
   direction: 'up' | 'down',
   kind: StoreDialect['kind'],
-  live?: { readonly now: number; readonly answer: (query: CompiledQuery) => Promise<QueryResult<any> | undefined> },
+  live?: {
+    readonly now: number;
+    readonly answer: (query: CompiledQuery) => Promise<QueryResult<any> | undefined>;
+    readonly schema?: string;
+  },
 ): Promise<CompiledQuery[]> {
   const log: CompiledQuery[] = [];
-  const db = createRecordingKysely(kind, log, live?.answer);
+  const recording = createRecordingKysely(kind, log, live?.answer);
+  const db = live?.schema === undefined ? recording : recording.withPlugin(new TaskfenceSchemaPlugin(live.schema));
   await migration[direction]({ db, types: columnTypesFor(kind), now: live?.now ?? 0, progress: () => {} });
   return log;
 }

@@ -392,6 +392,55 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
     });
   });
 
+  describe('a PostgreSQL schema of its own (?schema=, --schema)', () => {
+    it('migrate, status and plan work in the schema the URL or --schema names; plan shows schema-qualified SQL; SQLite refuses --schema', async () => {
+      if (fx.kind === 'sqlite') {
+        const refused = await runCli(['plan', '--db', await fx.freshUrl(), '--schema', 'tf_cli']);
+        expect(refused.code).toBe(2);
+        expect(refused.err).toMatch(/--schema is a PostgreSQL option/);
+        return;
+      }
+      const bare = new URL(await fx.freshUrl());
+      bare.searchParams.delete('schema');
+      const inSchema = new URL(bare);
+      inSchema.searchParams.set('schema', 'tf_cli');
+      const migrated = await runCli(['migrate', '--db', inSchema.toString(), '--to', '53']);
+      expect(migrated.code, migrated.err).toBe(0);
+      // Everything went into tf_cli, nothing into public.
+      const admin = await fx.open(bare.toString());
+      const schemasOf = async (table: string) =>
+        (
+          await sql<{ s: string }>`select table_schema as s from information_schema.tables
+            where table_name = ${table} order by 1`.execute(admin.db)
+        ).rows.map((r) => r.s);
+      expect(await schemasOf('taskfence_migrations')).toEqual(['tf_cli']);
+      expect(await schemasOf('task_environments')).toEqual(['tf_cli']);
+      // --schema and ?schema= mean the same; they may not disagree.
+      const status = await runCli(['status', '--db', bare.toString(), '--schema', 'tf_cli', '--json']);
+      expect(status.code, status.err).toBe(0);
+      expect(JSON.parse(status.out)).toMatchObject({ schema: 'tf_cli', currentVersion: 53 });
+      const disagree = await runCli(['status', '--db', inSchema.toString(), '--schema', 'other']);
+      expect(disagree.code).toBe(2);
+      // plan names the schema on every table it touches, as migrate will send it.
+      const plan = await runCli(['plan', '--db', bare.toString(), '--schema', 'tf_cli', '--json']);
+      expect(plan.code, plan.err).toBe(0);
+      const parsed = JSON.parse(plan.out) as { schema: string; steps: { version: number; statements: string[] }[] };
+      expect(parsed.schema).toBe('tf_cli');
+      expect(parsed.steps.map((s) => s.version)).toEqual(VERSIONS.filter((v) => v > 53));
+      const statements = parsed.steps.flatMap((s) => s.statements);
+      const tableStatements = statements.filter((q) => /^(create|alter|drop) table\b/i.test(q));
+      expect(tableStatements.length).toBeGreaterThan(0);
+      for (const q of tableStatements) expect(q).toMatch(/^(create|alter|drop) table (if not exists )?"tf_cli"\./);
+      const text = await runCli(['plan', '--db', inSchema.toString()]);
+      expect(text.out).toMatch(/^-- in schema tf_cli: every table below is qualified with it$/m);
+      expect(text.out).toMatch(/^create table "tf_cli"\."cleanup_snapshots"/m);
+      // And migrate applies exactly that in tf_cli.
+      const rest = await runCli(['migrate', '--db', bare.toString(), '--schema', 'tf_cli']);
+      expect(rest.code, rest.err).toBe(0);
+      expect(await schemasOf('cleanup_snapshots')).toEqual(['tf_cli']);
+    });
+  });
+
   describe('faults are one line', () => {
     it('an unreachable database and a bad URL: exit 1, one line', async () => {
       const url =

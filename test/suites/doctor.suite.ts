@@ -146,6 +146,65 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
     });
   });
 
+  describe('in a PostgreSQL schema of its own', () => {
+    it('examines the configured schema, not current_schema(), migrated or not, and leaves nothing behind; SQLite refuses a schema', async () => {
+      if (fx.kind === 'sqlite') {
+        const lines: string[] = [];
+        const db = await fx.freshUrl();
+        expect(await runDoctorCommand({ db, json: false, schema: 'tf_doctor' }, (l) => lines.push(l))).toBe(1);
+        expect(lines.join('\n')).toMatch(/schemas are a PostgreSQL option/);
+        return;
+      }
+      // A database without a public schema: current_schema() is null there, so anything that
+      // falls back to it instead of the configured schema fails.
+      const bare = new URL(await fx.freshUrl());
+      bare.searchParams.delete('schema');
+      const admin = await fx.open(bare.toString());
+      await sql`drop schema public cascade`.execute(admin.db);
+      const schemas = async () =>
+        (await sql<{ n: string }>`select nspname as n from pg_namespace order by nspname`.execute(admin.db)).rows.map(
+          (r) => r.n,
+        );
+      const inSchema = new URL(bare);
+      inSchema.searchParams.set('schema', 'tf_doctor');
+      const store = await fx.open(inSchema.toString());
+      // Nothing migrated yet, and tf_doctor does not exist: the probes that need a scratch table there say so.
+      const fresh = await store.doctor();
+      expect(failing(fresh)).toEqual([]);
+      for (const id of ['guarantee.read-committed', 'guarantee.transactional-ddl']) {
+        expect(byId(fresh, id), id).toMatchObject({
+          status: 'warn',
+          detail: 'not probed: the schema tf_doctor does not exist yet (migrate creates it)',
+        });
+      }
+      await store.migrate();
+      const before = await schemas();
+      const tables = await store.describeSchema();
+      for (const referenceSource of ['sqlite', 'database'] as const) {
+        const report = await store.doctor({ referenceSource });
+        expect(failing(report), referenceSource).toEqual([]);
+        expect(byId(report, 'drift.schema').status, referenceSource).toBe('pass');
+      }
+      // Nothing left behind: no scratch schema, no probe table.
+      expect(await schemas()).toEqual(before);
+      expect(await store.describeSchema()).toEqual(tables);
+      await sql`drop index tf_doctor.path_leases_task_idx`.execute(admin.db);
+      for (const referenceSource of ['sqlite', 'database'] as const) {
+        expect(byId(await store.doctor({ referenceSource }), 'drift.schema').items, referenceSource).toEqual([
+          'missing index path_leases_task_idx on path_leases (task_id)',
+        ]);
+      }
+      // taskfence doctor --schema examines the same schema.
+      const lines: string[] = [];
+      const code = await runDoctorCommand({ db: bare.toString(), json: true, schema: 'tf_doctor' }, (l) =>
+        lines.push(l),
+      );
+      expect(code).toBe(1);
+      const report = JSON.parse(lines.join('\n')) as DoctorReport;
+      expect(failing(report)).toEqual(['drift.schema']);
+    });
+  });
+
   describe('runDoctorCommand (taskfence doctor)', () => {
     const run = async (db: string, json: boolean) => {
       const lines: string[] = [];

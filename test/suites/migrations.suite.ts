@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fileURLToPath } from 'node:url';
-import { sql } from 'kysely';
+import { sql, type CompiledQuery } from 'kysely';
+import { inlineParameters } from '../../src/migrator/recording-driver.js';
 import {
   BaselineMismatchError,
   BaselineRequiredError,
@@ -213,6 +214,28 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
         [8, 'down'],
         [7, 'down'],
       ]);
+    });
+  });
+
+  describe('plan is what migrate runs', () => {
+    it('every statement plan shows is one migrate then sends, byte for byte (PostgreSQL: in a schema of its own, qualified with it)', async () => {
+      const url = new URL(await fx.freshUrl());
+      if (fx.kind === 'postgres') url.searchParams.set('schema', 'tf_plan');
+      const sent: string[] = [];
+      const store = await fx.open(url.toString(), {
+        onQuery: (q) => sent.push(inlineParameters(fx.kind, { sql: q.sql, parameters: q.parameters } as CompiledQuery)),
+      });
+      await store.migrate({ to: 53 });
+      const steps = await store.plan();
+      expect(steps.map((s) => s.version)).toEqual(VERSIONS.filter((v) => v > 53));
+      const planned = steps.flatMap((s) => s.statements);
+      if (fx.kind === 'postgres') {
+        expect(planned.join('\n')).toMatch(/^create table "tf_plan"\."cleanup_snapshots"/m);
+        expect(planned.join('\n')).not.toMatch(/(table|on|references) "(?!tf_plan")[a-z_]+"\s/);
+      }
+      sent.length = 0;
+      await store.migrate();
+      for (const statement of planned) expect(sent, statement).toContain(statement);
     });
   });
 

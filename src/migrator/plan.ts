@@ -1,0 +1,79 @@
+import type { CompiledQuery } from 'kysely';
+import type { DataLoss } from '../errors.js';
+import { schemaOf } from '../dialects/schema.js';
+import type { MigrationDefinition } from '../migrations/types.js';
+import type { Chain } from './chain.js';
+import { recordMigration } from './checksum.js';
+import { droppedRowsOf } from './data-loss.js';
+import { inlineParameters } from './recording-driver.js';
+import type { MigrationStatus, PlanStep } from './types.js';
+
+const isRead = (query: CompiledQuery) => /^\s*select\b/i.test(query.sql);
+
+/**
+ * The steps from `status` to `target` (ups in version order, then downs newest first), each
+ * with the exact statements it runs on this dialect: recorded through the same schema plugin
+ * `migrate` runs under (so with a configured PostgreSQL schema every table is qualified with it),
+ * the migration's reads answered by the live database.
+ */
+export async function planSteps(
+  chain: Chain,
+  status: MigrationStatus,
+  target: number,
+  now: number,
+): Promise<PlanStep[]> {
+  const applied = new Set(status.applied.map((a) => a.version));
+  const steps: PlanStep[] = [];
+  for (const m of chain.migrations) {
+    if (!applied.has(m.version) && m.version <= target) steps.push(await renderStep(chain, m, 'up', [], now));
+  }
+  const downs = [...chain.migrations].reverse().filter((m) => applied.has(m.version) && m.version > target);
+  for (const m of downs) {
+    steps.push(await renderStep(chain, m, 'down', await droppedRowsOf(chain, [m]), now));
+  }
+  return steps;
+}
+
+async function renderStep(
+  chain: Chain,
+  m: MigrationDefinition,
+  direction: 'up' | 'down',
+  destructive: readonly DataLoss[],
+  now: number,
+): Promise<PlanStep> {
+  const { dialect } = chain;
+  const schema = schemaOf(dialect.db);
+  const inSchema = schema === undefined ? {} : { schema };
+  let reads = 0;
+  let failedReads = 0;
+  const answer = async (query: CompiledQuery) => {
+    if (!isRead(query)) return undefined;
+    try {
+      const result = await dialect.db.executeQuery(query);
+      reads++;
+      return result;
+    } catch {
+      failedReads++;
+      return undefined;
+    }
+  };
+  const queries = await recordMigration(m, direction, dialect.kind, { now, answer, ...inSchema });
+  const statements = queries.filter((q) => !isRead(q)).map((q) => inlineParameters(dialect.kind, q));
+  const notes: string[] = [];
+  // A statement that changes with `now` depends on the time migrate starts.
+  const unanswered = async () => undefined;
+  const later = await recordMigration(m, direction, dialect.kind, { now: now + 1, answer: unanswered, ...inSchema });
+  const early = await recordMigration(m, direction, dialect.kind, { now, answer: unanswered, ...inSchema });
+  if (later.some((q, i) => JSON.stringify(q.parameters) !== JSON.stringify(early[i]?.parameters))) {
+    notes.push(
+      `uses the time migrate starts, known only at run time; shown with the time of this plan, ${new Date(now).toISOString()} (${now})`,
+    );
+  }
+  if (reads > 0)
+    notes.push(
+      `values read from the database now (${reads} reads); they change if the data changes before migrate runs`,
+    );
+  if (failedReads > 0)
+    notes.push(`${failedReads} reads need tables that earlier steps create; shown as on empty tables`);
+  return { version: m.version, name: m.name, direction, statements, destructive, notes };
+}
