@@ -1,6 +1,7 @@
 /** Contender operations for the dialect suite. */
 import { sql } from 'kysely';
 import type { Store } from '../../src/index.js';
+import { defineOperations } from '../support/operations.js';
 
 /**
  * Read-modify-write of one counter row, `times` times, each in its own write transaction that
@@ -21,3 +22,6 @@ export async function incrementCounter(store: Store, args: { times: number }) {
   }
   return { retries: store.dialect.stats.retries };
 }
+
+/** The operations this module's contenders run (see test/support/operations.ts). */
+export const ops = defineOperations(import.meta.url, { incrementCounter });

@@ -4,7 +4,6 @@
  * multi-process races, and the v52 backfill fixture.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import {
   DEFAULT_DISPATCH_TTL_MS,
@@ -18,8 +17,7 @@ import { backfillRequiresFilesystem } from '../../src/migrations/0052_requires_f
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
 import type { DispatchSummary } from './locks.ops.js';
-
-const OPS = fileURLToPath(new URL('./locks.ops.ts', import.meta.url));
+import { ops as OPS } from './locks.ops.js';
 
 /** A clock the test moves by hand. */
 export class ManualClock implements Clock {
@@ -658,12 +656,12 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
   // is the slow part on a small machine. Each test works on its own company and workspace.
   describe('races between processes', () => {
     let store: Store;
-    let contenders: Contenders;
+    let contenders: Contenders<typeof OPS>;
     beforeAll(async () => {
       const url = await fx.freshUrl();
       store = await fx.open(url);
       await store.migrate();
-      contenders = await Contenders.start(8, { url, module: OPS, storeOptions: { poolSize: 2 } });
+      contenders = await Contenders.start(8, { url, ops: OPS, storeOptions: { poolSize: 2 } });
     });
     afterAll(async () => {
       await contenders?.close();
@@ -699,7 +697,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
             }),
           );
         }
-        const outcomes = await contenders.race<DispatchSummary>('dispatch', (i) => ({
+        const outcomes = await contenders.race('dispatch', (i) => ({
           taskId: tasks[i]!.id,
           agentId: agents[i]!.id,
           runId: `cog-${round}-${i}`,
@@ -734,7 +732,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
             }),
           );
         }
-        const outcomes = await contenders.race<DispatchSummary>('dispatch', (i) => ({
+        const outcomes = await contenders.race('dispatch', (i) => ({
           taskId: tasks[i]!.id,
           agentId: agents[i]!.id,
           runId: `mix-${round}-${i}`,
@@ -783,7 +781,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
           );
         }
         allTasks.push(...tasks.map((t) => t.id));
-        const outcomes = await contenders.race<DispatchSummary>('dispatch', (i) => ({
+        const outcomes = await contenders.race('dispatch', (i) => ({
           taskId: tasks[i]!.id,
           agentId: agents[i]!.id,
           runId: `code-${round}-${i}`,
@@ -842,14 +840,11 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const company = (await store.org.createCompany({ name: 'Churners' })).id;
       const ws = (await store.org.createWorkspace({ companyId: company, name: 'hot' })).id;
       const task = await store.tasks.createTask({ companyId: company, title: 'hot task', requiresFilesystem: true });
-      const outcomes = await contenders.race<{ lockTokens: number[]; leaseTokens: number[]; staleRefusals: number }>(
-        'churn',
-        () => ({
-          workspaceId: ws,
-          taskId: task.id,
-          iterations: 6,
-        }),
-      );
+      const outcomes = await contenders.race('churn', () => ({
+        workspaceId: ws,
+        taskId: task.id,
+        iterations: 6,
+      }));
       for (const o of outcomes) expect(o.ok, JSON.stringify(o)).toBe(true);
       const results = outcomes.map((o) => (o as Extract<typeof o, { ok: true }>).value);
       const lockTokens = results.flatMap((r) => r.lockTokens).sort((a, b) => a - b);
@@ -901,7 +896,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       await expect(hanging).rejects.toThrow(/exited/);
 
       // Polls until the dead holder's 300 ms TTL has run out (bounded by attempts, not asserted on time).
-      const next = await contenders.run<{ lockToken: number; leaseToken: number }>(7, 'claimWhenFree', {
+      const next = await contenders.run(7, 'claimWhenFree', {
         workspaceId: ws,
         taskId: task.id,
         holder: 'successor',

@@ -2,6 +2,7 @@
 import { sql } from 'kysely';
 import { Migrator, MIGRATIONS, type MigrationDefinition, type Store } from '../../src/index.js';
 import type { ContenderTools } from '../support/contender.js';
+import { defineOperations } from '../support/operations.js';
 
 /** Migrates to the latest version (or `to`), reporting what this process applied. */
 export async function migrate(store: Store, args: { to?: number }) {
@@ -73,3 +74,11 @@ export async function migrateReportingWait(store: Store, _args: unknown, tools: 
   });
   return { applied: result.applied, toVersion: result.toVersion };
 }
+
+/** The operations this module's contenders run (see test/support/operations.ts). */
+export const ops = defineOperations(import.meta.url, {
+  migrate,
+  migrateAndHangInside0052,
+  migrateSlowly0052,
+  migrateReportingWait,
+});

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import {
   BaselineMismatchError,
@@ -21,8 +20,8 @@ import type { DialectFixture } from '../support/fixtures.js';
 import { holdWriteLock } from '../support/hold-write-lock.js';
 import { Contenders, ContenderExitedError, type Outcome } from '../support/race.js';
 import { makeLegacyV5Database } from './legacy.js';
+import { ops as OPS } from './migrations.ops.js';
 
-const OPS = fileURLToPath(new URL('./migrations.ops.ts', import.meta.url));
 const VERSIONS = MIGRATIONS.map((m) => m.version);
 
 /** Runs the CLI in-process and captures what it prints. */
@@ -220,9 +219,9 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
     it('six processes migrating one database at once all succeed and each migration is applied once', async () => {
       for (let round = 0; round < 3; round++) {
         const url = await fx.freshUrl();
-        const contenders = await Contenders.start(6, { url, module: OPS });
+        const contenders = await Contenders.start(6, { url, ops: OPS });
         try {
-          const outcomes = await contenders.race<{ applied: number[]; toVersion: number }>('migrate');
+          const outcomes = await contenders.race('migrate');
           for (const o of outcomes)
             expect(o, JSON.stringify(o)).toMatchObject({ ok: true, value: { toVersion: LATEST_VERSION } });
           const appliedEverywhere = outcomes.flatMap((o) => (o.ok ? o.value.applied : []));
@@ -242,7 +241,7 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const store = await fx.open(url);
       await store.migrate({ to: 8 });
       const before = await describeTables(store);
-      const contenders = await Contenders.start(1, { url, module: OPS });
+      const contenders = await Contenders.start(1, { url, ops: OPS });
       try {
         const running = contenders.start(0, 'migrateAndHangInside0052');
         await contenders.waitForSignal(0, 'inside-0052');
@@ -285,14 +284,14 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const url = await fx.freshUrl();
       const store = await fx.open(url);
       await store.migrate({ to: 8 });
-      const contenders = await Contenders.start(2, { url, module: OPS });
+      const contenders = await Contenders.start(2, { url, ops: OPS });
       let first: Outcome<{ applied: number[] }> | undefined;
       try {
-        const firstRun = contenders.start<{ applied: number[] }>(0, 'migrateSlowly0052');
+        const firstRun = contenders.start(0, 'migrateSlowly0052');
         await contenders.waitForSignal(0, 'inside-0052');
         // The second deploy starts while the first holds the lock mid-0052; on PostgreSQL it
         // reports the holder while it waits.
-        const second = contenders.start<{ applied: number[]; toVersion: number }>(1, 'migrateReportingWait');
+        const second = contenders.start(1, 'migrateReportingWait');
         if (fx.kind === 'postgres') {
           await contenders.waitForSignal(1, 'waiting');
           const admin = await fx.open(url);

@@ -2,7 +2,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdirSync, mkdtempSync, existsSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import {
   CleanupAlreadyCompletedError,
@@ -25,8 +24,8 @@ import {
 } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { ContenderExitedError, Contenders, partition, type Outcome } from '../support/race.js';
+import { ops as OPS, type PairCall } from './ownership.ops.js';
 
-const OPS = fileURLToPath(new URL('./ownership.ops.ts', import.meta.url));
 const HOUR = 3_600_000;
 
 class FakeClock implements Clock {
@@ -727,13 +726,13 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
     let url: string;
     let store: Store;
     let clock: FakeClock;
-    let contenders: Contenders;
+    let contenders: Contenders<typeof OPS>;
     beforeAll(async () => {
       url = await fx.freshUrl();
       clock = new FakeClock();
       store = await fx.open(url, { clock });
       await store.migrate();
-      contenders = await Contenders.start(POOL, { url, module: OPS, storeOptions: { poolSize: 1 } });
+      contenders = await Contenders.start(POOL, { url, ops: OPS, storeOptions: { poolSize: 1 } });
     });
     afterAll(async () => {
       await contenders?.close();
@@ -742,10 +741,10 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
 
     /** Runs `first` in even and `second` in odd contenders, all released together; pair k works on case k. */
     async function racePairs<A, B>(
-      first: (k: number) => [string, unknown],
-      second: (k: number) => [string, unknown],
+      first: (k: number) => PairCall,
+      second: (k: number) => PairCall,
     ): Promise<[Outcome<A>, Outcome<B>][]> {
-      const outcomes = await contenders.race<unknown>('dispatch', (i) => {
+      const outcomes = await contenders.race('dispatch', (i) => {
         const [op, args] = i % 2 === 0 ? first(i >> 1) : second(i >> 1);
         return { op, args };
       });
@@ -762,13 +761,13 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         const targets = await Promise.all(
           families.map(async (f) => [await newTask(store, f.companyId, 'x'), await newTask(store, f.companyId, 'y')]),
         );
-        const transfer = (k: number, side: number): [string, unknown] => [
+        const transfer = (k: number, side: number): PairCall => [
           'transferEnvironment',
           {
             environmentId: families[k]!.envId,
             expectedOwnerTaskId: families[k]!.parentId,
             expectedGeneration: 1,
-            newOwnerTaskId: targets[k]![side],
+            newOwnerTaskId: targets[k]![side]!,
           },
         ];
         const results = await racePairs<OwnershipTransfer, OwnershipTransfer>(
@@ -798,13 +797,13 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         const targets = await Promise.all(
           families.map(async (f) => [f.childId, await newTask(store, f.companyId, 'y')]),
         );
-        const transfer = (k: number, side: number): [string, unknown] => [
+        const transfer = (k: number, side: number): PairCall => [
           'transferGroup',
           {
             groupId: families[k]!.groupId,
             expectedStewardTaskId: families[k]!.parentId,
             expectedGeneration: 1,
-            newStewardTaskId: targets[k]![side],
+            newStewardTaskId: targets[k]![side]!,
           },
         ];
         const results = await racePairs<OwnershipTransfer, OwnershipTransfer>(
@@ -841,9 +840,9 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
           environmentId: f.envId,
           expectedOwnerTaskId: f.parentId,
           expectedGeneration: 1,
-          newOwnerTaskId: targets[i],
+          newOwnerTaskId: targets[i]!,
         });
-        const perProcess = await contenders.race<Outcome<OwnershipTransfer>[]>('transferOnEachConnection', (p) => ({
+        const perProcess = await contenders.race('transferOnEachConnection', (p) => ({
           calls: Array.from({ length: PER_PROCESS }, (_, c) => input(p * PER_PROCESS + c)),
         }));
         const outcomes = perProcess.flatMap((o, p) => {
@@ -1047,7 +1046,7 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       const x = await newTask(store, f.companyId, 'x');
       const { snapshots } = await store.ownership.admitTaskCleanup(f.parentId);
       const s = snapshots.find((y) => y.resourceId === f.envId)!;
-      const claimed = await contenders.run<CleanupClaim>(0, 'claimCleanup', {
+      const claimed = await contenders.run(0, 'claimCleanup', {
         snapshotId: s.id,
         claimant: 'remote-worker',
       });
@@ -1132,7 +1131,7 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         });
         const movedBefore = await envRow(store, moved.id);
 
-        const restarted = await Contenders.start(1, { url, module: OPS, storeOptions: { poolSize: 1 } });
+        const restarted = await Contenders.start(1, { url, ops: OPS, storeOptions: { poolSize: 1 } });
         let outcome: Outcome<
           { snapshotId: string; resourceId: string; ok: boolean; code?: string; attempt?: number }[]
         >;
