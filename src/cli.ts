@@ -4,7 +4,7 @@ import { realpathSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runDoctorCommand } from './doctor/cli.js';
-import { openStore } from './store.js';
+import { ensureSchema, openStore } from './store.js';
 import { parseDatabaseUrl, redactDatabaseUrl } from './config.js';
 import { DatabaseUnavailableError, TaskfenceError, formatVersion } from './errors.js';
 import { Migrator, type MigrationEvent, type MigrationStatus, type PlanStep } from './migrator/migrator.js';
@@ -285,11 +285,19 @@ async function openDialect(url: string, parsed: ParsedArgs, note: (line: string)
     );
     timer.unref();
   });
+  // `?schema=`: the install in that schema (migrate creates the schema, as openStore does).
+  const schema = location.schema;
   try {
-    return await Promise.race([
-      openPostgresDialect(location.connectionString, { connectTimeoutMs, poolSize: 3 }),
+    const dialect = await Promise.race([
+      openPostgresDialect(location.connectionString, {
+        connectTimeoutMs,
+        poolSize: 3,
+        ...(schema === undefined ? {} : { schema }),
+      }),
       watchdog,
     ]);
+    if (schema !== undefined && parsed.command === 'migrate') await ensureSchema(dialect, schema);
+    return dialect;
   } finally {
     clearTimeout(timer);
   }
