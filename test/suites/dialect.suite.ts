@@ -7,6 +7,7 @@ import type { DialectFixture } from '../support/fixtures.js';
 import { holdWriteLock } from '../support/hold-write-lock.js';
 import { Contenders } from '../support/race.js';
 import { ops as OPS } from './dialect.ops.js';
+import { tbl } from '../support/schema.js';
 
 export function defineDialectSuite(makeFixture: () => DialectFixture) {
   let fx: DialectFixture;
@@ -96,7 +97,7 @@ export function defineDialectSuite(makeFixture: () => DialectFixture) {
       ).toBe('foreign_key_violation');
       expect(
         await classify(() =>
-          sql`insert into coordinator_runs (id, coordinator_handle, status, started_at) values ('r', 'h', 'bogus', 1)`.execute(
+          sql`insert into ${tbl(store.db, 'coordinator_runs')} (id, coordinator_handle, status, started_at) values ('r', 'h', 'bogus', 1)`.execute(
             store.db,
           ),
         ),

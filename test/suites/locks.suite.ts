@@ -18,6 +18,7 @@ import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
 import type { DispatchSummary } from './locks.ops.js';
 import { ops as OPS } from './locks.ops.js';
+import { tbl } from '../support/schema.js';
 
 /** A clock the test moves by hand. */
 export class ManualClock implements Clock {
@@ -948,7 +949,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
         version: 52,
         message: `0052: backfill complete, ${expectedOnes} tasks require the filesystem`,
       });
-      await sql`update tasks set requires_filesystem = 0`.execute(store.db);
+      await sql`update ${tbl(store.db, 'tasks')} set requires_filesystem = 0`.execute(store.db);
       const messages: string[] = [];
       const flagged = await backfillRequiresFilesystem(store.db, {
         now: BACKFILL_NOW,
@@ -1084,10 +1085,10 @@ export async function insertBackfillFixture(store: Store): Promise<void> {
       .execute();
   }
   for (const t of TASKS) {
-    await sql`insert into tasks (id, company_id, assignee_agent_id, title, status, created_at, updated_at)
+    await sql`insert into ${tbl(db, 'tasks')} (id, company_id, assignee_agent_id, title, status, created_at, updated_at)
       values (${t.id}, 'co', ${t.assignee}, ${t.id}, ${t.status}, 0, 0)`.execute(db);
     if (t.lease) {
-      await sql`insert into task_leases (task_id, holder, token, acquired_at, expires_at)
+      await sql`insert into ${tbl(db, 'task_leases')} (task_id, holder, token, acquired_at, expires_at)
         values (${t.id}, ${t.lease.holder}, 1, 0, ${t.lease.expiresAt})`.execute(db);
     }
   }

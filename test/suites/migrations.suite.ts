@@ -21,6 +21,7 @@ import { holdWriteLock } from '../support/hold-write-lock.js';
 import { Contenders, ContenderExitedError, type Outcome } from '../support/race.js';
 import { makeLegacyV5Database } from './legacy.js';
 import { ops as OPS } from './migrations.ops.js';
+import { tbl } from '../support/schema.js';
 
 const VERSIONS = MIGRATIONS.map((m) => m.version);
 
@@ -263,7 +264,9 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
   describe('data-loss guard', () => {
     it('a down step dropping rows throws DataLossError and changes nothing; allowDataLoss: true goes ahead', async () => {
       const store = await fx.freshStore();
-      await sql`insert into companies (id, name, created_at) values ('c', 'c', 1)`.execute(store.db);
+      await sql`insert into ${tbl(store.db, 'companies')} (id, name, created_at) values ('c', 'c', 1)`.execute(
+        store.db,
+      );
       const schema = await store.describeSchema();
       const refused = await store.migrate({ to: 0 }).catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(DataLossError);
@@ -389,7 +392,7 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const isLocked = new Promise<void>((resolve) => (locked = resolve));
       const holding = holder.dialect.withMigrationLock(
         async (trx) => {
-          await sql`update companies set name = name`.execute(trx);
+          await sql`update ${tbl(trx, 'companies')} set name = name`.execute(trx);
           locked();
           await held;
         },

@@ -25,6 +25,7 @@ import {
 import type { DialectFixture } from '../support/fixtures.js';
 import { ContenderExitedError, Contenders, partition, type Outcome } from '../support/race.js';
 import { ops as OPS, type PairCall } from './ownership.ops.js';
+import { tbl } from '../support/schema.js';
 
 const HOUR = 3_600_000;
 
@@ -102,43 +103,45 @@ async function snapshotRow(store: Store, id: string) {
 async function assertOwnershipInvariants(store: Store) {
   const checks: Record<string, Promise<{ rows: unknown[] }>> = {
     'an active group without exactly one steward member, or whose steward member is not its steward': sql`
-      select g.id from workspace_groups g
+      select g.id from ${tbl(store.db, 'workspace_groups')} g
        where g.status = 'active'
-         and ((select count(*) from workspace_group_members m where m.group_id = g.id and m.role = 'steward') <> 1
-              or not exists (select 1 from workspace_group_members m
+         and ((select count(*) from ${tbl(store.db, 'workspace_group_members')} m where m.group_id = g.id and m.role = 'steward') <> 1
+              or not exists (select 1 from ${tbl(store.db, 'workspace_group_members')} m
                               where m.group_id = g.id and m.task_id = g.steward_task_id and m.role = 'steward'))`.execute(
       store.db,
     ),
     'a shared child task without a group membership': sql`
-      select t.id from tasks t
+      select t.id from ${tbl(store.db, 'tasks')} t
        where t.workspace_mode = 'shared' and t.parent_id is not null
-         and not exists (select 1 from workspace_group_members m where m.task_id = t.id)`.execute(store.db),
+         and not exists (select 1 from ${tbl(store.db, 'workspace_group_members')} m where m.task_id = t.id)`.execute(
+      store.db,
+    ),
     'a claim on an environment for another generation': sql`
-      select id from task_environments
+      select id from ${tbl(store.db, 'task_environments')}
        where cleanup_claimed_by is not null and cleanup_claim_generation <> ownership_generation`.execute(store.db),
     'a claim on a group for another generation': sql`
-      select id from workspace_groups
+      select id from ${tbl(store.db, 'workspace_groups')}
        where cleanup_claimed_by is not null and cleanup_claim_generation <> ownership_generation`.execute(store.db),
     'a generation below 1': sql`
-      select id from task_environments where ownership_generation < 1
-      union all select id from workspace_groups where ownership_generation < 1`.execute(store.db),
+      select id from ${tbl(store.db, 'task_environments')} where ownership_generation < 1
+      union all select id from ${tbl(store.db, 'workspace_groups')} where ownership_generation < 1`.execute(store.db),
     'a completed environment snapshot whose environment is not removed at that owner and generation': sql`
-      select s.id from cleanup_snapshots s join task_environments e on e.id = s.resource_id
+      select s.id from ${tbl(store.db, 'cleanup_snapshots')} s join ${tbl(store.db, 'task_environments')} e on e.id = s.resource_id
        where s.resource_kind = 'environment' and s.state = 'completed'
          and (e.status <> 'removed' or e.task_id <> s.owner_task_id or e.ownership_generation <> s.ownership_generation)`.execute(
       store.db,
     ),
     'a removed environment without a completed snapshot of its owner and generation': sql`
-      select e.id from task_environments e
+      select e.id from ${tbl(store.db, 'task_environments')} e
        where e.status = 'removed'
-         and not exists (select 1 from cleanup_snapshots s
+         and not exists (select 1 from ${tbl(store.db, 'cleanup_snapshots')} s
                           where s.resource_kind = 'environment' and s.resource_id = e.id and s.state = 'completed'
                             and s.owner_task_id = e.task_id and s.ownership_generation = e.ownership_generation)`.execute(
       store.db,
     ),
     // (A claimed snapshot whose resource moved on is legal until someone touches it: then it turns stale.)
     'a claimed snapshot whose unmoved resource does not carry its claim': sql`
-      select s.id from cleanup_snapshots s join task_environments e on e.id = s.resource_id
+      select s.id from ${tbl(store.db, 'cleanup_snapshots')} s join ${tbl(store.db, 'task_environments')} e on e.id = s.resource_id
        where s.resource_kind = 'environment' and s.state = 'claimed'
          and e.status = 'active' and e.ownership_generation = s.ownership_generation and e.task_id = s.owner_task_id
          and (e.cleanup_claimed_by is null or e.cleanup_claimed_by <> s.claimed_by)`.execute(store.db),
@@ -697,10 +700,10 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
           workspace_mode: null,
         } as never)
         .execute();
-      await sql`insert into workspace_groups (id, steward_task_id, created_at, updated_at) values ('g', 't', 0, 0)`.execute(
+      await sql`insert into ${tbl(store.db, 'workspace_groups')} (id, steward_task_id, created_at, updated_at) values ('g', 't', 0, 0)`.execute(
         store.db,
       );
-      await sql`insert into task_environments (id, task_id, group_id, root_path, created_at, updated_at) values ('e', 't', 'g', '/e', 0, 0)`.execute(
+      await sql`insert into ${tbl(store.db, 'task_environments')} (id, task_id, group_id, root_path, created_at, updated_at) values ('e', 't', 'g', '/e', 0, 0)`.execute(
         store.db,
       );
       await migrator.migrate({ to: 54 });
