@@ -14,7 +14,7 @@ import { runDoctorCommand } from '../../src/doctor/cli.js';
 import { defineDoctorSuite } from '../suites/doctor.suite.js';
 import { postgresFixture } from '../support/dialects.js';
 import { dialectWith, doctorTarget } from '../support/doctor-target.js';
-import { tbl } from '../support/schema.js';
+import { qualifiedName, tbl } from '../support/schema.js';
 
 defineDoctorSuite(postgresFixture);
 
@@ -127,7 +127,9 @@ describe('doctor on PostgreSQL sessions', () => {
       (
         await sql<{
           conname: string;
-        }>`select conname from pg_constraint where conrelid = ${table}::regclass and contype = 'f'`.execute(store.db)
+        }>`select conname from pg_constraint where conrelid = ${qualifiedName(store.db, table)}::regclass and contype = 'f'`.execute(
+          store.db,
+        )
       ).rows.map((r) => r.conname);
     const [leaseFk] = await fk('path_leases');
     await sql`alter table ${tbl(store.db, 'path_leases')} drop constraint ${sql.id(leaseFk!)}`.execute(store.db);

@@ -400,7 +400,9 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       expect(again.snapshots.map((s) => s.id)).toEqual(first.snapshots.map((s) => s.id));
       const { rows } = await sql<{
         n: number;
-      }>`select count(*) as n from task_cleanup_admissions where task_id = ${f.parentId}`.execute(store.db);
+      }>`select count(*) as n from ${tbl(store.db, 'task_cleanup_admissions')} where task_id = ${f.parentId}`.execute(
+        store.db,
+      );
       expect(Number(rows[0]!.n)).toBe(1);
       expect(await store.ownership.listCleanupSnapshots(f.parentId)).toEqual(first.snapshots);
     });

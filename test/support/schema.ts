@@ -17,6 +17,13 @@ export function tbl(db: Kysely<any>, name: string): RawBuilder<unknown> {
   return tableIn(db, name);
 }
 
+/** `name` as text for `::regclass`: `schema.name` when `db` is confined to a schema, else `name`. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export function qualifiedName(db: Kysely<any>, name: string): string {
+  const schema = schemaOf(db);
+  return schema === undefined ? name : `${schema}.${name}`;
+}
+
 /** The schema `url` confines taskfence to (its `?schema=`), if any. */
 export function schemaOfUrl(url: string): string | undefined {
   return new URL(url).searchParams.get('schema') ?? undefined;
