@@ -190,7 +190,7 @@ function mergeSchema(option: string | undefined, fromUrl: string | undefined): s
 }
 
 /** Creates the configured PostgreSQL schema if it is missing (several deploys may race to do it). */
-async function ensureSchema(dialect: StoreDialect, schema: string): Promise<void> {
+export async function ensureSchema(dialect: StoreDialect, schema: string): Promise<void> {
   const { rows } = await sql<{
     found: boolean;
   }>`select exists (select 1 from pg_namespace where nspname = ${schema}) as found`.execute(dialect.db);

@@ -5,6 +5,7 @@ import { LATEST_VERSION, MIGRATIONS, type Store } from '../../src/index.js';
 import { defineCliSuite, expectOneLine, insertManyTasks, runCli } from '../suites/cli.suite.js';
 import { postgresFixture } from '../support/dialects.js';
 import type { DialectFixture } from '../support/fixtures.js';
+import { tbl } from '../support/schema.js';
 
 defineCliSuite(postgresFixture);
 
@@ -100,7 +101,7 @@ describe('CLI faults on PostgreSQL', () => {
     let reading!: () => void;
     const isReading = new Promise<void>((resolve) => (reading = resolve));
     const transaction = app.dialect.writeTransaction(async (trx) => {
-      await sql`select count(*) from tasks`.execute(trx); // holds ACCESS SHARE on tasks until it ends
+      await sql`select count(*) from ${tbl(trx, 'tasks')}`.execute(trx); // holds ACCESS SHARE on tasks until it ends
       reading();
       await held;
     });

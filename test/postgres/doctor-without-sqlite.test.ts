@@ -1,6 +1,7 @@
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { sql } from 'kysely';
 import { postgresFixture } from '../support/dialects.js';
+import { tbl } from '../support/schema.js';
 
 // A PostgreSQL-only install: opening SQLite fails as it does without better-sqlite3. (Switched off
 // only after migrating: this branch's migrator still finds a version's tables with SQLite.)
@@ -26,7 +27,7 @@ describe('doctor on a PostgreSQL-only install (no better-sqlite3)', () => {
     const clean = await store.doctor();
     expect(clean.checks.filter((c) => c.status === 'fail')).toEqual([]);
     expect(clean.checks.find((c) => c.id === 'drift.schema')?.status).toBe('pass');
-    await sql`drop index path_leases_task_idx`.execute(store.db);
+    await sql`drop index ${tbl(store.db, 'path_leases_task_idx')}`.execute(store.db);
     const drifted = await store.doctor();
     expect(drifted.ok).toBe(false);
     expect(drifted.checks.find((c) => c.id === 'drift.schema')?.items).toEqual([

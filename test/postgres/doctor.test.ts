@@ -14,6 +14,7 @@ import { runDoctorCommand } from '../../src/doctor/cli.js';
 import { defineDoctorSuite } from '../suites/doctor.suite.js';
 import { postgresFixture } from '../support/dialects.js';
 import { dialectWith, doctorTarget } from '../support/doctor-target.js';
+import { qualifiedName, tbl } from '../support/schema.js';
 
 defineDoctorSuite(postgresFixture);
 
@@ -126,15 +127,17 @@ describe('doctor on PostgreSQL sessions', () => {
       (
         await sql<{
           conname: string;
-        }>`select conname from pg_constraint where conrelid = ${table}::regclass and contype = 'f'`.execute(store.db)
+        }>`select conname from pg_constraint where conrelid = ${qualifiedName(store.db, table)}::regclass and contype = 'f'`.execute(
+          store.db,
+        )
       ).rows.map((r) => r.conname);
     const [leaseFk] = await fk('path_leases');
-    await sql`alter table path_leases drop constraint ${sql.id(leaseFk!)}`.execute(store.db);
-    await sql`alter table path_leases add foreign key (workspace_id) references workspaces (id) on delete restrict`.execute(
+    await sql`alter table ${tbl(store.db, 'path_leases')} drop constraint ${sql.id(leaseFk!)}`.execute(store.db);
+    await sql`alter table ${tbl(store.db, 'path_leases')} add foreign key (workspace_id) references ${tbl(store.db, 'workspaces')} (id) on delete restrict`.execute(
       store.db,
     );
     for (const name of await fk('task_leases'))
-      await sql`alter table task_leases drop constraint ${sql.id(name)}`.execute(store.db);
+      await sql`alter table ${tbl(store.db, 'task_leases')} drop constraint ${sql.id(name)}`.execute(store.db);
     const drift = find(await store.doctor(), 'drift.schema');
     expect(drift?.status).toBe('fail');
     expect(drift?.items).toEqual([
@@ -155,8 +158,8 @@ describe('doctor on PostgreSQL sessions', () => {
     expect(find(clean, 'drift.schema')?.status).toBe('pass');
     expect(await schemas(store.db)).toEqual(before);
 
-    await sql`drop index path_leases_task_idx`.execute(store.db);
-    await sql`create table path_leases_copy (x integer)`.execute(store.db);
+    await sql`drop index ${tbl(store.db, 'path_leases_task_idx')}`.execute(store.db);
+    await sql`create table ${tbl(store.db, 'path_leases_copy')} (x integer)`.execute(store.db);
     const drifted = find(await store.doctor({ referenceSource: 'database' }), 'drift.schema');
     expect(drifted?.items).toEqual([
       'missing index path_leases_task_idx on path_leases (task_id)',
@@ -164,14 +167,14 @@ describe('doctor on PostgreSQL sessions', () => {
     ]);
 
     const older = await fx.freshStore({ to: 53 });
-    await sql`alter table task_environments drop column root_path`.execute(older.db);
+    await sql`alter table ${tbl(older.db, 'task_environments')} drop column root_path`.execute(older.db);
     const atOlder = find(await older.doctor({ referenceSource: 'database' }), 'drift.schema');
     expect(atOlder).toMatchObject({ status: 'fail', items: ['missing column task_environments.root_path'] });
   });
 
   it('warns about a probe table a crashed doctor left behind, without failing', async () => {
     const store = await fx.freshStore();
-    await sql`create table taskfence_doctor_0badc0ffee00 (x integer)`.execute(store.db);
+    await sql`create table ${tbl(store.db, 'taskfence_doctor_0badc0ffee00')} (x integer)`.execute(store.db);
     const report = await store.doctor();
     expect(report.ok).toBe(true);
     expect(find(report, 'drift.schema')).toMatchObject({

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { CamelCasePlugin, Kysely, PostgresDialect } from 'kysely';
 import {
@@ -16,11 +15,10 @@ import { defineHostMigrationSuite } from '../suites/host-migrations.suite.js';
 import type { HostTables } from '../suites/embed.ops.js';
 import { postgresFixture } from '../support/dialects.js';
 import { Contenders } from '../support/race.js';
+import { ops as OPS } from '../suites/embed.ops.js';
 
 defineEmbedSuite(postgresFixture);
 defineHostMigrationSuite(postgresFixture);
-
-const OPS = fileURLToPath(new URL('../suites/embed.ops.ts', import.meta.url));
 
 describe('PostgreSQL: the host pool and the host transaction', () => {
   const fx = postgresFixture();
@@ -103,14 +101,14 @@ describe('PostgreSQL: the host pool and the host transaction', () => {
 
 describe('PostgreSQL: resource locks on disjoint boxes are held at the same time', () => {
   const fx = postgresFixture();
-  let contenders: Contenders;
+  let contenders: Contenders<typeof OPS>;
   let store: Store;
   beforeAll(async () => {
     const url = await fx.freshUrl();
     store = await fx.open(url);
     await store.migrate();
     await createHostTables(store);
-    contenders = await Contenders.start(2, { url, module: OPS, storeOptions: { poolSize: 3 } });
+    contenders = await Contenders.start(2, { url, ops: OPS, storeOptions: { poolSize: 3 } });
   });
   afterAll(async () => {
     await contenders?.close();
@@ -118,7 +116,7 @@ describe('PostgreSQL: resource locks on disjoint boxes are held at the same time
   });
 
   it('two transactions on different boxes both hold their lock while the other does', async () => {
-    const outcomes = await contenders.race<boolean>('holdAndMeet', (i) => ({
+    const outcomes = await contenders.race('holdAndMeet', (i) => ({
       box: `box:${i}`,
       me: `disjoint-${i}`,
       partner: `disjoint-${1 - i}`,
@@ -128,7 +126,7 @@ describe('PostgreSQL: resource locks on disjoint boxes are held at the same time
   });
 
   it('(control) on one box they cannot meet: the second waits for the first to commit', async () => {
-    const outcomes = await contenders.race<boolean>('holdAndMeet', (i) => ({
+    const outcomes = await contenders.race('holdAndMeet', (i) => ({
       box: 'box:same',
       me: `same-${i}`,
       partner: `same-${1 - i}`,

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore, TaskfenceError, type Store } from '../../src/index.js';
 import { postgresFixture } from '../support/dialects.js';
 import { FaultProxy } from '../support/tcp-proxy.js';
+import { useUrlSchema } from '../support/schema.js';
 
 /*
  * The PostgreSQL fault tier (SPEC §8, failure model): faults are injected for real — backends
@@ -27,6 +28,7 @@ async function admin<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
+    await useUrlSchema(client, url);
     return await fn(client);
   } finally {
     await client.end();

@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { postgresFixture } from '../support/dialects.js';
+import { useUrlSchema } from '../support/schema.js';
 
 /*
  * Consumers of one inbox run in parallel on PostgreSQL (FOR UPDATE SKIP LOCKED): a claim in
@@ -20,6 +21,7 @@ describe('parallel inbox consumers', () => {
       await store.messages.sendMessage({ from: 'w', to: 'inbox', kind: 'k', payload: { i } });
     const admin = new pg.Client({ connectionString: url });
     await admin.connect();
+    await useUrlSchema(admin, url);
     try {
       // Another consumer mid-claim: it holds the five oldest messages and has not committed.
       await admin.query('begin');

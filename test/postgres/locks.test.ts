@@ -2,6 +2,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { BACKFILL_EXPECTED, defineLockSuite, runBackfillFixture } from '../suites/locks.suite.js';
 import { postgresFixture, sqliteFixture } from '../support/dialects.js';
+import { useUrlSchema } from '../support/schema.js';
 
 defineLockSuite(postgresFixture);
 
@@ -49,6 +50,7 @@ describe('workspace lock claims under READ COMMITTED (deterministic interleaving
 
     const other = new pg.Client({ connectionString: url });
     await other.connect();
+    await useUrlSchema(other, url);
     try {
       // Transaction A: the holder's release, row-locked and not yet committed.
       await other.query('begin');
@@ -78,6 +80,7 @@ describe('workspace lock claims under READ COMMITTED (deterministic interleaving
 
     const other = new pg.Client({ connectionString: url });
     await other.connect();
+    await useUrlSchema(other, url);
     try {
       // Transaction A: another process's claim of the free lock, not yet committed.
       await other.query('begin');

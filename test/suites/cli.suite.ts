@@ -12,6 +12,7 @@ import { sql } from 'kysely';
 import { LATEST_VERSION, MIGRATIONS, type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { makeLegacyV5Database } from './legacy.js';
+import { tbl } from '../support/schema.js';
 
 export const CLI = fileURLToPath(new URL('../../dist/cli.js', import.meta.url));
 const VERSIONS = MIGRATIONS.map((m) => m.version);
@@ -73,15 +74,17 @@ async function historyVersions(store: Store): Promise<number[]> {
 
 /** Inserts `n` tasks (and their company) into a database at version 0008..0051. */
 export async function insertManyTasks(store: Store, n: number): Promise<void> {
-  await sql`insert into companies (id, name, created_at) values ('bulk', 'bulk', 1)`.execute(store.db);
+  await sql`insert into ${tbl(store.db, 'companies')} (id, name, created_at) values ('bulk', 'bulk', 1)`.execute(
+    store.db,
+  );
   if (store.dialect.kind === 'postgres') {
-    await sql`insert into tasks (id, company_id, title, status, created_at, updated_at)
+    await sql`insert into ${tbl(store.db, 'tasks')} (id, company_id, title, status, created_at, updated_at)
       select 't' || lpad(i::text, 8, '0'), 'bulk', 't', 'todo', 1, 1 from generate_series(1, ${n}) as i`.execute(
       store.db,
     );
   } else {
     await sql`with recursive s(i) as (select 1 union all select i + 1 from s where i < ${n})
-      insert into tasks (id, company_id, title, status, created_at, updated_at)
+      insert into ${tbl(store.db, 'tasks')} (id, company_id, title, status, created_at, updated_at)
       select 't' || printf('%08d', i), 'bulk', 't', 'todo', 1, 1 from s`.execute(store.db);
   }
 }
@@ -108,7 +111,7 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       expect(ok.code, ok.out + ok.err).toBe(0);
       const json = await runCli(['doctor', '--db', url, '--json']);
       expect(JSON.parse(json.out)).toMatchObject({ ok: true });
-      await sql`drop index coordinator_runs_one_running_per_target`.execute(store.db);
+      await sql`drop index ${tbl(store.db, 'coordinator_runs_one_running_per_target')}`.execute(store.db);
       const broken = await runCli(['doctor', '--db', url, '--json']);
       expect(broken.code).toBe(1);
       expect(JSON.parse(broken.out)).toMatchObject({ ok: false });
@@ -193,8 +196,10 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       const url = await fx.freshUrl();
       const store = await fx.open(url);
       await store.migrate({ to: 8 });
-      await sql`insert into companies (id, name, created_at) values ('c', 'c', 1)`.execute(store.db);
-      await sql`insert into agents (id, company_id, name, role, created_at) values ('a', 'c', 'a', 'Staff Software Engineer', 1), ('b', 'c', 'b', 'CFO', 1)`.execute(
+      await sql`insert into ${tbl(store.db, 'companies')} (id, name, created_at) values ('c', 'c', 1)`.execute(
+        store.db,
+      );
+      await sql`insert into ${tbl(store.db, 'agents')} (id, company_id, name, role, created_at) values ('a', 'c', 'a', 'Staff Software Engineer', 1), ('b', 'c', 'b', 'CFO', 1)`.execute(
         store.db,
       );
       const before = Date.now();
@@ -254,8 +259,10 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       const url = await fx.freshUrl();
       expect((await runCli(['migrate', '--db', url])).code).toBe(0);
       const store = await fx.open(url);
-      await sql`insert into companies (id, name, created_at) values ('c', 'c', 1)`.execute(store.db);
-      await sql`insert into tasks (id, company_id, title, status, created_at, updated_at) values ('t1', 'c', 't', 'todo', 1, 1), ('t2', 'c', 't', 'todo', 1, 1)`.execute(
+      await sql`insert into ${tbl(store.db, 'companies')} (id, name, created_at) values ('c', 'c', 1)`.execute(
+        store.db,
+      );
+      await sql`insert into ${tbl(store.db, 'tasks')} (id, company_id, title, status, created_at, updated_at) values ('t1', 'c', 't', 'todo', 1, 1), ('t2', 'c', 't', 'todo', 1, 1)`.execute(
         store.db,
       );
       const schema = await store.describeSchema();
@@ -315,8 +322,8 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
 
       const otherUrl = await fx.freshUrl();
       const other = await fx.open(otherUrl);
-      await sql`create table tasks (id integer primary key, body text)`.execute(other.db);
-      await sql`create table invoices (id integer primary key)`.execute(other.db);
+      await sql`create table ${tbl(other.db, 'tasks')} (id integer primary key, body text)`.execute(other.db);
+      await sql`create table ${tbl(other.db, 'invoices')} (id integer primary key)`.execute(other.db);
       if (fx.kind === 'sqlite') await sql`pragma user_version = 3`.execute(other.db);
       const foreign = await runCli(['migrate', '--db', otherUrl]);
       expect(foreign.code).toBe(1);
@@ -334,20 +341,26 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       const url = await fx.freshUrl();
       expect((await runCli(['migrate', '--db', url, '--to', '7'])).code).toBe(0);
       const store = await fx.open(url);
-      await sql`alter table taskfence_migrations rename column checksum to checksum_old`.execute(store.db);
+      await sql`alter table ${tbl(store.db, 'taskfence_migrations')} rename column checksum to checksum_old`.execute(
+        store.db,
+      );
       for (const command of ['migrate', 'status', 'plan']) {
         const result = await runCli([command, '--db', url]);
         expect(result.code, command).toBe(1);
         expectOneLine(result);
         expect(result.err).toMatch(/history table taskfence_migrations is damaged: column checksum is missing/);
       }
-      await sql`alter table taskfence_migrations rename column checksum_old to checksum`.execute(store.db);
+      await sql`alter table ${tbl(store.db, 'taskfence_migrations')} rename column checksum_old to checksum`.execute(
+        store.db,
+      );
       if (fx.kind === 'postgres') {
-        await sql`alter table taskfence_migrations alter column checksum drop not null`.execute(store.db);
+        await sql`alter table ${tbl(store.db, 'taskfence_migrations')} alter column checksum drop not null`.execute(
+          store.db,
+        );
       } else {
         // SQLite keeps NOT NULL; an empty checksum is the damage it can hold.
       }
-      await sql`update taskfence_migrations set checksum = ${fx.kind === 'postgres' ? null : ''} where version = 6`.execute(
+      await sql`update ${tbl(store.db, 'taskfence_migrations')} set checksum = ${fx.kind === 'postgres' ? null : ''} where version = 6`.execute(
         store.db,
       );
       const result = await runCli(['migrate', '--db', url]);

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import fc from 'fast-check';
 import type { Store } from '../../src/index.js';
@@ -7,8 +6,8 @@ import { elements, prepared } from '../../src/query/prepared.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { holdWriteLock } from '../support/hold-write-lock.js';
 import { Contenders } from '../support/race.js';
-
-const OPS = fileURLToPath(new URL('./dialect.ops.ts', import.meta.url));
+import { ops as OPS } from './dialect.ops.js';
+import { tbl } from '../support/schema.js';
 
 export function defineDialectSuite(makeFixture: () => DialectFixture) {
   let fx: DialectFixture;
@@ -23,7 +22,7 @@ export function defineDialectSuite(makeFixture: () => DialectFixture) {
       await store.org.createCompany({ id: 'counter', name: 'counter' });
       await store.db.updateTable('companies').set({ created_at: 0 }).where('id', '=', 'counter').execute();
       const url = (store as Store).location.url;
-      const contenders = await Contenders.start(6, { url, module: OPS });
+      const contenders = await Contenders.start(6, { url, ops: OPS });
       try {
         for (let round = 0; round < 3; round++) {
           const outcomes = await contenders.race('incrementCounter', () => ({ times: 25 }));
@@ -98,7 +97,7 @@ export function defineDialectSuite(makeFixture: () => DialectFixture) {
       ).toBe('foreign_key_violation');
       expect(
         await classify(() =>
-          sql`insert into coordinator_runs (id, coordinator_handle, status, started_at) values ('r', 'h', 'bogus', 1)`.execute(
+          sql`insert into ${tbl(store.db, 'coordinator_runs')} (id, coordinator_handle, status, started_at) values ('r', 'h', 'bogus', 1)`.execute(
             store.db,
           ),
         ),

@@ -4,6 +4,7 @@ import { LATEST_VERSION, formatVersion, runDoctor, type DoctorReport, type Store
 import { runDoctorCommand } from '../../src/doctor/cli.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { doctorTarget, withoutWriteLock } from '../support/doctor-target.js';
+import { tbl } from '../support/schema.js';
 
 const failing = (report: DoctorReport) => report.checks.filter((c) => c.status === 'fail').map((c) => c.id);
 const byId = (report: DoctorReport, id: string) => {
@@ -57,9 +58,9 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
 
     it("names a dropped index and an extra column as drift and fails; a table that is not taskfence's only warns", async () => {
       const store = await fx.freshStore();
-      await sql`drop index path_leases_task_idx`.execute(store.db);
-      await sql`alter table tasks add column hand_added text`.execute(store.db);
-      await sql`create table host_app_settings (k text primary key)`.execute(store.db);
+      await sql`drop index ${tbl(store.db, 'path_leases_task_idx')}`.execute(store.db);
+      await sql`alter table ${tbl(store.db, 'tasks')} add column hand_added text`.execute(store.db);
+      await sql`create table ${tbl(store.db, 'host_app_settings')} (k text primary key)`.execute(store.db);
       const report = await store.doctor();
       expect(report.ok).toBe(false);
       expect(failing(report)).toEqual(['drift.schema']);
@@ -74,9 +75,9 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
 
     it('names a missing table and a changed column', async () => {
       const store = await fx.freshStore();
-      await sql`drop table path_leases`.execute(store.db);
-      await sql`alter table tasks drop column writes`.execute(store.db);
-      await sql`alter table tasks add column writes integer`.execute(store.db);
+      await sql`drop table ${tbl(store.db, 'path_leases')}`.execute(store.db);
+      await sql`alter table ${tbl(store.db, 'tasks')} drop column writes`.execute(store.db);
+      await sql`alter table ${tbl(store.db, 'tasks')} add column writes integer`.execute(store.db);
       const drift = byId(await store.doctor(), 'drift.schema');
       expect(drift.status).toBe('fail');
       expect(drift.items).toEqual(['missing table path_leases', 'changed column tasks.writes: type text → integer']);
@@ -84,7 +85,7 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
 
     it('fails the guard check when the one-running-run index is gone (drift names it too)', async () => {
       const store = await fx.freshStore();
-      await sql`drop index coordinator_runs_one_running_per_target`.execute(store.db);
+      await sql`drop index ${tbl(store.db, 'coordinator_runs_one_running_per_target')}`.execute(store.db);
       const report = await store.doctor();
       expect(failing(report)).toEqual(['drift.schema', 'guarantee.one-running-run']);
       expect(byId(report, 'drift.schema').items?.[0]).toMatch(
@@ -224,7 +225,7 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
 
     it('exits 1 and prints the JSON report when drift is found', async () => {
       const store = await fx.freshStore();
-      await sql`drop index path_leases_task_idx`.execute(store.db);
+      await sql`drop index ${tbl(store.db, 'path_leases_task_idx')}`.execute(store.db);
       const { code, text } = await run(store.location.url, true);
       expect(code).toBe(1);
       const report = JSON.parse(text) as DoctorReport;

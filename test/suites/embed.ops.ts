@@ -2,6 +2,7 @@
 import type { Generated } from 'kysely';
 import type { Store, StoreTransaction } from '../../src/index.js';
 import type { ContenderTools } from '../support/contender.js';
+import { defineOperations } from '../support/operations.js';
 
 /** The host's own tables in these tests (created by `createHostTables`). */
 export type HostTables = {
@@ -104,3 +105,6 @@ export async function holdAndMeet(store: Store, args: { box: string; me: string;
     return false;
   });
 }
+
+/** The operations this module's contenders run (see test/support/operations.ts). */
+export const ops = defineOperations(import.meta.url, { orderAndClaim, writeBoxes, holdAndMeet });

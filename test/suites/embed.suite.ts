@@ -4,13 +4,12 @@
  * the multi-process races that prove commit/rollback atomicity and per-resource exclusion.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError, TransactionEndedError, type Store, type StoreTransaction } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
 import type { HostTables } from './embed.ops.js';
+import { ops as OPS } from './embed.ops.js';
 
-const OPS = fileURLToPath(new URL('./embed.ops.ts', import.meta.url));
 const CONTENDERS = 8;
 
 /** The host's own tables, created after taskfence's migrations in the same database (and schema). */
@@ -202,21 +201,21 @@ export function defineEmbedSuite(makeFixture: () => DialectFixture) {
 
   describe('races (separate processes)', () => {
     let url: string;
-    let contenders: Contenders;
+    let contenders: Contenders<typeof OPS>;
     let raceStore: Store;
     beforeAll(async () => {
       url = await fx.freshUrl();
       raceStore = await fx.open(url);
       await raceStore.migrate();
       await createHostTables(raceStore);
-      contenders = await Contenders.start(CONTENDERS, { url, module: OPS, storeOptions: { poolSize: 3 } });
+      contenders = await Contenders.start(CONTENDERS, { url, ops: OPS, storeOptions: { poolSize: 3 } });
     });
     afterAll(() => contenders?.close());
 
     it('many host transactions claiming one lock: exactly one commits its insert and its claim', async () => {
       for (let round = 0; round < 5; round++) {
         const ws = await seedWorkspace(raceStore, `race-${round}`);
-        const outcomes = await contenders.race<{ committed: boolean }>('orderAndClaim', () => ({ workspaceId: ws }));
+        const outcomes = await contenders.race('orderAndClaim', () => ({ workspaceId: ws }));
         for (const o of outcomes) if (!o.ok) throw new Error(`contender ${o.index}: ${o.error.message}`);
         const winners = outcomes.filter((o) => o.ok && o.value.committed).map((o) => o.index);
         expect(winners).toHaveLength(1);
@@ -232,7 +231,7 @@ export function defineEmbedSuite(makeFixture: () => DialectFixture) {
 
     it('host transactions that throw after claiming leave neither insert nor claim', async () => {
       const ws = await seedWorkspace(raceStore, 'race-fail');
-      const outcomes = await contenders.race<{ committed: boolean }>('orderAndClaim', () => ({
+      const outcomes = await contenders.race('orderAndClaim', () => ({
         workspaceId: ws,
         fail: true,
       }));
@@ -250,7 +249,7 @@ export function defineEmbedSuite(makeFixture: () => DialectFixture) {
     it('writers of overlapping boxes in random order never deadlock and never interleave on a box', async () => {
       const boxes = ['box:a', 'box:b', 'box:c', 'box:d', 'box:e'];
       const rounds = 6;
-      const outcomes = await contenders.race<{ committed: number; retries: number }>('writeBoxes', () => ({
+      const outcomes = await contenders.race('writeBoxes', () => ({
         boxes,
         rounds,
       }));

@@ -1,5 +1,6 @@
 /** Contender operations for the idempotent-create suite (run in child processes by the race helper). */
 import type { Store } from '../../src/index.js';
+import { defineOperations } from '../support/operations.js';
 
 /** Creates the task `args.id` (the same input in every contender); returns its id. */
 export async function createSameTask(store: Store, args: { id: string; companyId: string }) {
@@ -22,3 +23,6 @@ export async function startSameRun(store: Store, args: { id: string; targetKey: 
 export async function createSameCompany(store: Store, args: { id: string }) {
   return { id: (await store.org.createCompany({ id: args.id, name: 'Same' })).id };
 }
+
+/** The operations this module's contenders run (see test/support/operations.ts). */
+export const ops = defineOperations(import.meta.url, { createSameTask, startSameRun, createSameCompany });

@@ -1,10 +1,9 @@
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AlreadyExistsError, NotFoundError, type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
+import { ops as OPS } from './idempotency.ops.js';
 
-const OPS = fileURLToPath(new URL('./idempotency.ops.ts', import.meta.url));
 const CONTENDERS = 6;
 
 /**
@@ -152,31 +151,31 @@ export function defineIdempotencySuite(makeFixture: () => DialectFixture) {
   });
 
   describe('concurrent creates of one id', () => {
-    let contenders: Contenders;
+    let contenders: Contenders<typeof OPS>;
     let url: string;
     beforeAll(async () => {
       url = await fx.freshUrl();
       const setup = await fx.open(url);
       await setup.migrate();
       await setup.org.createCompany({ id: 'race-co', name: 'Race' });
-      contenders = await Contenders.start(CONTENDERS, { url, module: OPS, storeOptions: { poolSize: 2 } });
+      contenders = await Contenders.start(CONTENDERS, { url, ops: OPS, storeOptions: { poolSize: 2 } });
     });
     afterAll(() => contenders?.close());
 
     it(`all ${CONTENDERS} processes get the one row, 10 rounds each for tasks, runs and companies`, async () => {
       const check = await fx.open(url);
       for (let round = 0; round < 10; round++) {
-        const tasks = await contenders.race<{ id: string }>('createSameTask', () => ({
+        const tasks = await contenders.race('createSameTask', () => ({
           id: `task-${round}`,
           companyId: 'race-co',
         }));
         expect(tasks.map((o) => (o.ok ? o.value.id : o.error.code))).toEqual(Array(CONTENDERS).fill(`task-${round}`));
-        const runs = await contenders.race<{ id: string; status: string }>('startSameRun', () => ({
+        const runs = await contenders.race('startSameRun', () => ({
           id: `run-${round}`,
           targetKey: `worktree:race-${round}`,
         }));
         expect(runs.map((o) => (o.ok ? o.value.id : o.error.code))).toEqual(Array(CONTENDERS).fill(`run-${round}`));
-        const companies = await contenders.race<{ id: string }>('createSameCompany', () => ({
+        const companies = await contenders.race('createSameCompany', () => ({
           id: `company-${round}`,
         }));
         expect(companies.map((o) => (o.ok ? o.value.id : o.error.code))).toEqual(

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import type { Store } from '../../src/index.js';
+import { inStoreSchema, tbl } from '../support/schema.js';
 
 /**
  * Makes `store`'s empty database look like one the older app created: the v5 tables made by
@@ -7,7 +8,10 @@ import type { Store } from '../../src/index.js';
  */
 export async function makeLegacyV5Database(store: Store): Promise<void> {
   const [baseline] = await store.plan({ to: 5 });
-  for (const statement of baseline!.statements) await sql.raw(statement).execute(store.db);
+  // The baseline's plain SQL names no schema: in a schema-confined store, it runs with that schema first.
+  await inStoreSchema(store.db, async (db) => {
+    for (const statement of baseline!.statements) await sql.raw(statement).execute(db);
+  });
   if (store.dialect.kind === 'sqlite') await sql`pragma user_version = 5`.execute(store.db);
   await store.db.insertInto('companies').values({ id: 'c1', name: 'Acme', created_at: 1 }).execute();
   await store.db
@@ -34,7 +38,7 @@ export async function makeLegacyV5Database(store: Store): Promise<void> {
     ])
     .execute();
   const task = (id: string, assignee: string, status: string) =>
-    sql`insert into tasks (id, company_id, assignee_agent_id, title, status, created_at, updated_at)
+    sql`insert into ${tbl(store.db, 'tasks')} (id, company_id, assignee_agent_id, title, status, created_at, updated_at)
         values (${id}, 'c1', ${assignee}, ${id}, ${status}, 1, 1)`.execute(store.db);
   await task('t-eng', 'a-eng', 'todo');
   await task('t-cfo', 'a-cfo', 'todo');

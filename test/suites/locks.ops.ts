@@ -1,6 +1,7 @@
 /** Contender operations for the lock-mode suite (run in child processes by the race helper). */
 import type { DispatchResult, Store } from '../../src/index.js';
 import type { ContenderTools } from '../support/contender.js';
+import { defineOperations } from '../support/operations.js';
 
 /** A dispatch outcome reduced to what crosses the process boundary. */
 export type DispatchSummary =
@@ -139,3 +140,6 @@ export async function claimWhenFree(
   }
   throw new Error(`still busy after ${args.maxAttempts} attempts`);
 }
+
+/** The operations this module's contenders run (see test/support/operations.ts). */
+export const ops = defineOperations(import.meta.url, { dispatch, churn, claimAndHang, claimWhenFree });

@@ -4,7 +4,6 @@
  * multi-process races, and the v52 backfill fixture.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import {
   DEFAULT_DISPATCH_TTL_MS,
@@ -18,8 +17,8 @@ import { backfillRequiresFilesystem } from '../../src/migrations/0052_requires_f
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
 import type { DispatchSummary } from './locks.ops.js';
-
-const OPS = fileURLToPath(new URL('./locks.ops.ts', import.meta.url));
+import { ops as OPS } from './locks.ops.js';
+import { tbl } from '../support/schema.js';
 
 /** A clock the test moves by hand. */
 export class ManualClock implements Clock {
@@ -658,12 +657,12 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
   // is the slow part on a small machine. Each test works on its own company and workspace.
   describe('races between processes', () => {
     let store: Store;
-    let contenders: Contenders;
+    let contenders: Contenders<typeof OPS>;
     beforeAll(async () => {
       const url = await fx.freshUrl();
       store = await fx.open(url);
       await store.migrate();
-      contenders = await Contenders.start(8, { url, module: OPS, storeOptions: { poolSize: 2 } });
+      contenders = await Contenders.start(8, { url, ops: OPS, storeOptions: { poolSize: 2 } });
     });
     afterAll(async () => {
       await contenders?.close();
@@ -699,7 +698,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
             }),
           );
         }
-        const outcomes = await contenders.race<DispatchSummary>('dispatch', (i) => ({
+        const outcomes = await contenders.race('dispatch', (i) => ({
           taskId: tasks[i]!.id,
           agentId: agents[i]!.id,
           runId: `cog-${round}-${i}`,
@@ -734,7 +733,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
             }),
           );
         }
-        const outcomes = await contenders.race<DispatchSummary>('dispatch', (i) => ({
+        const outcomes = await contenders.race('dispatch', (i) => ({
           taskId: tasks[i]!.id,
           agentId: agents[i]!.id,
           runId: `mix-${round}-${i}`,
@@ -783,7 +782,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
           );
         }
         allTasks.push(...tasks.map((t) => t.id));
-        const outcomes = await contenders.race<DispatchSummary>('dispatch', (i) => ({
+        const outcomes = await contenders.race('dispatch', (i) => ({
           taskId: tasks[i]!.id,
           agentId: agents[i]!.id,
           runId: `code-${round}-${i}`,
@@ -842,14 +841,11 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const company = (await store.org.createCompany({ name: 'Churners' })).id;
       const ws = (await store.org.createWorkspace({ companyId: company, name: 'hot' })).id;
       const task = await store.tasks.createTask({ companyId: company, title: 'hot task', requiresFilesystem: true });
-      const outcomes = await contenders.race<{ lockTokens: number[]; leaseTokens: number[]; staleRefusals: number }>(
-        'churn',
-        () => ({
-          workspaceId: ws,
-          taskId: task.id,
-          iterations: 6,
-        }),
-      );
+      const outcomes = await contenders.race('churn', () => ({
+        workspaceId: ws,
+        taskId: task.id,
+        iterations: 6,
+      }));
       for (const o of outcomes) expect(o.ok, JSON.stringify(o)).toBe(true);
       const results = outcomes.map((o) => (o as Extract<typeof o, { ok: true }>).value);
       const lockTokens = results.flatMap((r) => r.lockTokens).sort((a, b) => a - b);
@@ -901,7 +897,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       await expect(hanging).rejects.toThrow(/exited/);
 
       // Polls until the dead holder's 300 ms TTL has run out (bounded by attempts, not asserted on time).
-      const next = await contenders.run<{ lockToken: number; leaseToken: number }>(7, 'claimWhenFree', {
+      const next = await contenders.run(7, 'claimWhenFree', {
         workspaceId: ws,
         taskId: task.id,
         holder: 'successor',
@@ -953,7 +949,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
         version: 52,
         message: `0052: backfill complete, ${expectedOnes} tasks require the filesystem`,
       });
-      await sql`update tasks set requires_filesystem = 0`.execute(store.db);
+      await sql`update ${tbl(store.db, 'tasks')} set requires_filesystem = 0`.execute(store.db);
       const messages: string[] = [];
       const flagged = await backfillRequiresFilesystem(store.db, {
         now: BACKFILL_NOW,
@@ -1089,10 +1085,10 @@ export async function insertBackfillFixture(store: Store): Promise<void> {
       .execute();
   }
   for (const t of TASKS) {
-    await sql`insert into tasks (id, company_id, assignee_agent_id, title, status, created_at, updated_at)
+    await sql`insert into ${tbl(db, 'tasks')} (id, company_id, assignee_agent_id, title, status, created_at, updated_at)
       values (${t.id}, 'co', ${t.assignee}, ${t.id}, ${t.status}, 0, 0)`.execute(db);
     if (t.lease) {
-      await sql`insert into task_leases (task_id, holder, token, acquired_at, expires_at)
+      await sql`insert into ${tbl(db, 'task_leases')} (task_id, holder, token, acquired_at, expires_at)
         values (${t.id}, ${t.lease.holder}, 1, 0, ${t.lease.expiresAt})`.execute(db);
     }
   }

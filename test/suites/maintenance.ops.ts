@@ -1,5 +1,6 @@
 /** Contender operations for the retention suite (run in child processes by the race helper). */
 import type { Store } from '../../src/index.js';
+import { defineOperations } from '../support/operations.js';
 
 /**
  * A service's ordinary work, `rounds` times, on its own target, inbox and workspace: start a run,
@@ -28,3 +29,6 @@ export async function churn(store: Store, args: { workspaceId: string; tag: stri
   }
   return tokens;
 }
+
+/** The operations this module's contenders run (see test/support/operations.ts). */
+export const ops = defineOperations(import.meta.url, { churn });

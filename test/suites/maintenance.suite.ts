@@ -1,10 +1,8 @@
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
-
-const OPS = fileURLToPath(new URL('./maintenance.ops.ts', import.meta.url));
+import { ops as OPS } from './maintenance.ops.js';
 
 class FakeClock {
   constructor(public t: number) {}
@@ -155,7 +153,7 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     const workspaces = await Promise.all(
       [0, 1, 2, 3].map((i) => store.org.createWorkspace({ companyId: company.id, name: `ws${i}` })),
     );
-    const contenders = await Contenders.start(4, { url, module: OPS, storeOptions: { poolSize: 2 } });
+    const contenders = await Contenders.start(4, { url, ops: OPS, storeOptions: { poolSize: 2 } });
     try {
       let pruning = true;
       const pruned = { messages: 0, coordinator_runs: 0, decision_gates: 0 };
@@ -169,7 +167,7 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
           await new Promise((resolve) => setImmediate(resolve));
         }
       })();
-      const outcomes = await contenders.race<number[]>('churn', (i) => ({
+      const outcomes = await contenders.race('churn', (i) => ({
         workspaceId: workspaces[i]!.id,
         tag: `svc-${i}`,
         rounds: 25,

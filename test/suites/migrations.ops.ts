@@ -2,6 +2,8 @@
 import { sql } from 'kysely';
 import { Migrator, MIGRATIONS, type MigrationDefinition, type Store } from '../../src/index.js';
 import type { ContenderTools } from '../support/contender.js';
+import { defineOperations } from '../support/operations.js';
+import { tbl } from '../support/schema.js';
 
 /** Migrates to the latest version (or `to`), reporting what this process applied. */
 export async function migrate(store: Store, args: { to?: number }) {
@@ -24,7 +26,7 @@ export async function migrateAndHangInside0052(store: Store, _args: unknown, too
           async up(ctx) {
             await m.up(ctx);
             if (ctx.now === 0) return;
-            await sql`insert into companies (id, name, created_at) values ('ghost', 'written mid-migration', 0)`.execute(
+            await sql`insert into ${tbl(ctx.db, 'companies')} (id, name, created_at) values ('ghost', 'written mid-migration', 0)`.execute(
               ctx.db,
             );
             tools.signal('inside-0052');
@@ -73,3 +75,11 @@ export async function migrateReportingWait(store: Store, _args: unknown, tools: 
   });
   return { applied: result.applied, toVersion: result.toVersion };
 }
+
+/** The operations this module's contenders run (see test/support/operations.ts). */
+export const ops = defineOperations(import.meta.url, {
+  migrate,
+  migrateAndHangInside0052,
+  migrateSlowly0052,
+  migrateReportingWait,
+});

@@ -22,8 +22,9 @@ import type { DialectFixture } from '../support/fixtures.js';
 import { holdWriteLock } from '../support/hold-write-lock.js';
 import { Contenders, ContenderExitedError, type Outcome } from '../support/race.js';
 import { makeLegacyV5Database } from './legacy.js';
+import { ops as OPS } from './migrations.ops.js';
+import { tbl } from '../support/schema.js';
 
-const OPS = fileURLToPath(new URL('./migrations.ops.ts', import.meta.url));
 const VERSIONS = MIGRATIONS.map((m) => m.version);
 
 /** Runs the CLI in-process and captures what it prints. */
@@ -243,9 +244,9 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
     it('six processes migrating one database at once all succeed and each migration is applied once', async () => {
       for (let round = 0; round < 3; round++) {
         const url = await fx.freshUrl();
-        const contenders = await Contenders.start(6, { url, module: OPS });
+        const contenders = await Contenders.start(6, { url, ops: OPS });
         try {
-          const outcomes = await contenders.race<{ applied: number[]; toVersion: number }>('migrate');
+          const outcomes = await contenders.race('migrate');
           for (const o of outcomes)
             expect(o, JSON.stringify(o)).toMatchObject({ ok: true, value: { toVersion: LATEST_VERSION } });
           const appliedEverywhere = outcomes.flatMap((o) => (o.ok ? o.value.applied : []));
@@ -265,7 +266,7 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const store = await fx.open(url);
       await store.migrate({ to: 8 });
       const before = await describeTables(store);
-      const contenders = await Contenders.start(1, { url, module: OPS });
+      const contenders = await Contenders.start(1, { url, ops: OPS });
       try {
         const running = contenders.start(0, 'migrateAndHangInside0052');
         await contenders.waitForSignal(0, 'inside-0052');
@@ -287,7 +288,9 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
   describe('data-loss guard', () => {
     it('a down step dropping rows throws DataLossError and changes nothing; allowDataLoss: true goes ahead', async () => {
       const store = await fx.freshStore();
-      await sql`insert into companies (id, name, created_at) values ('c', 'c', 1)`.execute(store.db);
+      await sql`insert into ${tbl(store.db, 'companies')} (id, name, created_at) values ('c', 'c', 1)`.execute(
+        store.db,
+      );
       const schema = await store.describeSchema();
       const refused = await store.migrate({ to: 0 }).catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(DataLossError);
@@ -308,14 +311,14 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const url = await fx.freshUrl();
       const store = await fx.open(url);
       await store.migrate({ to: 8 });
-      const contenders = await Contenders.start(2, { url, module: OPS });
+      const contenders = await Contenders.start(2, { url, ops: OPS });
       let first: Outcome<{ applied: number[] }> | undefined;
       try {
-        const firstRun = contenders.start<{ applied: number[] }>(0, 'migrateSlowly0052');
+        const firstRun = contenders.start(0, 'migrateSlowly0052');
         await contenders.waitForSignal(0, 'inside-0052');
         // The second deploy starts while the first holds the lock mid-0052; on PostgreSQL it
         // reports the holder while it waits.
-        const second = contenders.start<{ applied: number[]; toVersion: number }>(1, 'migrateReportingWait');
+        const second = contenders.start(1, 'migrateReportingWait');
         if (fx.kind === 'postgres') {
           await contenders.waitForSignal(1, 'waiting');
           const admin = await fx.open(url);
@@ -413,7 +416,7 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const isLocked = new Promise<void>((resolve) => (locked = resolve));
       const holding = holder.dialect.withMigrationLock(
         async (trx) => {
-          await sql`update companies set name = name`.execute(trx);
+          await sql`update ${tbl(trx, 'companies')} set name = name`.execute(trx);
           locked();
           await held;
         },

@@ -9,6 +9,7 @@ import {
   type TransferStewardshipInput,
 } from '../../src/index.js';
 import type { ContenderTools } from '../support/contender.js';
+import { defineOperations } from '../support/operations.js';
 
 export function transferEnvironment(store: Store, args: TransferEnvironmentInput) {
   return store.ownership.transferEnvironmentOwnership(args);
@@ -124,9 +125,9 @@ export async function transferOnEachConnection(_store: Store, args: { calls: Tra
   );
   return settled.map((r) =>
     r.status === 'fulfilled'
-      ? { ok: true, value: r.value }
+      ? { ok: true as const, value: r.value }
       : {
-          ok: false,
+          ok: false as const,
           error: {
             ...(r.reason as object),
             name: (r.reason as Error).name,
@@ -172,7 +173,7 @@ export async function retryPendingCleanups(
   }
 }
 
-const OPERATIONS: Record<string, (store: Store, args: any, tools: ContenderTools) => Promise<unknown>> = {
+const PAIR_OPERATIONS = {
   transferEnvironment,
   transferGroup,
   claimCleanup,
@@ -182,9 +183,31 @@ const OPERATIONS: Record<string, (store: Store, args: any, tools: ContenderTools
   watchMemberships,
 };
 
+/** One call `dispatch` can run: an operation's name and its arguments, checked together. */
+export type PairCall = {
+  [K in keyof typeof PAIR_OPERATIONS]: [op: K, args: Parameters<(typeof PAIR_OPERATIONS)[K]>[1]];
+}[keyof typeof PAIR_OPERATIONS];
+
 /** Runs the operation named `op`: lets one `race` release different operations in different contenders. */
-export function dispatch(store: Store, args: { op: string; args: unknown }, tools: ContenderTools) {
-  const op = OPERATIONS[args.op];
+export function dispatch(store: Store, args: { op: PairCall[0]; args: unknown }, tools: ContenderTools) {
+  const op = PAIR_OPERATIONS[args.op] as (store: Store, args: unknown, tools: ContenderTools) => Promise<unknown>;
   if (!op) throw new Error(`no operation ${args.op}`);
   return op(store, args.args, tools);
 }
+
+/** The operations this module's contenders run (see test/support/operations.ts). */
+export const ops = defineOperations(import.meta.url, {
+  transferEnvironment,
+  transferGroup,
+  claimCleanup,
+  completeCleanup,
+  detach,
+  admit,
+  createSharedChildren,
+  watchMemberships,
+  teardownAndHang,
+  openConnections,
+  transferOnEachConnection,
+  retryPendingCleanups,
+  dispatch,
+});

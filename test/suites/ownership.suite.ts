@@ -2,7 +2,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdirSync, mkdtempSync, existsSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import {
   CleanupAlreadyCompletedError,
@@ -25,8 +24,9 @@ import {
 } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { ContenderExitedError, Contenders, partition, type Outcome } from '../support/race.js';
+import { ops as OPS, type PairCall } from './ownership.ops.js';
+import { tbl } from '../support/schema.js';
 
-const OPS = fileURLToPath(new URL('./ownership.ops.ts', import.meta.url));
 const HOUR = 3_600_000;
 
 class FakeClock implements Clock {
@@ -103,43 +103,45 @@ async function snapshotRow(store: Store, id: string) {
 async function assertOwnershipInvariants(store: Store) {
   const checks: Record<string, Promise<{ rows: unknown[] }>> = {
     'an active group without exactly one steward member, or whose steward member is not its steward': sql`
-      select g.id from workspace_groups g
+      select g.id from ${tbl(store.db, 'workspace_groups')} g
        where g.status = 'active'
-         and ((select count(*) from workspace_group_members m where m.group_id = g.id and m.role = 'steward') <> 1
-              or not exists (select 1 from workspace_group_members m
+         and ((select count(*) from ${tbl(store.db, 'workspace_group_members')} m where m.group_id = g.id and m.role = 'steward') <> 1
+              or not exists (select 1 from ${tbl(store.db, 'workspace_group_members')} m
                               where m.group_id = g.id and m.task_id = g.steward_task_id and m.role = 'steward'))`.execute(
       store.db,
     ),
     'a shared child task without a group membership': sql`
-      select t.id from tasks t
+      select t.id from ${tbl(store.db, 'tasks')} t
        where t.workspace_mode = 'shared' and t.parent_id is not null
-         and not exists (select 1 from workspace_group_members m where m.task_id = t.id)`.execute(store.db),
+         and not exists (select 1 from ${tbl(store.db, 'workspace_group_members')} m where m.task_id = t.id)`.execute(
+      store.db,
+    ),
     'a claim on an environment for another generation': sql`
-      select id from task_environments
+      select id from ${tbl(store.db, 'task_environments')}
        where cleanup_claimed_by is not null and cleanup_claim_generation <> ownership_generation`.execute(store.db),
     'a claim on a group for another generation': sql`
-      select id from workspace_groups
+      select id from ${tbl(store.db, 'workspace_groups')}
        where cleanup_claimed_by is not null and cleanup_claim_generation <> ownership_generation`.execute(store.db),
     'a generation below 1': sql`
-      select id from task_environments where ownership_generation < 1
-      union all select id from workspace_groups where ownership_generation < 1`.execute(store.db),
+      select id from ${tbl(store.db, 'task_environments')} where ownership_generation < 1
+      union all select id from ${tbl(store.db, 'workspace_groups')} where ownership_generation < 1`.execute(store.db),
     'a completed environment snapshot whose environment is not removed at that owner and generation': sql`
-      select s.id from cleanup_snapshots s join task_environments e on e.id = s.resource_id
+      select s.id from ${tbl(store.db, 'cleanup_snapshots')} s join ${tbl(store.db, 'task_environments')} e on e.id = s.resource_id
        where s.resource_kind = 'environment' and s.state = 'completed'
          and (e.status <> 'removed' or e.task_id <> s.owner_task_id or e.ownership_generation <> s.ownership_generation)`.execute(
       store.db,
     ),
     'a removed environment without a completed snapshot of its owner and generation': sql`
-      select e.id from task_environments e
+      select e.id from ${tbl(store.db, 'task_environments')} e
        where e.status = 'removed'
-         and not exists (select 1 from cleanup_snapshots s
+         and not exists (select 1 from ${tbl(store.db, 'cleanup_snapshots')} s
                           where s.resource_kind = 'environment' and s.resource_id = e.id and s.state = 'completed'
                             and s.owner_task_id = e.task_id and s.ownership_generation = e.ownership_generation)`.execute(
       store.db,
     ),
     // (A claimed snapshot whose resource moved on is legal until someone touches it: then it turns stale.)
     'a claimed snapshot whose unmoved resource does not carry its claim': sql`
-      select s.id from cleanup_snapshots s join task_environments e on e.id = s.resource_id
+      select s.id from ${tbl(store.db, 'cleanup_snapshots')} s join ${tbl(store.db, 'task_environments')} e on e.id = s.resource_id
        where s.resource_kind = 'environment' and s.state = 'claimed'
          and e.status = 'active' and e.ownership_generation = s.ownership_generation and e.task_id = s.owner_task_id
          and (e.cleanup_claimed_by is null or e.cleanup_claimed_by <> s.claimed_by)`.execute(store.db),
@@ -398,7 +400,9 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       expect(again.snapshots.map((s) => s.id)).toEqual(first.snapshots.map((s) => s.id));
       const { rows } = await sql<{
         n: number;
-      }>`select count(*) as n from task_cleanup_admissions where task_id = ${f.parentId}`.execute(store.db);
+      }>`select count(*) as n from ${tbl(store.db, 'task_cleanup_admissions')} where task_id = ${f.parentId}`.execute(
+        store.db,
+      );
       expect(Number(rows[0]!.n)).toBe(1);
       expect(await store.ownership.listCleanupSnapshots(f.parentId)).toEqual(first.snapshots);
     });
@@ -698,10 +702,10 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
           workspace_mode: null,
         } as never)
         .execute();
-      await sql`insert into workspace_groups (id, steward_task_id, created_at, updated_at) values ('g', 't', 0, 0)`.execute(
+      await sql`insert into ${tbl(store.db, 'workspace_groups')} (id, steward_task_id, created_at, updated_at) values ('g', 't', 0, 0)`.execute(
         store.db,
       );
-      await sql`insert into task_environments (id, task_id, group_id, root_path, created_at, updated_at) values ('e', 't', 'g', '/e', 0, 0)`.execute(
+      await sql`insert into ${tbl(store.db, 'task_environments')} (id, task_id, group_id, root_path, created_at, updated_at) values ('e', 't', 'g', '/e', 0, 0)`.execute(
         store.db,
       );
       await migrator.migrate({ to: 54 });
@@ -727,13 +731,13 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
     let url: string;
     let store: Store;
     let clock: FakeClock;
-    let contenders: Contenders;
+    let contenders: Contenders<typeof OPS>;
     beforeAll(async () => {
       url = await fx.freshUrl();
       clock = new FakeClock();
       store = await fx.open(url, { clock });
       await store.migrate();
-      contenders = await Contenders.start(POOL, { url, module: OPS, storeOptions: { poolSize: 1 } });
+      contenders = await Contenders.start(POOL, { url, ops: OPS, storeOptions: { poolSize: 1 } });
     });
     afterAll(async () => {
       await contenders?.close();
@@ -742,10 +746,10 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
 
     /** Runs `first` in even and `second` in odd contenders, all released together; pair k works on case k. */
     async function racePairs<A, B>(
-      first: (k: number) => [string, unknown],
-      second: (k: number) => [string, unknown],
+      first: (k: number) => PairCall,
+      second: (k: number) => PairCall,
     ): Promise<[Outcome<A>, Outcome<B>][]> {
-      const outcomes = await contenders.race<unknown>('dispatch', (i) => {
+      const outcomes = await contenders.race('dispatch', (i) => {
         const [op, args] = i % 2 === 0 ? first(i >> 1) : second(i >> 1);
         return { op, args };
       });
@@ -762,13 +766,13 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         const targets = await Promise.all(
           families.map(async (f) => [await newTask(store, f.companyId, 'x'), await newTask(store, f.companyId, 'y')]),
         );
-        const transfer = (k: number, side: number): [string, unknown] => [
+        const transfer = (k: number, side: number): PairCall => [
           'transferEnvironment',
           {
             environmentId: families[k]!.envId,
             expectedOwnerTaskId: families[k]!.parentId,
             expectedGeneration: 1,
-            newOwnerTaskId: targets[k]![side],
+            newOwnerTaskId: targets[k]![side]!,
           },
         ];
         const results = await racePairs<OwnershipTransfer, OwnershipTransfer>(
@@ -798,13 +802,13 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         const targets = await Promise.all(
           families.map(async (f) => [f.childId, await newTask(store, f.companyId, 'y')]),
         );
-        const transfer = (k: number, side: number): [string, unknown] => [
+        const transfer = (k: number, side: number): PairCall => [
           'transferGroup',
           {
             groupId: families[k]!.groupId,
             expectedStewardTaskId: families[k]!.parentId,
             expectedGeneration: 1,
-            newStewardTaskId: targets[k]![side],
+            newStewardTaskId: targets[k]![side]!,
           },
         ];
         const results = await racePairs<OwnershipTransfer, OwnershipTransfer>(
@@ -841,9 +845,9 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
           environmentId: f.envId,
           expectedOwnerTaskId: f.parentId,
           expectedGeneration: 1,
-          newOwnerTaskId: targets[i],
+          newOwnerTaskId: targets[i]!,
         });
-        const perProcess = await contenders.race<Outcome<OwnershipTransfer>[]>('transferOnEachConnection', (p) => ({
+        const perProcess = await contenders.race('transferOnEachConnection', (p) => ({
           calls: Array.from({ length: PER_PROCESS }, (_, c) => input(p * PER_PROCESS + c)),
         }));
         const outcomes = perProcess.flatMap((o, p) => {
@@ -1047,7 +1051,7 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       const x = await newTask(store, f.companyId, 'x');
       const { snapshots } = await store.ownership.admitTaskCleanup(f.parentId);
       const s = snapshots.find((y) => y.resourceId === f.envId)!;
-      const claimed = await contenders.run<CleanupClaim>(0, 'claimCleanup', {
+      const claimed = await contenders.run(0, 'claimCleanup', {
         snapshotId: s.id,
         claimant: 'remote-worker',
       });
@@ -1132,7 +1136,7 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
         });
         const movedBefore = await envRow(store, moved.id);
 
-        const restarted = await Contenders.start(1, { url, module: OPS, storeOptions: { poolSize: 1 } });
+        const restarted = await Contenders.start(1, { url, ops: OPS, storeOptions: { poolSize: 1 } });
         let outcome: Outcome<
           { snapshotId: string; resourceId: string; ok: boolean; code?: string; attempt?: number }[]
         >;

@@ -5,6 +5,7 @@
  */
 import type { PathLeaseConflict, Store } from '../../src/index.js';
 import type { ContenderTools } from '../support/contender.js';
+import { defineOperations } from '../support/operations.js';
 
 const now = () => process.hrtime.bigint().toString();
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -182,3 +183,14 @@ export async function claimAndHang(
   tools.signal('claimed');
   await new Promise(() => {});
 }
+
+/** The operations this module's contenders run (see test/support/operations.ts). */
+export const ops = defineOperations(import.meta.url, {
+  raceRounds,
+  hold,
+  release,
+  waitAfterBlocked,
+  acquireHoldRelease,
+  acquire,
+  claimAndHang,
+});

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import {
   InvalidArgumentError,
@@ -13,8 +12,8 @@ import {
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders, ContenderExitedError, type Outcome } from '../support/race.js';
 import type { RaceEvent } from './paths.ops.js';
+import { ops as OPS } from './paths.ops.js';
 
-const OPS = fileURLToPath(new URL('./paths.ops.ts', import.meta.url));
 const LONG_TTL = 600_000;
 
 // ---------------------------------------------------------------------------------------------
@@ -474,14 +473,14 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
   });
 
   describe('across processes', () => {
-    let contenders: Contenders;
+    let contenders: Contenders<typeof OPS>;
     let parent: Store;
     let raceCompany: string;
 
     beforeAll(async () => {
       parent = await fx.open(url);
       raceCompany = (await parent.org.createCompany({ name: 'race' })).id;
-      contenders = await Contenders.start(8, { url, module: OPS, storeOptions: { poolSize: 2 } });
+      contenders = await Contenders.start(8, { url, ops: OPS, storeOptions: { poolSize: 2 } });
     });
     afterAll(async () => {
       await contenders?.close();
@@ -517,7 +516,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const seed = Date.now() % 100_000;
       const events: RaceEvent[] = [];
       for (let wave = 0; wave < 2; wave++) {
-        const outcomes = await contenders.race<RaceEvent[]>('raceRounds', () => ({
+        const outcomes = await contenders.race('raceRounds', () => ({
           workspaceId: ws,
           rounds: 25,
           seed: seed + wave,
@@ -538,27 +537,18 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
 
     it('a blocked acquirePaths holds nothing while it waits and takes the whole set once the blocker releases', async () => {
       const ws = await workspace(parent, raceCompany);
-      expect(
-        ok(await contenders.run<{ result: { acquired: boolean } }>(0, 'hold', req(ws, 'h0', ['src/b']))).result
-          .acquired,
-      ).toBe(true);
-      const waiter = contenders.start<{ first: { acquired: boolean }; keys: string[]; grantNs: string }>(
-        1,
-        'waitAfterBlocked',
-        {
-          ...req(ws, 'h1', ['src/a', 'src/b']),
-          timeoutMs: 120_000,
-        },
-      );
+      expect(ok(await contenders.run(0, 'hold', req(ws, 'h0', ['src/b']))).result.acquired).toBe(true);
+      const waiter = contenders.start(1, 'waitAfterBlocked', {
+        ...req(ws, 'h1', ['src/a', 'src/b']),
+        timeoutMs: 120_000,
+      });
       await contenders.waitForSignal(1, 'blocked');
       // The waiter holds no part of its set: src/a can be taken and released by a third process.
-      const third = ok(await contenders.run<{ result: { acquired: boolean } }>(2, 'hold', req(ws, 'h2', ['src/a'])));
+      const third = ok(await contenders.run(2, 'hold', req(ws, 'h2', ['src/a'])));
       expect(third.result.acquired).toBe(true);
-      const thirdRelease = ok(
-        await contenders.run<{ releaseNs: string }>(2, 'release', { workspaceId: ws, holder: 'h2' }),
-      );
+      const thirdRelease = ok(await contenders.run(2, 'release', { workspaceId: ws, holder: 'h2' }));
       const blockerRelease = ok(
-        await contenders.run<{ released: string[]; releaseNs: string }>(0, 'release', {
+        await contenders.run(0, 'release', {
           workspaceId: ws,
           holder: 'h0',
         }),
@@ -586,7 +576,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
         ['a', 'b', 'c'],
       ];
       const runs = orders.map((paths, i) =>
-        contenders.start<{ keys: string[]; grantNs: string; releaseNs: string }>(i, 'acquireHoldRelease', {
+        contenders.start(i, 'acquireHoldRelease', {
           ...req(ws, `w${i}`, paths),
           timeoutMs: 120_000,
         }),
@@ -659,7 +649,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       expect((await probe.paths.tryAcquirePaths(req(ws, 'probe', ['src/a.ts']))).acquired).toBe(true);
       await probe.paths.releasePaths({ workspaceId: ws, holder: 'probe' });
       // And in real time, a waiting process gets the path once the TTL has run out.
-      const outcome = await contenders.run<{ keys: string[] }>(4, 'acquire', {
+      const outcome = await contenders.run(4, 'acquire', {
         ...req(ws, 'next', ['src/a.ts']),
         timeoutMs: 60_000,
       });

@@ -1,6 +1,7 @@
 /** Contender operations for the run-scoping suite (run in child processes by the race helper). */
 import type { Store } from '../../src/index.js';
 import type { ContenderTools } from '../support/contender.js';
+import { defineOperations } from '../support/operations.js';
 
 /** Starts a run; returns its id and how many tasks it adopted. */
 export async function startRun(store: Store, args: { targetKey: string | null }) {
@@ -102,3 +103,17 @@ export async function startOrCreate(store: Store, args: { op: 'startRun' | 'crea
     args as unknown as { companyId: string; targetKey: string | null; count: number; prefix: string },
   );
 }
+
+/** The operations this module's contenders run (see test/support/operations.ts). */
+export const ops = defineOperations(import.meta.url, {
+  startRun,
+  heartbeat,
+  holdRun,
+  drainInbox,
+  sendMessages,
+  createDispatch,
+  failOnExit,
+  resolveGate,
+  createTasksUnderTargetLock,
+  startOrCreate,
+});

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import {
   CoordinatorHandleTakenError,
@@ -15,8 +14,8 @@ import {
 } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders, partition, type Outcome } from '../support/race.js';
+import { ops as OPS } from './runs.ops.js';
 
-const OPS = fileURLToPath(new URL('./runs.ops.ts', import.meta.url));
 const CONTENDERS = 16;
 const ROUNDS = 20;
 
@@ -47,7 +46,7 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
   const shared = () => (sharedStore ??= fx.freshStore());
   // The race database and its contenders: process start is slow, so they boot while the
   // single-process tests run, once for the whole file.
-  let raceSetup: Promise<{ url: string; contenders: Contenders }> | undefined;
+  let raceSetup: Promise<{ url: string; contenders: Contenders<typeof OPS> }> | undefined;
   beforeAll(() => {
     fx = makeFixture();
     raceSetup = (async () => {
@@ -56,7 +55,7 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       await migrator.migrate();
       return {
         url,
-        contenders: await Contenders.start(CONTENDERS, { url, module: OPS, storeOptions: { poolSize: 2 } }),
+        contenders: await Contenders.start(CONTENDERS, { url, ops: OPS, storeOptions: { poolSize: 2 } }),
       };
     })();
     raceSetup.catch(() => {}); // surfaced by the races' beforeAll
@@ -565,7 +564,7 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
 
   describe('races across processes', () => {
     let store: Store;
-    let contenders: Contenders;
+    let contenders: Contenders<typeof OPS>;
     let companyId: string;
     const clock = movableClock();
     beforeAll(async () => {
@@ -583,7 +582,7 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
         await task(store, companyId, target);
         await task(store, companyId, target);
         expectedTasks += 2;
-        const outcomes = await contenders.race<StartValue>('startRun', () => ({ targetKey: target }));
+        const outcomes = await contenders.race('startRun', () => ({ targetKey: target }));
         const { wins, losses } = partition(outcomes);
         expect(wins.length, JSON.stringify(losses.filter((l) => l.error.code !== 'COORDINATOR_RUN_CONFLICT'))).toBe(1);
         const winner = wins[0]!.value;
@@ -606,7 +605,7 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
         const targetOf = (i: number) => `worktree:disjoint-${round}-${i}`;
         const taskOf = new Map<string, string>();
         for (let i = 0; i < CONTENDERS; i++) taskOf.set(targetOf(i), (await task(store, companyId, targetOf(i))).id);
-        const outcomes = await contenders.race<StartValue>('startRun', (i) => ({ targetKey: targetOf(i) }));
+        const outcomes = await contenders.race('startRun', (i) => ({ targetKey: targetOf(i) }));
         const { wins, losses } = partition(outcomes);
         expect(losses, JSON.stringify(losses)).toEqual([]);
         expect(wins.length).toBe(CONTENDERS);
@@ -623,7 +622,7 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
     it('makes all null-target contenders share one slot, without blocking keyed targets', async () => {
       const keyed = await store.runs.startCoordinatorRun({ targetKey: 'worktree:beside-null' });
       for (let round = 0; round < 5; round++) {
-        const outcomes = await contenders.race<StartValue>('startRun', () => ({ targetKey: null }));
+        const outcomes = await contenders.race('startRun', () => ({ targetKey: null }));
         const { wins, losses } = partition(outcomes);
         expect(wins.length).toBe(1);
         expectConflicts(losses, null, wins[0]!.value.id);
@@ -640,7 +639,7 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       // starts is either stamped with it or adopted by it, never left unowned.
       const target = 'worktree:mid-start';
       for (let round = 0; round < 5; round++) {
-        const outcomes = await contenders.race<unknown>(
+        const outcomes = await contenders.race(
           'startOrCreate',
           (i) =>
             i === 0
@@ -661,13 +660,13 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
 
     it('lets 4 consumers drain 1,000 messages from one inbox, each delivered exactly once', async () => {
       const inbox = 'coordinator-drained';
-      const sends = await contenders.race<number>(
+      const sends = await contenders.race(
         'sendMessages',
         () => ({ from: 'worker', to: inbox, count: 250 }),
         [0, 1, 2, 3],
       );
       expect(sends.every((o) => o.ok)).toBe(true);
-      const drains = await contenders.race<string[]>('drainInbox', () => ({ handle: inbox, limit: 10 }), [4, 5, 6, 7]);
+      const drains = await contenders.race('drainInbox', () => ({ handle: inbox, limit: 10 }), [4, 5, 6, 7]);
       const delivered = drains.flatMap((o) => (o.ok ? o.value : []));
       expect(drains.every((o) => o.ok)).toBe(true);
       expect(delivered.length).toBe(1000);
@@ -684,13 +683,13 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
 
     it('lets 8 consumers drain 2,000 messages from one inbox, each delivered exactly once', async () => {
       const inbox = 'coordinator-eight';
-      const sends = await contenders.race<number>(
+      const sends = await contenders.race(
         'sendMessages',
         () => ({ from: 'worker', to: inbox, count: 250 }),
         [0, 1, 2, 3, 4, 5, 6, 7],
       );
       expect(sends.every((o) => o.ok)).toBe(true);
-      const drains = await contenders.race<string[]>(
+      const drains = await contenders.race(
         'drainInbox',
         () => ({ handle: inbox, limit: 5 }),
         [8, 9, 10, 11, 12, 13, 14, 15],
@@ -714,11 +713,9 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
     it('loses no message and delivers none twice while senders and consumers run at once', async () => {
       const inbox = 'coordinator-busy';
       const senders = [0, 1].map((i) =>
-        contenders.start<number>(i, 'sendMessages', { from: `worker-${i}`, to: inbox, count: 150 }),
+        contenders.start(i, 'sendMessages', { from: `worker-${i}`, to: inbox, count: 150 }),
       );
-      const consumers = [2, 3, 4, 5].map((i) =>
-        contenders.start<string[]>(i, 'drainInbox', { handle: inbox, limit: 1 }),
-      );
+      const consumers = [2, 3, 4, 5].map((i) => contenders.start(i, 'drainInbox', { handle: inbox, limit: 1 }));
       const settled = await Promise.all([...senders, ...consumers]);
       expect(
         settled.every((o) => o.ok),
@@ -777,13 +774,11 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
           terminalHandle: terminal,
           runId: run.id,
         });
-        const outcomes = await contenders.race<{
-          dispatchId: string;
-          failureCount: number;
-          circuitBreakerTripped: boolean;
-          taskStatus: string;
-          escalateTo: unknown;
-        } | null>('failOnExit', () => ({ terminalHandle: terminal }), [0, 1, 2, 3, 4, 5, 6, 7]);
+        const outcomes = await contenders.race(
+          'failOnExit',
+          () => ({ terminalHandle: terminal }),
+          [0, 1, 2, 3, 4, 5, 6, 7],
+        );
         expect(outcomes.every((o) => o.ok)).toBe(true);
         const reports = outcomes.flatMap((o) => (o.ok && o.value ? [o.value] : []));
         expect(reports.length).toBe(1);
@@ -812,7 +807,7 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
     it('lets exactly one of concurrent resolutions of a gate win', async () => {
       for (let round = 0; round < 5; round++) {
         const gate = await store.gates.openGate({ question: `round ${round}?` });
-        const outcomes = await contenders.race<{ resolution: string }>(
+        const outcomes = await contenders.race(
           'resolveGate',
           (i) => ({ gateId: gate.id, resolution: `answer-${i}` }),
           [0, 1, 2, 3, 4, 5, 6, 7],
@@ -844,7 +839,7 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       const reconciled = await store.runs.reconcileStaleRuns({ staleAfterMs: 60 * 60_000 });
       expect(reconciled.map((r) => [r.id, r.status])).toEqual([[dead.id, 'failed']]);
 
-      const replacement = await contenders.run<StartValue>(successor, 'startRun', { targetKey: target });
+      const replacement = await contenders.run(successor, 'startRun', { targetKey: target });
       expect(replacement.ok).toBe(true);
       const late = await contenders.run(latecomer, 'heartbeat', { runId: dead.id });
       expect(late).toMatchObject({
@@ -862,7 +857,7 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
 
     it('tells a live holder whose run was reconciled that it lost the run', async () => {
       const holder = 12;
-      const holding = contenders.start<{ runId: string; lost: string }>(holder, 'holdRun', {
+      const holding = contenders.start(holder, 'holdRun', {
         targetKey: 'worktree:stalled',
       });
       await contenders.waitForSignal(holder, 'started');

@@ -1,6 +1,7 @@
 /** Contender operations for the validation suite (run in child processes by the race helper). */
 import type { Store, TryAcquirePathsResult } from '../../src/index.js';
 import type { ContenderTools } from '../support/contender.js';
+import { defineOperations } from '../support/operations.js';
 
 /** The key every contender's large set shares; it sorts after all the others, so it lands in the last chunk. */
 export const SHARED_KEY = 'zz/shared';
@@ -19,3 +20,6 @@ export async function acquireLargeSet(
     ttlMs: 600_000,
   });
 }
+
+/** The operations this module's contenders run (see test/support/operations.ts). */
+export const ops = defineOperations(import.meta.url, { acquireLargeSet });

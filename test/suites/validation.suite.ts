@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileURLToPath } from 'node:url';
 import {
   InvalidArgumentError,
   LATEST_VERSION,
@@ -15,8 +14,7 @@ import type { DialectFixture } from '../support/fixtures.js';
 import { databaseState } from '../support/db-state.js';
 import { Contenders } from '../support/race.js';
 import { SHARED_KEY } from './validation.ops.js';
-
-const OPS = fileURLToPath(new URL('./validation.ops.ts', import.meta.url));
+import { ops as OPS } from './validation.ops.js';
 
 /** Runs `fn`, expects a `TaskfenceError` with `code` (and `field`, for INVALID_ARGUMENT), and that the database did not change. */
 async function expectRefusal(
@@ -321,16 +319,13 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
       it('of 6 processes racing large overlapping sets (3,000 paths each, the overlap in the last chunk), exactly one wins each round', async () => {
         const contenders = await Contenders.start(6, {
           url: store.location.url,
-          module: OPS,
+          ops: OPS,
           storeOptions: { poolSize: 1 },
         });
         try {
           for (let round = 0; round < 3; round++) {
             const ws = (await store.org.createWorkspace({ companyId, name: `race-${round}` })).id;
-            const outcomes = await contenders.race<{
-              acquired: boolean;
-              conflicts?: { key: string; holder: string }[];
-            }>('acquireLargeSet', () => ({ workspaceId: ws, n: 3_000 }));
+            const outcomes = await contenders.race('acquireLargeSet', () => ({ workspaceId: ws, n: 3_000 }));
             const values = outcomes.map((o) => {
               if (!o.ok) throw new Error(`contender ${o.index} failed: ${JSON.stringify(o.error)}`);
               return o.value;

@@ -3,8 +3,7 @@
  * operations module, and runs the calls the parent arms and releases.
  */
 import { openStore, type Store } from '../../src/index.js';
-
-type Operation = (store: Store, args: any, tools: ContenderTools) => Promise<unknown>;
+import type { Operation, OperationSet } from './operations.js';
 
 /** What an operation gets besides the store and its args. */
 export interface ContenderTools {
@@ -39,7 +38,11 @@ async function main() {
   let ops: Record<string, Operation>;
   try {
     store = await openStore({ ...JSON.parse(process.env.CONTENDER_STORE_OPTIONS ?? '{}'), url });
-    ops = (await import(process.env.CONTENDER_MODULE!)) as Record<string, Operation>;
+    const moduleUrl = process.env.CONTENDER_MODULE!;
+    const set = ((await import(moduleUrl)) as { ops?: OperationSet<Record<string, Operation>> }).ops;
+    if (set?.url !== moduleUrl || typeof set.operations !== 'object')
+      throw new Error(`${moduleUrl} does not export its operations as \`ops = defineOperations(import.meta.url, …)\``);
+    ops = set.operations;
   } catch (error) {
     process.send!({ type: 'fatal', error: serializeError(error) });
     process.exit(1);
@@ -58,10 +61,10 @@ async function main() {
     if (m.type === 'go') {
       const call = armed.get(m.id)!;
       armed.delete(m.id);
-      const op = ops[call.fn];
+      const op = Object.hasOwn(ops, call.fn) ? ops[call.fn] : undefined;
       const tools: ContenderTools = { index, url, signal: (name) => process.send!({ type: 'signal', id: m.id, name }) };
       try {
-        if (typeof op !== 'function') throw new Error(`the operations module has no export "${call.fn}"`);
+        if (typeof op !== 'function') throw new Error(`the operations module has no operation "${call.fn}"`);
         const value = await op(store, call.args, tools);
         process.send!({ type: 'result', id: m.id, ok: true, value: value ?? null });
       } catch (error) {

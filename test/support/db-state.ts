@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import type { SchemaDescription, Store } from '../../src/index.js';
+import { tbl } from './schema.js';
 
 /**
  * A fingerprint of everything a refusal must not change: the schema and, per table, the row
@@ -12,7 +13,7 @@ export async function databaseState(store: Store, options: { schema?: SchemaDesc
   const parts: string[] = options.schema ? [] : [JSON.stringify(schema)];
   for (const table of Object.keys(schema.tables).sort()) {
     const columns = Object.keys(schema.tables[table]!.columns).sort();
-    const { rows } = await sql<Record<string, unknown>>`select * from ${sql.table(table)}`.execute(store.db);
+    const { rows } = await sql<Record<string, unknown>>`select * from ${tbl(store.db, table)}`.execute(store.db);
     const lines = rows
       .map((row) =>
         JSON.stringify(columns.map((c) => (row[c] === null || row[c] === undefined ? null : String(row[c])))),

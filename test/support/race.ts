@@ -1,6 +1,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
+import type { ArgsOf, ArgsOptional, Operation, OperationName, OperationSet, ResultOf } from './operations.js';
 
 const CONTENDER = fileURLToPath(new URL('./contender.ts', import.meta.url));
 const TSX = createRequire(import.meta.url).resolve('tsx');
@@ -17,11 +18,11 @@ export interface SerializedError {
   readonly [field: string]: unknown;
 }
 
-export interface ContenderOptions {
+export interface ContenderOptions<S extends AnyOperationSet> {
   /** Database URL every contender opens its own store (and so its own connection) on. */
   readonly url: string;
-  /** Absolute path of a module whose exports are `(store, args) => Promise<result>` operations. */
-  readonly module: string;
+  /** The `ops` export of an `*.ops.ts` module (`defineOperations`): what the contenders can run. */
+  readonly ops: S;
   /** Passed to `openStore` in each contender (e.g. `{ poolSize: 2 }`). */
   readonly storeOptions?: Record<string, unknown>;
 }
@@ -39,13 +40,28 @@ interface Child {
   exited: boolean;
 }
 
+/** `race`'s arguments after the operation name: `args` may be left out when the operation needs none. */
+type RaceRest<F> =
+  ArgsOptional<F> extends true
+    ? [args?: (index: number) => ArgsOf<F>, indexes?: readonly number[]]
+    : [args: (index: number) => ArgsOf<F>, indexes?: readonly number[]];
+
+/** `run`'s and `start`'s arguments after the operation name. */
+type RunRest<F> = ArgsOptional<F> extends true ? [args?: ArgsOf<F>] : [args: ArgsOf<F>];
+
 /**
  * N child processes, each with its own store on one database: several OS processes on one
  * SQLite file, several connections to one PostgreSQL database. `race` prepares one call in every
  * child, then releases them together (a barrier: no child starts before all are armed) and
  * collects every outcome.
  */
-export class Contenders {
+/** Any suite's operation set. */
+type AnyOperationSet = OperationSet<Record<string, Operation>>;
+
+/** The operations of a set. */
+type Ops<S extends AnyOperationSet> = S['operations'];
+
+export class Contenders<S extends AnyOperationSet> {
   readonly #children: Child[];
   #nextId = 1;
   readonly #waiters = new Map<string, (message: Message) => void>();
@@ -57,7 +73,7 @@ export class Contenders {
   }
 
   /** Starts `n` contenders and waits until each has opened its store. */
-  static async start(n: number, options: ContenderOptions): Promise<Contenders> {
+  static async start<S extends AnyOperationSet>(n: number, options: ContenderOptions<S>): Promise<Contenders<S>> {
     const children: Child[] = [];
     const ready: Promise<void>[] = [];
     for (let index = 0; index < n; index++) {
@@ -66,7 +82,7 @@ export class Contenders {
         env: {
           ...process.env,
           CONTENDER_URL: options.url,
-          CONTENDER_MODULE: options.module,
+          CONTENDER_MODULE: options.ops.url,
           CONTENDER_STORE_OPTIONS: JSON.stringify(options.storeOptions ?? {}),
           CONTENDER_INDEX: String(index),
         },
@@ -88,7 +104,7 @@ export class Contenders {
         }),
       );
     }
-    const contenders = new Contenders(children);
+    const contenders = new Contenders<S>(children);
     try {
       await Promise.all(ready);
     } catch (error) {
@@ -140,11 +156,15 @@ export class Contenders {
    * Arms `fn(store, args(i))` in every listed contender (default: all), releases them together,
    * and returns every outcome in contender order.
    */
-  async race<T = unknown>(
-    fn: string,
-    args: (index: number) => unknown = () => ({}),
-    indexes?: readonly number[],
-  ): Promise<Outcome<T>[]> {
+  async race<K extends OperationName<Ops<S>>>(
+    fn: K,
+    ...rest: RaceRest<Ops<S>[K]>
+  ): Promise<Outcome<ResultOf<Ops<S>[K]>>[]> {
+    const [args = () => ({}), indexes] = rest as [((index: number) => unknown)?, (readonly number[])?];
+    return this.#race(fn, args, indexes);
+  }
+
+  async #race<T>(fn: string, args: (index: number) => unknown, indexes?: readonly number[]): Promise<Outcome<T>[]> {
     const targets = indexes ?? this.#children.map((c) => c.index);
     const id = this.#nextId++;
     const prepared = targets.map((i) => this.#await('prepared', i, id));
@@ -162,8 +182,13 @@ export class Contenders {
   }
 
   /** Runs one call in one contender (no barrier). */
-  async run<T = unknown>(index: number, fn: string, args: unknown = {}): Promise<Outcome<T>> {
-    const [outcome] = await this.race<T>(fn, () => args, [index]);
+  async run<K extends OperationName<Ops<S>>>(
+    index: number,
+    fn: K,
+    ...rest: RunRest<Ops<S>[K]>
+  ): Promise<Outcome<ResultOf<Ops<S>[K]>>> {
+    const [args = {}] = rest as [unknown?];
+    const [outcome] = await this.#race<ResultOf<Ops<S>[K]>>(fn, () => args, [index]);
     return outcome!;
   }
 
@@ -171,8 +196,12 @@ export class Contenders {
    * Starts a call in one contender without waiting for it; the returned promise settles with
    * its outcome, or rejects with `ContenderExitedError` if the process dies first.
    */
-  start<T = unknown>(index: number, fn: string, args: unknown = {}): Promise<Outcome<T>> {
-    return this.run<T>(index, fn, args);
+  start<K extends OperationName<Ops<S>>>(
+    index: number,
+    fn: K,
+    ...rest: RunRest<Ops<S>[K]>
+  ): Promise<Outcome<ResultOf<Ops<S>[K]>>> {
+    return this.run(index, fn, ...rest);
   }
 
   /** Resolves when contender `index` has called `signal(name)` from inside an operation. */

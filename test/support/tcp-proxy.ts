@@ -14,7 +14,7 @@ export class FaultProxy {
   readonly #pairs = new Set<{ client: net.Socket; upstream: net.Socket; commitInFlight: boolean }>();
   #silent = false;
   #commitCutsArmed = 0;
-  readonly #cutsBefore: { text: Buffer; count: number }[] = [];
+  readonly #cutsBefore: { pattern: RegExp; count: number }[] = [];
   /** How many connections were cut right after the server answered a COMMIT. */
   commitCuts = 0;
 
@@ -64,7 +64,7 @@ export class FaultProxy {
     upstream.on('close', drop);
     client.on('data', (chunk: Buffer) => {
       if (this.#silent) return;
-      const before = this.#cutsBefore.find((c) => c.count > 0 && chunk.includes(c.text));
+      const before = this.#cutsBefore.find((c) => c.count > 0 && c.pattern.test(chunk.toString('latin1')));
       if (before) {
         // The statement never reaches the server: the transaction dies before COMMIT.
         before.count--;
@@ -105,9 +105,15 @@ export class FaultProxy {
     this.#commitCutsArmed += count;
   }
 
-  /** Cuts the connection (without forwarding) the next `count` times a client sends SQL containing `text`. */
+  /**
+   * Cuts the connection (without forwarding) the next `count` times a client sends SQL containing
+   * `text`. A quoted name in `text` also matches its schema-qualified form (`insert into "tasks"`
+   * matches `insert into "taskfence_ci"."tasks"`), so the cut works when the suite runs in a schema.
+   */
   cutBeforeNext(text: string, count = 1): void {
-    this.#cutsBefore.push({ text: Buffer.from(text), count });
+    const escaped = text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    const pattern = new RegExp(escaped.replace(/"([^"]+)"/g, '(?:"[^"]+"\\.)?"$1"'));
+    this.#cutsBefore.push({ pattern, count });
   }
 
   /** From now on nothing is forwarded and new connections are accepted but never answered. */
