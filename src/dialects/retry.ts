@@ -5,8 +5,6 @@ import type { DialectStats, ErrorKind } from './types.js';
  * Retries `attempt` while `classify` says the failure is transient, with jittered exponential
  * backoff, until `deadlineMs` has passed. Shared by both dialects' write transactions.
  */
-// Not yet on `Backoff` (src/dialects/backoff.ts): with it, test/postgres/faults.test.ts "under random cuts" timed
-// out 4 of 4 runs here against 1 of 3 without; unexplained, see the query helper's report.
 export async function retryTransient<T>(
   attempt: () => Promise<T>,
   classify: (error: unknown) => ErrorKind,
@@ -16,6 +14,8 @@ export async function retryTransient<T>(
 ): Promise<T> {
   const started = Date.now();
   let attempts = 0;
+  // Not yet on `Backoff` (./backoff.ts): with it, test/postgres/faults.test.ts "under random cuts"
+  // timed out in 4 of 4 runs against 1 of 3 without; the cause is not found yet.
   let backoff = 2;
   for (;;) {
     attempts++;
