@@ -1,6 +1,6 @@
 /**
- * Jittered exponential backoff, the one used by every retry loop in taskfence (transient write
- * failures, the PostgreSQL migration lock's try-lock poll, the LISTEN connection's reconnects).
+ * Jittered exponential backoff, for retry loops (the PostgreSQL migration lock's try-lock poll,
+ * the LISTEN connection's reconnects; `retryTransient` still has its own, see there).
  *
  * Each delay is the current step times a random factor in [0.5, 1.5), so processes that failed
  * together do not retry in lockstep; after each delay the step doubles, up to `maxMs`.
