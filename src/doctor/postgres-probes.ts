@@ -14,6 +14,7 @@ import {
   scalar,
   taskfenceSchema,
 } from './probe-support.js';
+import { doctorProbeLockKey } from '../repositories/shared/lock-keys.js';
 
 export interface PostgresProbeOptions {
   /** How long to wait for the pool's second connection (default 5 000 ms). */
@@ -92,7 +93,7 @@ function tryLockSql(lock: AdvisoryLock) {
  * lock: it was scoped to A's transaction.
  */
 async function advisoryLockCheck(dialect: StoreDialect, options: PostgresProbeOptions): Promise<DoctorCheck> {
-  const key = `taskfence:doctor:${probeName()}`;
+  const key = doctorProbeLockKey(probeName());
   let taken: AdvisoryLock[] = [];
   let takenByOther: AdvisoryLock[] = [];
   let holderPid: number | undefined;

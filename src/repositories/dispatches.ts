@@ -9,7 +9,8 @@ import type {
   TaskStatus,
 } from '../schema/database.js';
 import type { StoreContext } from './context.js';
-import { findRunningRun, requireRunningRunIn } from './runs.js';
+import { dispatchTaskLockKey, dispatchTerminalLockKey } from './shared/lock-keys.js';
+import { findRunningRun, requireRunningRunIn } from './shared/running-run.js';
 import {
   optionalId,
   optionalIdFilter,
@@ -185,8 +186,6 @@ export function toDispatch(row: DispatchContextRow): Dispatch {
 
 const IN_FLIGHT: readonly TaskStatus[] = ['dispatched', 'in_progress'];
 const DISPATCH_STATUSES: readonly DispatchStatus[] = ['active', 'completed', 'failed', 'cancelled'];
-const taskLockKey = (taskId: string) => `taskfence:dispatch-task:${taskId}`;
-const terminalLockKey = (handle: string) => `taskfence:dispatch-terminal:${handle}`;
 
 /** The newest active dispatch of a terminal (ties broken by id), read in `db` (a transaction or the store). */
 function newestActiveFor(trx: Transaction<Database> | Kysely<Database>, terminalHandle: string) {
@@ -256,7 +255,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const id = ctx.newId();
       const now = ctx.clock.now();
       const row = await dialect.writeTransaction(async (trx) => {
-        await dialect.lockKey(trx, taskLockKey(taskId));
+        await dialect.lockKey(trx, dispatchTaskLockKey(taskId));
         const task = await trx
           .selectFrom('tasks')
           .select(['id', 'status', 'coordinator_run_id'])
@@ -325,11 +324,11 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const error = optionalString('error', optionalInput('options', options).error) ?? 'worker terminal exited';
       return dialect.writeTransaction(async (trx) => {
         // Exit reports for one terminal queue here, so each sees the previous one's result.
-        await dialect.lockKey(trx, terminalLockKey(terminalHandle));
+        await dialect.lockKey(trx, dispatchTerminalLockKey(terminalHandle));
         for (;;) {
           const active = await newestActiveFor(trx, terminalHandle);
           if (!active) return null;
-          await dialect.lockKey(trx, taskLockKey(active.task_id));
+          await dialect.lockKey(trx, dispatchTaskLockKey(active.task_id));
           const now = ctx.clock.now();
           const failed = await trx
             .updateTable('dispatch_contexts')

@@ -22,6 +22,7 @@ import {
   requirePositiveMs,
 } from './validate.js';
 import { tableIn } from '../dialects/schema.js';
+import { pathsLockKey } from './shared/lock-keys.js';
 
 /** TTL of the leases `claimTask` takes when the caller gives none. */
 export const DEFAULT_PATH_LEASE_TTL_MS = 60_000;
@@ -487,7 +488,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     taskId: string | null,
   ): Promise<TryAcquirePathsResult> {
     if (keys.length === 0) return { acquired: true, leases: [] };
-    await dialect.lockKey(trx, `paths:${workspaceId}`);
+    await dialect.lockKey(trx, pathsLockKey(workspaceId));
     // Read the clock only once the workspace is serialized, so lease times follow commit order.
     const now = ctx.clock.now();
     const conflicts = await findConflicts(trx, workspaceId, holder, keys, now);
@@ -600,7 +601,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       if (keys.length === 0) return { renewed: [], lost: [] };
       const rows = await dialect.writeTransaction(async (trx) => {
         // Serialized with acquisitions: a lease seen live here cannot be taken over meanwhile.
-        await dialect.lockKey(trx, `paths:${workspaceId}`);
+        await dialect.lockKey(trx, pathsLockKey(workspaceId));
         const now = ctx.clock.now();
         const extended: PathLeaseRow[] = [];
         // The keys are an antichain, so their ranges are disjoint: no lease is renewed twice.
@@ -708,7 +709,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
         if (FINISHED.includes(task.status)) {
           throw new PathClaimRefusedError(taskId, holder, 'task_finished', `it is already ${task.status}`);
         }
-        if (task.workspace_id !== null) await dialect.lockKey(trx, `paths:${task.workspace_id}`);
+        if (task.workspace_id !== null) await dialect.lockKey(trx, pathsLockKey(task.workspace_id));
         const now = ctx.clock.now();
         const other = await trx
           .selectFrom('path_leases')

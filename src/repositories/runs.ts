@@ -1,6 +1,5 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
-import { runTargetLockKey } from '../domain/run-targets.js';
 import type { CoordinatorRunRow, CoordinatorRunStatus, Database } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { prepared } from '../query/prepared.js';
@@ -18,6 +17,13 @@ import {
   requireText,
 } from './validate.js';
 import { tableIn } from '../dialects/schema.js';
+import { runTargetLockKey } from './shared/lock-keys.js';
+import {
+  CoordinatorRunNotRunningError,
+  findRunningRun,
+  requireRunningRunIn,
+  SELECT_RUN,
+} from './shared/running-run.js';
 
 export interface CoordinatorRun {
   readonly id: string;
@@ -73,23 +79,6 @@ export class CoordinatorRunConflictError extends TaskfenceError {
       `A coordinator run is already running on ${targetKey === null ? 'the null target' : `target ${JSON.stringify(targetKey)}`} ` +
         `(run ${runningRunId}, handle ${runningCoordinatorHandle}). Nothing was started. Stop that run by id, ` +
         'or, if its process died, let reconcileStaleRuns fail it once its heartbeat is stale; or pass a different --worktree.',
-    );
-  }
-}
-
-/**
- * The run is no longer running (stopped, or failed by `reconcileStaleRuns` because its heartbeat
- * went stale): its holder has lost it and must stop acting for it.
- */
-export class CoordinatorRunNotRunningError extends TaskfenceError {
-  readonly code = 'COORDINATOR_RUN_NOT_RUNNING';
-  constructor(
-    readonly runId: string,
-    readonly status: CoordinatorRunStatus,
-  ) {
-    super(
-      `Coordinator run ${runId} is no longer running (status ${status}); it was stopped or reconciled as stale. ` +
-        'Its holder has lost the run: stop dispatching for it and start a new run, which adopts its unfinished tasks.',
     );
   }
 }
@@ -176,19 +165,6 @@ export function checkTargetKey(targetKey: unknown): string | null {
   return requireId('targetKey', targetKey);
 }
 
-/** @internal The running run of a target (at most one: the unique index), read in `db` (a transaction or the store). */
-export async function findRunningRun(
-  db: Transaction<Database> | StoreContext['dialect']['db'],
-  targetKey: string | null,
-) {
-  return db
-    .selectFrom('coordinator_runs')
-    .selectAll()
-    .where('status', '=', 'running')
-    .where(sql<string>`coalesce(target_key, '')`, '=', targetKey ?? '')
-    .executeTakeFirst();
-}
-
 /**
  * @internal Adoption, inside the caller's write transaction. Unowned = no run, or a run id that is not a
  * running run. Each UPDATE is one statement, so under READ COMMITTED it sees every run that
@@ -253,18 +229,6 @@ const INSERT_RUN = prepared(
       heartbeat_at: p.now,
     }),
 );
-
-const SELECT_RUN = prepared((db, p: { id: string }) =>
-  db.selectFrom('coordinator_runs').selectAll().where('id', '=', p.id),
-);
-
-/** @internal Reads the run in `trx` and fails unless it is running (the fence for run-scoped writes). */
-export async function requireRunningRunIn(trx: Transaction<Database>, runId: string): Promise<CoordinatorRunRow> {
-  const row = await SELECT_RUN.first(trx, { id: runId });
-  if (!row) throw new NotFoundError('coordinator run', runId);
-  if (row.status !== 'running') throw new CoordinatorRunNotRunningError(runId, row.status);
-  return row;
-}
 
 const START_ATTEMPTS = 5;
 
