@@ -160,7 +160,7 @@ export {
   type StoppedRunStatus,
   type ListCoordinatorRunsFilter,
   type RunRepository,
-} from './repositories/runs.js';
+} from './repositories/runs/index.js';
 export { CoordinatorRunNotRunningError } from './repositories/shared/running-run.js';
 export {
   DISPATCH_FAILURE_LIMIT,
@@ -253,7 +253,7 @@ export {
   type PathTaskSubmission,
   type PathClaimRefusal,
   type PathLeaseRepository,
-} from './repositories/paths.js';
+} from './repositories/paths/types.js';
 export {
   InvalidWritePathError,
   WHOLE_WORKSPACE_KEY,

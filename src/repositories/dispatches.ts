@@ -19,7 +19,6 @@ import {
   optionalString,
   requireId,
   requireInput,
-  requireOneOf,
 } from './validate.js';
 
 /** Failed dispatches of one task that trip its circuit breaker: the task fails instead of returning to ready. */

@@ -8,8 +8,9 @@ import { createMessageRepository, type MessageRepository } from './messages.js';
 import { createOrgRepository, type OrgRepository } from './org.js';
 import { createOwnershipRepository } from './ownership/index.js';
 import type { OwnershipRepository } from './ownership/types.js';
-import { createPathLeaseRepository, type PathLeaseRepository } from './paths.js';
-import { createRunRepository, type RunRepository } from './runs.js';
+import { createPathLeaseRepository } from './paths/index.js';
+import type { PathLeaseRepository } from './paths/types.js';
+import { createRunRepository, type RunRepository } from './runs/index.js';
 import { createSchedulerRepository, type SchedulerRepository } from './scheduler.js';
 import { createTaskRepository, type TaskRepository } from './tasks.js';
 
