@@ -160,7 +160,7 @@ export {
   type StoppedRunStatus,
   type ListCoordinatorRunsFilter,
   type RunRepository,
-} from './repositories/runs/index.js';
+} from './repositories/runs/types.js';
 export { CoordinatorRunNotRunningError } from './repositories/shared/running-run.js';
 export {
   DISPATCH_FAILURE_LIMIT,

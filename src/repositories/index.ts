@@ -10,7 +10,8 @@ import { createOwnershipRepository } from './ownership/index.js';
 import type { OwnershipRepository } from './ownership/types.js';
 import { createPathLeaseRepository } from './paths/index.js';
 import type { PathLeaseRepository } from './paths/types.js';
-import { createRunRepository, type RunRepository } from './runs/index.js';
+import { createRunRepository } from './runs/index.js';
+import type { RunRepository } from './runs/types.js';
 import { createSchedulerRepository, type SchedulerRepository } from './scheduler.js';
 import { createTaskRepository, type TaskRepository } from './tasks.js';
 
