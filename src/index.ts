@@ -174,7 +174,7 @@ export {
   type EscalationTarget,
   type DispatchExitResult,
   type DispatchRepository,
-} from './repositories/dispatches.js';
+} from './repositories/dispatches/types.js';
 export {
   GateAlreadyResolvedError,
   type DecisionGate,

@@ -1,5 +1,6 @@
 import type { StoreContext } from './context.js';
-import { createDispatchRepository, type DispatchRepository } from './dispatches.js';
+import { createDispatchRepository } from './dispatches/index.js';
+import type { DispatchRepository } from './dispatches/types.js';
 import { createGateRepository, type GateRepository } from './gates.js';
 import { createLockRepository } from './locks.js';
 import type { LockRepository } from './shared/leases.js';
