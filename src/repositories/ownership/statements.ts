@@ -94,59 +94,59 @@ export const GUARDED_TRANSFER = prepared((db, p: TransferParams, kind: OwnedReso
   ),
 );
 
-/**
- * The cleanup claim: fenced on (owner, generation); blocks transfers until completed, failed,
- * released or expired. The same claimant may re-claim (a retried call). True if it matched.
- */
-export async function claimResource(
+/** One fenced UPDATE of a resource row: `set` where `ownedAt(p)` and `claim` hold. True if it matched. */
+async function updateOwned(
   trx: Trx,
   kind: OwnedResourceKind,
-  p: OwnedAt & { readonly claimant: string; readonly expiresAt: number; readonly now: number },
+  p: OwnedAt,
+  set: RawBuilder<unknown>,
+  claim: RawBuilder<unknown>,
 ): Promise<boolean> {
-  const { table } = RESOURCE_TABLE[kind];
-  const claim = sql`(cleanup_claimed_by is null or cleanup_claim_expires_at <= ${p.now} or cleanup_claimed_by = ${p.claimant})`;
   const { rows } = await sql<{ id: string }>`
-    update ${tableIn(trx, table)}
-       set cleanup_claimed_by = ${p.claimant}, cleanup_claim_generation = ownership_generation,
-           cleanup_claim_expires_at = ${p.expiresAt}, updated_at = ${p.now}
+    update ${tableIn(trx, RESOURCE_TABLE[kind].table)} set ${set}
      where ${ownedAt(kind, p, claim)}
     returning id`.execute(trx);
   return rows.length === 1;
 }
 
-/** Extends the claimant's claim to `expiresAt`, fenced on (owner, generation, claimant). True if it matched. */
-export async function renewResourceClaim(
+/**
+ * The cleanup claim: fenced on (owner, generation); blocks transfers until completed, failed,
+ * released or expired. The same claimant may re-claim (a retried call). True if it matched.
+ */
+export function claimResource(
   trx: Trx,
   kind: OwnedResourceKind,
   p: OwnedAt & { readonly claimant: string; readonly expiresAt: number; readonly now: number },
 ): Promise<boolean> {
-  const { table } = RESOURCE_TABLE[kind];
-  const { rows } = await sql<{ id: string }>`
-    update ${tableIn(trx, table)} set cleanup_claim_expires_at = ${p.expiresAt}, updated_at = ${p.now}
-     where ${ownedAt(kind, p, claimHeldBy(p.claimant))}
-    returning id`.execute(trx);
-  return rows.length === 1;
+  const set = sql`cleanup_claimed_by = ${p.claimant}, cleanup_claim_generation = ownership_generation,
+           cleanup_claim_expires_at = ${p.expiresAt}, updated_at = ${p.now}`;
+  const claim = sql`(cleanup_claimed_by is null or cleanup_claim_expires_at <= ${p.now} or cleanup_claimed_by = ${p.claimant})`;
+  return updateOwned(trx, kind, p, set, claim);
+}
+
+/** Extends the claimant's claim to `expiresAt`, fenced on (owner, generation, claimant). True if it matched. */
+export function renewResourceClaim(
+  trx: Trx,
+  kind: OwnedResourceKind,
+  p: OwnedAt & { readonly claimant: string; readonly expiresAt: number; readonly now: number },
+): Promise<boolean> {
+  const set = sql`cleanup_claim_expires_at = ${p.expiresAt}, updated_at = ${p.now}`;
+  return updateOwned(trx, kind, p, set, claimHeldBy(p.claimant));
 }
 
 /**
  * Ends the claimant's claim on the resource, fenced on (owner, generation, claimant, claimed
  * generation); with `remove` the resource becomes `removed`. True if it matched.
  */
-export async function endResourceClaim(
+export function endResourceClaim(
   trx: Trx,
   kind: OwnedResourceKind,
   p: OwnedAt & { readonly claimant: string; readonly now: number; readonly remove: boolean },
 ): Promise<boolean> {
-  const { table } = RESOURCE_TABLE[kind];
   const status = p.remove ? sql`'removed'` : sql`status`;
-  const claim = sql`${claimHeldBy(p.claimant)} and cleanup_claim_generation = ${p.generation}`;
-  const { rows } = await sql<{ id: string }>`
-    update ${tableIn(trx, table)}
-       set status = ${status}, cleanup_claimed_by = null, cleanup_claim_generation = null,
-           cleanup_claim_expires_at = null, updated_at = ${p.now}
-     where ${ownedAt(kind, p, claim)}
-    returning id`.execute(trx);
-  return rows.length === 1;
+  const set = sql`status = ${status}, cleanup_claimed_by = null, cleanup_claim_generation = null,
+           cleanup_claim_expires_at = null, updated_at = ${p.now}`;
+  return updateOwned(trx, kind, p, set, sql`${claimHeldBy(p.claimant)} and cleanup_claim_generation = ${p.generation}`);
 }
 
 /** A resource row as the fences see it. */

@@ -24,20 +24,6 @@ import type { DetachResult, OwnershipTransfer } from './types.js';
 
 type Trx = Transaction<Database>;
 
-/** The bare CAS: the new generation, or null if the row did not match. */
-async function casTransfer(
-  trx: Trx,
-  kind: OwnedResourceKind,
-  id: string,
-  expected: { readonly owner: string; readonly generation: number },
-  newOwner: string,
-  now: number,
-): Promise<number | null> {
-  const p = { id, expectedOwner: expected.owner, expectedGeneration: expected.generation, newOwner, now };
-  const row = await CAS_TRANSFER.first(trx, p, kind);
-  return row ? Number(row.generation) : null;
-}
-
 /** Why a transfer CAS did not match; throws the matching typed error (called under the resource key). */
 async function explainTransferMiss(
   trx: Trx,
@@ -57,7 +43,7 @@ async function explainTransferMiss(
   throw changed();
 }
 
-/** The CAS, or the typed error explaining why it did not match. */
+/** The bare CAS (`CAS_TRANSFER`): the new generation, or the typed error explaining why it did not match. */
 async function casTransferOrThrow(
   trx: Trx,
   kind: OwnedResourceKind,
@@ -66,8 +52,9 @@ async function casTransferOrThrow(
   newOwner: string,
   now: number,
 ): Promise<number> {
-  const generation = await casTransfer(trx, kind, id, expected, newOwner, now);
-  return generation ?? explainTransferMiss(trx, kind, id, expected, now);
+  const p = { id, expectedOwner: expected.owner, expectedGeneration: expected.generation, newOwner, now };
+  const row = await CAS_TRANSFER.first(trx, p, kind);
+  return row ? Number(row.generation) : explainTransferMiss(trx, kind, id, expected, now);
 }
 
 /** Moves the steward role inside a group: demote the old steward first (one steward per group, by index). */
