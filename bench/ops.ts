@@ -4,14 +4,14 @@
  * `onQuery`). Each pair runs on its own copy of the same fixture.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
+import { leaseKeys, normalizeWritePath, type Store } from '../src/index.js';
+import { encodePathLeaseKey, storedPathAncestorKeys, storedPathDescendantRange } from '../src/domain/write-paths.js';
 import {
-  encodePathLeaseKey,
-  leaseKeys,
-  normalizeWritePath,
-  storedPathAncestorKeys,
-  storedPathDescendantRange,
-  type Store,
-} from '../src/index.js';
+  barrierLockKey,
+  ownedResourceLockKey,
+  pathsLockKey,
+  runTargetLockKey,
+} from '../src/repositories/shared/lock-keys.js';
 import { placeholders, type RawClient } from './lib/raw.js';
 
 export interface Fixture {
@@ -93,7 +93,7 @@ export const OPS: OpPair[] = [
         const now = Date.now();
         await raw.tx([
           [insert, [id, `coordinator-${randomBytes(6).toString('hex')}`, 'running', null, now, null, target, now]],
-          ...lock(raw, `taskfence:run-target:${target}`),
+          ...lock(raw, runTargetLockKey(target)),
           [adoptTasks, [id, now, target]],
           [adopt('dispatch_contexts'), [id, id, id]],
           [adopt('decision_gates'), [id, id, id]],
@@ -186,8 +186,8 @@ export const OPS: OpPair[] = [
         const [from, to] = generation % 2 === 1 ? [fx.taskA, fx.taskB] : [fx.taskB, fx.taskA];
         const now = Date.now();
         const results = await raw.tx([
-          ...lock(raw, `ownership:barrier:${to}`),
-          ...lock(raw, `ownership:environment:${fx.environmentId}`),
+          ...lock(raw, barrierLockKey(to)),
+          ...lock(raw, ownedResourceLockKey('environment', fx.environmentId)),
           [update, [to, now, fx.environmentId, from, generation, now, to, to, to]],
         ]);
         const row = results.at(-1)![0] as { generation: number } | undefined;
@@ -261,7 +261,7 @@ export function rawPathCycle(raw: RawClient, workspaceId: string, paths: string[
     conflictParams.push(16);
     await raw.txWith(async (run) => {
       if (raw.kind === 'postgres')
-        await run('select pg_advisory_xact_lock(hashtextextended($1, 0))', [`paths:${workspaceId}`]);
+        await run('select pg_advisory_xact_lock(hashtextextended($1, 0))', [pathsLockKey(workspaceId)]);
       const found = await run(conflicts, conflictParams);
       if (found.length > 0) throw new Error('paths busy');
       await run(prune, [workspaceId, ...stored, holder, now]);

@@ -1,5 +1,5 @@
 import { openStore } from '../src/index.js';
-import { encodePathLeaseKey } from '../src/index.js';
+import { encodePathLeaseKey } from '../src/domain/write-paths.js';
 import type { BenchDatabases } from './lib/databases.js';
 import { median, percentile, round } from './lib/stats.js';
 

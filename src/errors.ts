@@ -25,19 +25,34 @@ export class InvalidDatabaseUrlError extends TaskfenceError {
 }
 
 /**
+ * The base of the four database faults (`DatabaseUnavailableError`, `CommitOutcomeUnknownError`,
+ * `LockTimeoutError`, `StatementTimeoutError`): the driver's error is the `cause`, its code is
+ * `driverCode`, and `retrySafe` says whether the failed call is known to have changed nothing.
+ */
+export abstract class DatabaseFaultError extends TaskfenceError {
+  /** The driver's error code (`57P01`, `ECONNRESET`, `SQLITE_BUSY`, …), when it gave one. */
+  readonly driverCode: string | undefined;
+  /** True when the failed call is known to have changed nothing, so retrying it is safe. */
+  readonly retrySafe: boolean;
+  constructor(message: string, cause: unknown, retrySafe: boolean) {
+    super(message, { cause });
+    this.driverCode = driverCodeOf(cause);
+    this.retrySafe = retrySafe;
+  }
+}
+
+/**
  * The database could not be reached, or the connection dropped (terminated backend, server
  * restarting, network reset or silent past the timeouts). `retrySafe` says whether the failed
  * operation is known to have changed nothing: true for every failure before COMMIT was sent.
  */
-export class DatabaseUnavailableError extends TaskfenceError {
+export class DatabaseUnavailableError extends DatabaseFaultError {
   readonly code = 'DATABASE_UNAVAILABLE';
-  /** The driver's error code (`57P01`, `ECONNRESET`, …), when it gave one. */
-  readonly driverCode: string | undefined;
   constructor(
     readonly target: string,
     cause: unknown,
     readonly operation: string = 'connect',
-    readonly retrySafe: boolean = true,
+    retrySafe: boolean = true,
   ) {
     super(
       `Cannot reach the database at ${target} (${operation}): ${describeCause(cause)}. ` +
@@ -45,9 +60,9 @@ export class DatabaseUnavailableError extends TaskfenceError {
           ? 'Check the file path, that its directory exists, and its permissions.'
           : 'Check that the server is running and the URL (host, port, database, credentials) is right; ' +
             (retrySafe ? 'nothing was changed, so the call is safe to retry.' : 'the outcome is unknown.')),
-      { cause },
+      cause,
+      retrySafe,
     );
-    this.driverCode = driverCodeOf(cause);
   }
 }
 
@@ -56,10 +71,9 @@ export class DatabaseUnavailableError extends TaskfenceError {
  * Never retried blindly. Retry with the same ids (creates are idempotent), or read back what the
  * call would have written (for claims: the holder and token).
  */
-export class CommitOutcomeUnknownError extends TaskfenceError {
+export class CommitOutcomeUnknownError extends DatabaseFaultError {
   readonly code = 'COMMIT_OUTCOME_UNKNOWN';
-  readonly retrySafe = false;
-  readonly driverCode: string | undefined;
+  declare readonly retrySafe: false;
   constructor(
     readonly operation: string,
     cause: unknown,
@@ -67,17 +81,16 @@ export class CommitOutcomeUnknownError extends TaskfenceError {
     super(
       `The connection was lost while ${operation} was committing (${describeCause(cause)}), so it may or may not have committed. ` +
         'Retry with the same ids (creates are idempotent), or read back what it would have written (for a claim: the holder and token).',
-      { cause },
+      cause,
+      false,
     );
-    this.driverCode = driverCodeOf(cause);
   }
 }
 
 /** PostgreSQL's `lock_timeout` fired (SQLSTATE 55P03): a row or table lock was held by another session too long. Nothing was changed. */
-export class LockTimeoutError extends TaskfenceError {
+export class LockTimeoutError extends DatabaseFaultError {
   readonly code = 'LOCK_TIMEOUT';
-  readonly retrySafe = true;
-  readonly driverCode: string | undefined;
+  declare readonly retrySafe: true;
   constructor(
     readonly operation: string,
     cause: unknown,
@@ -85,17 +98,16 @@ export class LockTimeoutError extends TaskfenceError {
     super(
       `${operation} waited longer than lock_timeout for a lock another session holds (${describeCause(cause)}). ` +
         'Nothing was changed; retry later, find the long-running transaction, or raise lockTimeoutMs.',
-      { cause },
+      cause,
+      true,
     );
-    this.driverCode = driverCodeOf(cause);
   }
 }
 
 /** PostgreSQL's `statement_timeout` (57014), or the client-side query timeout, fired. Nothing was changed. */
-export class StatementTimeoutError extends TaskfenceError {
+export class StatementTimeoutError extends DatabaseFaultError {
   readonly code = 'STATEMENT_TIMEOUT';
-  readonly retrySafe = true;
-  readonly driverCode: string | undefined;
+  declare readonly retrySafe: true;
   constructor(
     readonly operation: string,
     cause: unknown,
@@ -103,9 +115,9 @@ export class StatementTimeoutError extends TaskfenceError {
     super(
       `${operation} ran longer than the statement timeout (${describeCause(cause)}). ` +
         'Nothing was changed; check the database load, or raise statementTimeoutMs.',
-      { cause },
+      cause,
+      true,
     );
-    this.driverCode = driverCodeOf(cause);
   }
 }
 

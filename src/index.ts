@@ -3,17 +3,53 @@
  * migration chain and repository functions whose concurrency guarantees hold on SQLite and
  * PostgreSQL alike.
  *
+ * This file is the whole public API, named one by one: what the README documents, and the types
+ * a caller needs to type its code. Nothing else is reachable from the package root;
+ * `test/unit/exports.test.ts` fails when the runtime surface changes.
+ *
  * @example
  * import { openStore } from 'taskfence';
  * const store = await openStore('sqlite:./taskfence.db');
  * await store.migrate();
  */
+
+// The store, its transactions, events and configuration.
 export { openStore, type Store, type StoreOptions } from './store.js';
 export type { StoreTransaction, TransactionOptions } from './transaction.js';
 export { TASKFENCE_CHANNELS, type TaskfenceEvent, type StoreStats } from './events.js';
 export { defaultDatabaseUrl, parseDatabaseUrl, redactDatabaseUrl, type DatabaseLocation } from './config.js';
-export * from './errors.js';
 export type { StoreDialect, ErrorKind, DialectOptions, ColumnTypes } from './dialects/types.js';
+
+// Errors (README, Errors): every class a caller may catch.
+export {
+  TaskfenceError,
+  InvalidDatabaseUrlError,
+  DatabaseUnavailableError,
+  CommitOutcomeUnknownError,
+  LockTimeoutError,
+  StatementTimeoutError,
+  AlreadyExistsError,
+  WriteTimeoutError,
+  MigrationLockTimeoutError,
+  MigrationChecksumMismatchError,
+  UnknownMigrationsError,
+  BaselineRequiredError,
+  BaselineMismatchError,
+  UnknownVersionError,
+  MigrationFailedError,
+  SchemaOutOfDateError,
+  InvalidArgumentError,
+  NotFoundError,
+  MigrationHistoryDamagedError,
+  DataLossError,
+  TransactionReentryError,
+  ForeignTransactionError,
+  TransactionEndedError,
+  DriverNotInstalledError,
+  type DataLoss,
+} from './errors.js';
+
+// Migrations, schema description and the doctor.
 export {
   Migrator,
   type AppliedMigration,
@@ -25,14 +61,6 @@ export {
 } from './migrator/migrator.js';
 export { MIGRATIONS, LATEST_VERSION, type MigrationDefinition, type MigrationContext } from './migrations/index.js';
 export { describeSchema } from './schema/describe-schema.js';
-export {
-  runDoctor,
-  formatDoctorReport,
-  formatDoctorReportJson,
-  type DoctorOptions,
-  type DoctorTarget,
-} from './doctor/index.js';
-export type { DoctorArea, DoctorCheck, DoctorReport, DoctorStatus } from './doctor/index.js';
 export type {
   SchemaDescription,
   TableDescription,
@@ -40,13 +68,74 @@ export type {
   IndexDescription,
   ForeignKeyDescription,
 } from './schema/describe.js';
-export * from './schema/database.js';
-export type { Clock } from './repositories/context.js';
+export {
+  runDoctor,
+  formatDoctorReport,
+  formatDoctorReportJson,
+  type DoctorOptions,
+  type DoctorTarget,
+  type DoctorArea,
+  type DoctorCheck,
+  type DoctorReport,
+  type DoctorStatus,
+} from './doctor/index.js';
+
+// The schema's types (`store.db` is a `Kysely<Database>`) and its status vocabularies.
+export {
+  TASK_STATUSES,
+  IN_FLIGHT_STATUSES,
+  type Database,
+  type EpochMs,
+  type Flag,
+  type TaskStatus,
+  type CoordinatorRunStatus,
+  type DispatchStatus,
+  type GateStatus,
+  type MessageStatus,
+  type WorkspaceMode,
+  type GroupMemberRole,
+  type CleanupKind,
+  type CleanupResourceKind,
+  type CleanupSnapshotState,
+  type CompaniesTable,
+  type WorkspacesTable,
+  type AgentsTable,
+  type ProjectsTable,
+  type TasksTable,
+  type TaskLeasesTable,
+  type WorkspaceLocksTable,
+  type CoordinatorRunsTable,
+  type DispatchContextsTable,
+  type DecisionGatesTable,
+  type MessagesTable,
+  type WorkspaceGroupsTable,
+  type WorkspaceGroupMembersTable,
+  type TaskEnvironmentsTable,
+  type TaskCleanupAdmissionsTable,
+  type CleanupSnapshotsTable,
+  type PathLeasesTable,
+  type MigrationHistoryTable,
+  type TaskRow,
+  type NewTaskRow,
+  type TaskUpdate,
+  type WorkspaceRow,
+  type AgentRow,
+  type ProjectRow,
+  type CoordinatorRunRow,
+  type DispatchContextRow,
+  type DecisionGateRow,
+  type MessageRow,
+  type TaskEnvironmentRow,
+  type WorkspaceGroupRow,
+  type CleanupSnapshotRow,
+  type PathLeaseRow,
+} from './schema/database.js';
+
+// The repository groups (`store.org`, `store.tasks`, …) and their context.
 export type { Repositories } from './repositories/index.js';
-export type { Task, CreateTaskInput, ListTasksFilter, TaskRepository } from './repositories/tasks.js';
-export type { Agent, Company, Project, WorkspaceRecord, OrgRepository } from './repositories/org.js';
-export { FILESYSTEM_ROLE_PATTERN, roleImpliesFilesystem } from './domain/filesystem-roles.js';
-export type { StoreContext } from './repositories/context.js';
+export type { Clock, StoreContext } from './repositories/context.js';
+
+// Input limits (README, Input limits).
 export {
   MAX_DURATION_MS,
   MAX_ID_LENGTH,
@@ -54,16 +143,154 @@ export {
   MAX_TEXT_LENGTH,
   MAX_WRITE_PATHS,
 } from './repositories/validate.js';
-// Each area's public functions, types and errors (SPEC §3–§6).
-export * from './repositories/runs.js';
-export * from './repositories/dispatches.js';
-export * from './repositories/gates.js';
-export * from './repositories/messages.js';
-export * from './domain/run-targets.js';
-export * from './repositories/locks.js';
-export * from './repositories/scheduler.js';
-export * from './domain/lock-mode.js';
-export * from './repositories/paths.js';
-export * from './domain/write-paths.js';
-export * from './repositories/ownership.js';
+
+// Org and tasks.
+export type { Task, Project, WorkspaceRecord } from './repositories/shared/records.js';
+export type { Agent, Company, OrgRepository } from './repositories/org.js';
+export type { CreateTaskInput, ListTasksFilter, TaskRepository } from './repositories/tasks.js';
+export { FILESYSTEM_ROLE_PATTERN, roleImpliesFilesystem } from './domain/filesystem-roles.js';
+
+// Run scoping (SPEC §3): runs, dispatches, gates, messages, orchestration targets.
+export {
+  CoordinatorRunConflictError,
+  CoordinatorHandleTakenError,
+  type CoordinatorRun,
+  type StartCoordinatorRunInput,
+  type StartedCoordinatorRun,
+  type StoppedRunStatus,
+  type ListCoordinatorRunsFilter,
+  type RunRepository,
+} from './repositories/runs/types.js';
+export { CoordinatorRunNotRunningError } from './repositories/shared/running-run.js';
+export {
+  DISPATCH_FAILURE_LIMIT,
+  TaskNotDispatchableError,
+  DispatchAlreadyActiveError,
+  DispatchRunMismatchError,
+  DispatchNotActiveError,
+  type Dispatch,
+  type CreateDispatchInput,
+  type ListDispatchesFilter,
+  type EscalationTarget,
+  type DispatchExitResult,
+  type DispatchRepository,
+} from './repositories/dispatches/types.js';
+export {
+  GateAlreadyResolvedError,
+  type DecisionGate,
+  type OpenGateInput,
+  type GateRepository,
+} from './repositories/gates.js';
+export {
+  DEFAULT_DELIVERY_LIMIT,
+  MAX_DELIVERY_LIMIT,
+  type Message,
+  type SendMessageInput,
+  type MessageRepository,
+} from './repositories/messages.js';
+export {
+  WORKTREE_TARGET_PREFIX,
+  UnresolvedTargetError,
+  resolveOrchestrationTargetKey,
+  resolveOrchestrationTargetKeyAsync,
+  type WorktreeLookup,
+  type AsyncWorktreeLookup,
+} from './domain/run-targets.js';
+
+// Workspace lock mode (SPEC §4): locks, leases, the lock-mode decision and dispatch.
+export {
+  StaleWorkspaceLockError,
+  StaleTaskLeaseError,
+  type LeaseGrant,
+  type WorkspaceLockHolder,
+  type TaskLeaseHolder,
+  type WorkspaceLockClaim,
+  type TaskLeaseClaim,
+  type ClaimWorkspaceLockInput,
+  type ClaimTaskLeaseInput,
+  type StaleTokenReason,
+  type CurrentLeaseState,
+  type LockRepository,
+} from './repositories/shared/leases.js';
+export {
+  DEFAULT_DISPATCH_TTL_MS,
+  WorkspaceUnresolvedError,
+  type DispatchMode,
+  type DispatchRunInput,
+  type DispatchResult,
+  type SchedulerRepository,
+} from './repositories/scheduler.js';
+export {
+  WorkspaceConfigurationError,
+  decideLockMode,
+  type WorkspaceSource,
+  type LockModeTask,
+  type LockModeAgent,
+  type LockModeProject,
+  type LockModeDecision,
+  type WorkspaceResolution,
+  type WorkspaceConfigurationReason,
+} from './domain/lock-mode.js';
+
+// Path-scoped write leases (SPEC §5) and the write-path helpers.
+export {
+  DEFAULT_PATH_LEASE_TTL_MS,
+  PATH_CONFLICT_REPORT_LIMIT,
+  PathLeaseTimeoutError,
+  PathClaimRefusedError,
+  type PathLease,
+  type PathLeaseConflict,
+  type AcquirePathsInput,
+  type TryAcquirePathsResult,
+  type AcquirePathsOptions,
+  type ReleasePathsInput,
+  type RenewPathsInput,
+  type RenewPathsResult,
+  type TaskWriteMode,
+  type PathClaimResult,
+  type PathClaimOptions,
+  type PathTaskResult,
+  type PathTaskSubmission,
+  type PathClaimRefusal,
+  type PathLeaseRepository,
+} from './repositories/paths/types.js';
+export {
+  InvalidWritePathError,
+  WHOLE_WORKSPACE_KEY,
+  MAX_WRITE_PATH_BYTES,
+  normalizeWritePath,
+  keysOverlap,
+  leaseKeys,
+  writeSetsConflict,
+} from './domain/write-paths.js';
+
+// Ownership generations, cleanup and the cleanup barrier (SPEC §6).
+export {
+  OwnershipChangedError,
+  CleanupInProgressError,
+  StaleOwnershipError,
+  CleanupClaimLostError,
+  CleanupAlreadyCompletedError,
+  ParentChangedError,
+  type OwnedResourceKind,
+} from './repositories/ownership/errors.js';
+export { CleanupBarrierError } from './repositories/shared/barrier.js';
+export { MAX_PENDING_CLEANUPS_LIMIT } from './repositories/ownership/index.js';
+export type {
+  ResourceCleanupClaim,
+  TaskEnvironment,
+  WorkspaceGroupMember,
+  WorkspaceGroup,
+  OwnershipTransfer,
+  TransferEnvironmentInput,
+  TransferStewardshipInput,
+  CleanupSnapshot,
+  CleanupAdmission,
+  CleanupTarget,
+  CleanupClaim,
+  DetachResult,
+  OwnershipRepository,
+} from './repositories/ownership/types.js';
+
+// Retention.
 export type { MaintenanceRepository, PruneOptions, PruneResult, PrunableTable } from './repositories/maintenance.js';

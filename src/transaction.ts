@@ -6,6 +6,7 @@ import type { EventHub } from './events.js';
 import type { Database } from './schema/database.js';
 import { createStoreContext, type Clock } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
+import { resourceLockKey } from './repositories/shared/lock-keys.js';
 
 /**
  * A transaction shared by the host and taskfence: the host's own statements on `db`, taskfence's
@@ -150,7 +151,7 @@ export function bindTransaction(
         const taken: string[] = [];
         for (const name of canonicalResourceNames(names)) {
           if (binding.held.has(name)) continue;
-          await dialect.lockKey(t, `taskfence:resource:${name}`);
+          await dialect.lockKey(t, resourceLockKey(name));
           taken.push(name);
         }
         // Only now: a failure rolls back to the savepoint, which releases the locks it took.

@@ -15,6 +15,7 @@ import {
   schemaNotCreated,
   taskfenceSchema,
 } from './probe-support.js';
+import { doctorProbeLockKey } from '../repositories/shared/lock-keys.js';
 
 export interface PostgresProbeOptions {
   /** How long to wait for the pool's second connection (default 5 000 ms). */
@@ -93,7 +94,7 @@ function tryLockSql(lock: AdvisoryLock) {
  * lock: it was scoped to A's transaction.
  */
 async function advisoryLockCheck(dialect: StoreDialect, options: PostgresProbeOptions): Promise<DoctorCheck> {
-  const key = `taskfence:doctor:${probeName()}`;
+  const key = doctorProbeLockKey(probeName());
   let taken: AdvisoryLock[] = [];
   let takenByOther: AdvisoryLock[] = [];
   let holderPid: number | undefined;

@@ -74,15 +74,6 @@ export async function resolveOrchestrationTargetKeyAsync(
   return toTargetKey(selector, id);
 }
 
-/**
- * The key writers serialize on (via `StoreDialect.lockKey`) when a decision depends on which run
- * is running for a target: run start and task creation take it so a task created while a run
- * starts is either stamped with that run or adopted by it.
- */
-export function runTargetLockKey(targetKey: string | null): string {
-  return `taskfence:run-target:${targetKey ?? ''}`;
-}
-
 function checkSelector(selector: string): void {
   if (typeof selector !== 'string' || selector.trim() === '') {
     throw new UnresolvedTargetError(String(selector), 'the selector is blank; omit it instead to use the null target');

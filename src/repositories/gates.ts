@@ -1,7 +1,7 @@
 import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
 import type { DecisionGateRow, GateStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
-import { requireRunningRunIn } from './runs.js';
+import { requireRunningRunIn } from './shared/running-run.js';
 import { optionalId, requireId, requireInput, requireText } from './validate.js';
 
 export interface DecisionGate {

@@ -1,13 +1,18 @@
 import type { StoreContext } from './context.js';
-import { createDispatchRepository, type DispatchRepository } from './dispatches.js';
+import { createDispatchRepository } from './dispatches/index.js';
+import type { DispatchRepository } from './dispatches/types.js';
 import { createGateRepository, type GateRepository } from './gates.js';
-import { createLockRepository, type LockRepository } from './locks.js';
+import { createLockRepository } from './locks.js';
+import type { LockRepository } from './shared/leases.js';
 import { createMaintenanceRepository, type MaintenanceRepository } from './maintenance.js';
 import { createMessageRepository, type MessageRepository } from './messages.js';
 import { createOrgRepository, type OrgRepository } from './org.js';
-import { createOwnershipRepository, type OwnershipRepository } from './ownership.js';
-import { createPathLeaseRepository, type PathLeaseRepository } from './paths.js';
-import { createRunRepository, type RunRepository } from './runs.js';
+import { createOwnershipRepository } from './ownership/index.js';
+import type { OwnershipRepository } from './ownership/types.js';
+import { createPathLeaseRepository } from './paths/index.js';
+import type { PathLeaseRepository } from './paths/types.js';
+import { createRunRepository } from './runs/index.js';
+import type { RunRepository } from './runs/types.js';
 import { createSchedulerRepository, type SchedulerRepository } from './scheduler.js';
 import { createTaskRepository, type TaskRepository } from './tasks.js';
 
@@ -31,7 +36,9 @@ export interface Repositories {
   readonly maintenance: MaintenanceRepository;
 }
 
+/** Builds every area on one store context (the only module that imports every area). */
 export function createRepositories(context: StoreContext): Repositories {
+  const locks = createLockRepository(context);
   return {
     org: createOrgRepository(context),
     tasks: createTaskRepository(context),
@@ -39,8 +46,8 @@ export function createRepositories(context: StoreContext): Repositories {
     dispatches: createDispatchRepository(context),
     gates: createGateRepository(context),
     messages: createMessageRepository(context),
-    locks: createLockRepository(context),
-    scheduler: createSchedulerRepository(context),
+    locks,
+    scheduler: createSchedulerRepository(context, locks),
     paths: createPathLeaseRepository(context),
     ownership: createOwnershipRepository(context),
     maintenance: createMaintenanceRepository(context),

@@ -1,19 +1,13 @@
-import type { AgentRow, ProjectRow, WorkspaceRow } from '../schema/database.js';
+import type { AgentRow } from '../schema/database.js';
 import { NotFoundError } from '../errors.js';
 import type { StoreContext } from './context.js';
 import { createOnce, requireSameCreate } from './idempotent.js';
+import { toProject, toWorkspace, type Project, type WorkspaceRecord } from './shared/records.js';
 import { optionalId, optionalString, requireId, requireInput, requireText } from './validate.js';
 
 export interface Company {
   readonly id: string;
   readonly name: string;
-  readonly createdAt: number;
-}
-export interface WorkspaceRecord {
-  readonly id: string;
-  readonly companyId: string;
-  readonly name: string;
-  readonly rootPath: string | null;
   readonly createdAt: number;
 }
 export interface Agent {
@@ -23,13 +17,6 @@ export interface Agent {
   readonly role: string | null;
   readonly department: string | null;
   readonly workspaceId: string | null;
-  readonly createdAt: number;
-}
-export interface Project {
-  readonly id: string;
-  readonly companyId: string;
-  readonly name: string;
-  readonly primaryWorkspaceId: string | null;
   readonly createdAt: number;
 }
 
@@ -69,9 +56,6 @@ export interface OrgRepository {
   requireAgent(id: string): Promise<Agent>;
 }
 
-export function toWorkspace(row: WorkspaceRow): WorkspaceRecord {
-  return { id: row.id, companyId: row.company_id, name: row.name, rootPath: row.root_path, createdAt: row.created_at };
-}
 export function toAgent(row: AgentRow): Agent {
   return {
     id: row.id,
@@ -80,15 +64,6 @@ export function toAgent(row: AgentRow): Agent {
     role: row.role,
     department: row.department,
     workspaceId: row.workspace_id,
-    createdAt: row.created_at,
-  };
-}
-export function toProject(row: ProjectRow): Project {
-  return {
-    id: row.id,
-    companyId: row.company_id,
-    name: row.name,
-    primaryWorkspaceId: row.primary_workspace_id,
     createdAt: row.created_at,
   };
 }

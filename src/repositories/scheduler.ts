@@ -16,14 +16,13 @@ import {
 } from '../domain/lock-mode.js';
 import type { StoreContext } from './context.js';
 import {
-  createLockRepository,
   StaleTaskLeaseError,
   type LeaseGrant,
+  type LockRepository,
   type TaskLeaseHolder,
   type WorkspaceLockHolder,
-} from './locks.js';
-import { toProject, toWorkspace, type WorkspaceRecord } from './org.js';
-import { toTask } from './tasks.js';
+} from './shared/leases.js';
+import { toProject, toTask, toWorkspace, type WorkspaceRecord } from './shared/records.js';
 import { optionalId, requireBoolean, requireId, requireInput, requirePositiveMs } from './validate.js';
 
 /** Lease and lock lifetime of a dispatched run unless the caller says otherwise (renew at about a third of it). */
@@ -122,10 +121,12 @@ export interface SchedulerRepository {
   dispatchRun(input: DispatchRunInput): Promise<DispatchResult>;
 }
 
-/** Builds `store.scheduler` on a store context, using `store.locks`' claims for its leases and locks. */
-export function createSchedulerRepository(ctx: StoreContext): SchedulerRepository {
+/**
+ * Builds `store.scheduler` on a store context, using `locks` (the same context's `store.locks`,
+ * passed in by `createRepositories`) for its leases and locks.
+ */
+export function createSchedulerRepository(ctx: StoreContext, locks: LockRepository): SchedulerRepository {
   const { db } = ctx.dialect;
-  const locks = createLockRepository(ctx);
 
   async function resolve(task: LockModeTask, agent: LockModeAgent): Promise<WorkspaceResolution> {
     // The project is the only lookup the decision needs up front; the workspace row is read after.

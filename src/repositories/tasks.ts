@@ -1,9 +1,11 @@
 import { InvalidArgumentError, NotFoundError } from '../errors.js';
 import { TASK_STATUSES, type TaskRow, type TaskStatus, type WorkspaceMode } from '../schema/database.js';
-import { runTargetLockKey } from '../domain/run-targets.js';
 import { normalizeWritePath } from '../domain/write-paths.js';
-import { CleanupBarrierError, findAdmission, lockBarriers } from './ownership.js';
-import { findRunningRun } from './runs.js';
+import { lockBarriers, refuseIfAdmitted } from './shared/barrier.js';
+import { activeGroupOf } from './shared/groups.js';
+import { runTargetLockKey } from './shared/lock-keys.js';
+import { toTask, type Task } from './shared/records.js';
+import { findRunningRun } from './shared/running-run.js';
 import type { StoreContext } from './context.js';
 import { createOnce, requireSameCreate } from './idempotent.js';
 import {
@@ -20,26 +22,6 @@ import {
   requirePathList,
   requireText,
 } from './validate.js';
-
-export interface Task {
-  readonly id: string;
-  readonly companyId: string;
-  readonly projectId: string | null;
-  readonly assigneeAgentId: string | null;
-  readonly workspaceId: string | null;
-  readonly title: string;
-  readonly description: string | null;
-  readonly status: TaskStatus;
-  readonly createdAt: number;
-  readonly updatedAt: number;
-  readonly coordinatorRunId: string | null;
-  readonly targetKey: string | null;
-  readonly requiresFilesystem: boolean;
-  readonly parentId: string | null;
-  readonly workspaceMode: WorkspaceMode | null;
-  /** Paths the task writes; null = omitted (the whole workspace), [] = dynamic. */
-  readonly writes: readonly string[] | null;
-}
 
 export interface CreateTaskInput {
   readonly id?: string;
@@ -84,27 +66,6 @@ export interface TaskRepository {
   requireTask(id: string): Promise<Task>;
   /** Tasks matching the filter, oldest first. */
   listTasks(filter?: ListTasksFilter): Promise<Task[]>;
-}
-
-export function toTask(row: TaskRow): Task {
-  return {
-    id: row.id,
-    companyId: row.company_id,
-    projectId: row.project_id,
-    assigneeAgentId: row.assignee_agent_id,
-    workspaceId: row.workspace_id,
-    title: row.title,
-    description: row.description,
-    status: row.status,
-    createdAt: row.created_at,
-    updatedAt: row.updated_at,
-    coordinatorRunId: row.coordinator_run_id,
-    targetKey: row.target_key,
-    requiresFilesystem: row.requires_filesystem === 1,
-    parentId: row.parent_id,
-    workspaceMode: row.workspace_mode,
-    writes: row.writes === null ? null : (JSON.parse(row.writes) as string[]),
-  };
 }
 
 /** Checks `writes` and stores canonical paths; a bad path is an `InvalidWritePathError` at creation, not at claim. */
@@ -196,16 +157,9 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
               .where('id', '=', input.parentId)
               .executeTakeFirst();
             if (!parent) throw new NotFoundError('parent task', input.parentId);
-            const admitted = await findAdmission(trx, [input.parentId]);
-            if (admitted) throw new CleanupBarrierError('create', id, admitted.task_id, admitted.kind);
+            await refuseIfAdmitted(trx, 'create', id, [input.parentId]);
             if (input.workspaceMode === 'shared') {
-              const membership = await trx
-                .selectFrom('workspace_group_members as m')
-                .innerJoin('workspace_groups as g', 'g.id', 'm.group_id')
-                .select('g.id')
-                .where('m.task_id', '=', input.parentId)
-                .where('g.status', '=', 'active')
-                .executeTakeFirst();
+              const membership = await activeGroupOf(trx, input.parentId);
               if (!membership) {
                 throw new InvalidArgumentError(
                   'workspaceMode',

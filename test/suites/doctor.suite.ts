@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { LATEST_VERSION, formatVersion, runDoctor, type DoctorReport, type Store } from '../../src/index.js';
+import { LATEST_VERSION, runDoctor, type DoctorReport, type Store } from '../../src/index.js';
+import { formatVersion } from '../../src/errors.js';
 import { runDoctorCommand } from '../../src/doctor/cli.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { doctorTarget, withoutWriteLock } from '../support/doctor-target.js';

@@ -6,9 +6,9 @@ import {
   NotFoundError,
   PathClaimRefusedError,
   PathLeaseTimeoutError,
-  buildPathConflictQuery,
   type Store,
 } from '../../src/index.js';
+import { buildPathConflictQuery } from '../../src/repositories/paths/statements.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders, ContenderExitedError, type Outcome } from '../support/race.js';
 import type { RaceEvent } from './paths.ops.js';

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
+import { completeResolution } from '../../src/domain/lock-mode.js';
 import {
-  completeResolution,
   decideLockMode,
   FILESYSTEM_ROLE_PATTERN,
   roleImpliesFilesystem,

@@ -3,8 +3,8 @@ import {
   UnresolvedTargetError,
   resolveOrchestrationTargetKey,
   resolveOrchestrationTargetKeyAsync,
-  runTargetLockKey,
 } from '../../src/index.js';
+import { runTargetLockKey } from '../../src/repositories/shared/lock-keys.js';
 
 const worktrees = new Map([
   ['feature-x', 'wt-7f3a'],

@@ -2,15 +2,17 @@ import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import {
   InvalidWritePathError,
-  decodePathLeaseKey,
-  encodePathLeaseKey,
   keysOverlap,
   leaseKeys,
   normalizeWritePath,
-  storedPathAncestorKeys,
-  storedPathDescendantRange,
   writeSetsConflict,
 } from '../../src/index.js';
+import {
+  decodePathLeaseKey,
+  encodePathLeaseKey,
+  storedPathAncestorKeys,
+  storedPathDescendantRange,
+} from '../../src/domain/write-paths.js';
 
 const RUNS = { numRuns: 500 };
 

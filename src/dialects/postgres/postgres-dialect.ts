@@ -46,12 +46,13 @@ import {
   type WriteTransactionFn,
   type WriteTransactionOptions,
 } from '../types.js';
+import { MIGRATION_LOCK_PREFIX, migrationLockKey } from '../../repositories/shared/lock-keys.js';
 
 /** The migration lock's key: one per schema, so two schemas in one database migrate independently. */
-const MIGRATION_KEY = sql`hashtextextended('taskfence:migrate:' || current_schema(), 0)`;
+const MIGRATION_KEY = sql`hashtextextended(${sql.lit(MIGRATION_LOCK_PREFIX)} || current_schema(), 0)`;
 /** The migration lock key of an install in a configured schema (else `MIGRATION_KEY`: the current schema). */
 const migrationKey = (schema: string | undefined) =>
-  schema === undefined ? MIGRATION_KEY : sql`hashtextextended(${`taskfence:migrate:${schema}`}, 0)`;
+  schema === undefined ? MIGRATION_KEY : sql`hashtextextended(${migrationLockKey(schema)}, 0)`;
 /** Retried as a whole within the write deadline: each of these guarantees the transaction changed nothing. */
 const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['serialization', 'deadlock', 'connection_lost']);
 const INT8_OID = 20;

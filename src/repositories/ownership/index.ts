@@ -1,0 +1,263 @@
+/**
+ * `store.ownership` (SPEC §6): ownership generations, cleanup claims, the cleanup barrier and
+ * subtask detachment. The guarantees are stated on `OwnershipRepository` (types.ts); the fenced
+ * statements are in statements.ts, owner changes in transfer.ts, cleanup in cleanup.ts.
+ */
+import { InvalidArgumentError, NotFoundError } from '../../errors.js';
+import type { StoreContext } from '../context.js';
+import { createOnce, requireSameCreate } from '../idempotent.js';
+import { lockBarriers, refuseIfAdmitted } from '../shared/barrier.js';
+import { activeGroupOf } from '../shared/groups.js';
+import {
+  optionalId,
+  optionalIdFilter,
+  optionalInput,
+  requireCounter,
+  requireId,
+  requireInput,
+  requireLimit,
+  requirePositiveMs,
+  requireText,
+} from '../validate.js';
+import { admitTaskCleanup, claimCleanup, fenced, settleSnapshot } from './cleanup.js';
+import { loadEnvironment, loadGroup, loadSnapshot, requireTaskExists, snapshotsOf, toCleanupSnapshot } from './rows.js';
+import { endResourceClaim, renewResourceClaim } from './statements.js';
+import { detachSubtask, transfer } from './transfer.js';
+import type { CleanupClaim, CleanupSnapshot, OwnershipRepository } from './types.js';
+
+const DEFAULT_CLAIM_TTL_MS = 10 * 60_000;
+/** Upper bound of `listPendingCleanups`' `limit`. */
+export const MAX_PENDING_CLEANUPS_LIMIT = 10_000;
+
+function requireGeneration(field: string, value: unknown): number {
+  return requireCounter(field, value, 'generation');
+}
+
+/** A claim as `claimCleanup` returned it: the fields the fence reads. */
+function requireClaim(claim: CleanupClaim): void {
+  requireInput('claim', claim);
+  requireId('claim.snapshotId', claim.snapshotId);
+  requireId('claim.claimant', claim.claimant);
+  requireInput('claim.target', claim.target);
+  requireId('claim.target.id', claim.target.id);
+  requireGeneration('claim.target.generation', claim.target.generation);
+}
+
+/** The resource a settled claim's snapshot names, as the fence expects it. */
+const fenceOf = (snapshot: CleanupSnapshot) => ({
+  id: snapshot.resourceId,
+  owner: snapshot.ownerTaskId,
+  generation: snapshot.generation,
+});
+
+/** Builds `store.ownership` on a store's context; every guarantee is stated on `OwnershipRepository`. */
+export function createOwnershipRepository(ctx: StoreContext): OwnershipRepository {
+  const { dialect } = ctx;
+  const { db } = dialect;
+
+  /** Ends the claim (removing the resource with `remove`), then settles the snapshot; null if the fence refused. */
+  const endClaim =
+    (claim: CleanupClaim, remove: boolean, settle: Parameters<typeof settleSnapshot>[4]) =>
+    async (trx: Parameters<typeof settleSnapshot>[0], snapshot: CleanupSnapshot, now: number) => {
+      const p = { ...fenceOf(snapshot), claimant: claim.claimant, now, remove };
+      if (!(await endResourceClaim(trx, snapshot.resourceKind, p))) return null;
+      return settleSnapshot(trx, snapshot, claim.claimant, now, settle);
+    };
+
+  return {
+    async createEnvironment(input) {
+      requireInput('input', input);
+      optionalId('id', input.id);
+      requireId('ownerTaskId', input.ownerTaskId);
+      requireText('rootPath', input.rootPath);
+      optionalId('groupId', input.groupId);
+      const ownerTaskId = requireText('ownerTaskId', input.ownerTaskId);
+      const rootPath = requireText('rootPath', input.rootPath);
+      const id = input.id ?? ctx.newId();
+      return createOnce(dialect, [], () =>
+        dialect.writeTransaction(async (trx) => {
+          const now = ctx.clock.now();
+          if (input.id !== undefined) {
+            // A retry of this create (e.g. after COMMIT_OUTCOME_UNKNOWN) gets the stored environment.
+            const existing = await loadEnvironment(trx, id);
+            if (existing) {
+              requireSameCreate('task environment', id, {
+                ownerTaskId: [ownerTaskId, existing.ownerTaskId],
+                rootPath: [rootPath, existing.rootPath],
+                groupId: [input.groupId ?? null, existing.groupId],
+              });
+              return existing;
+            }
+          }
+          await lockBarriers(ctx, trx, [ownerTaskId]);
+          await requireTaskExists(trx, ownerTaskId);
+          await refuseIfAdmitted(trx, 'create', ownerTaskId);
+          if (input.groupId) {
+            const group = await trx
+              .selectFrom('workspace_groups')
+              .select('status')
+              .where('id', '=', input.groupId)
+              .executeTakeFirst();
+            if (!group || group.status !== 'active') throw new NotFoundError('active workspace group', input.groupId);
+          }
+          await trx
+            .insertInto('task_environments')
+            .values({
+              id,
+              task_id: ownerTaskId,
+              group_id: input.groupId ?? null,
+              root_path: rootPath,
+              created_at: now,
+              updated_at: now,
+            })
+            .execute();
+          return (await loadEnvironment(trx, id))!;
+        }),
+      );
+    },
+
+    async createWorkspaceGroup(input) {
+      requireInput('input', input);
+      optionalId('id', input.id);
+      requireId('stewardTaskId', input.stewardTaskId);
+      const stewardTaskId = requireText('stewardTaskId', input.stewardTaskId);
+      const id = input.id ?? ctx.newId();
+      return createOnce(dialect, [], () =>
+        dialect.writeTransaction(async (trx) => {
+          const now = ctx.clock.now();
+          if (input.id !== undefined) {
+            const existing = await loadGroup(trx, id);
+            if (existing) {
+              requireSameCreate('workspace group', id, { stewardTaskId: [stewardTaskId, existing.stewardTaskId] });
+              return existing;
+            }
+          }
+          await lockBarriers(ctx, trx, [stewardTaskId]);
+          await requireTaskExists(trx, stewardTaskId);
+          await refuseIfAdmitted(trx, 'create', stewardTaskId);
+          const existing = (await activeGroupOf(trx, stewardTaskId))?.id;
+          if (existing)
+            throw new InvalidArgumentError(
+              'stewardTaskId',
+              `task ${stewardTaskId} already belongs to workspace group ${existing}`,
+            );
+          await trx
+            .insertInto('workspace_groups')
+            .values({ id, steward_task_id: stewardTaskId, created_at: now, updated_at: now })
+            .execute();
+          await trx
+            .insertInto('workspace_group_members')
+            .values({ group_id: id, task_id: stewardTaskId, role: 'steward', joined_at: now })
+            .execute();
+          return (await loadGroup(trx, id))!;
+        }),
+      );
+    },
+
+    getEnvironment: async (id) => loadEnvironment(db, requireId('id', id)),
+    getWorkspaceGroup: async (id) => loadGroup(db, requireId('id', id)),
+
+    async transferEnvironmentOwnership(input) {
+      requireInput('input', input);
+      const id = requireId('environmentId', input.environmentId);
+      const owner = requireId('expectedOwnerTaskId', input.expectedOwnerTaskId);
+      const generation = requireGeneration('expectedGeneration', input.expectedGeneration);
+      return transfer(ctx, 'environment', id, { owner, generation }, requireId('newOwnerTaskId', input.newOwnerTaskId));
+    },
+
+    async transferGroupStewardship(input) {
+      requireInput('input', input);
+      const id = requireId('groupId', input.groupId);
+      const owner = requireId('expectedStewardTaskId', input.expectedStewardTaskId);
+      const generation = requireGeneration('expectedGeneration', input.expectedGeneration);
+      return transfer(ctx, 'group', id, { owner, generation }, requireId('newStewardTaskId', input.newStewardTaskId));
+    },
+
+    async admitTaskCleanup(taskId, kind = 'archive') {
+      requireId('taskId', taskId);
+      if (kind !== 'archive' && kind !== 'delete')
+        throw new InvalidArgumentError('kind', "must be 'archive' or 'delete'");
+      return admitTaskCleanup(ctx, taskId, kind);
+    },
+
+    listCleanupSnapshots: async (taskId) => snapshotsOf(db, requireId('taskId', taskId)),
+    getCleanupSnapshot: async (id) => loadSnapshot(db, requireId('id', id)),
+
+    async listPendingCleanups(input) {
+      const options = optionalInput('options', input);
+      const taskId = optionalIdFilter('taskId', options.taskId);
+      const limit =
+        options.limit === undefined ? undefined : requireLimit('limit', options.limit, MAX_PENDING_CLEANUPS_LIMIT);
+      const now = ctx.clock.now();
+      let query = db
+        .selectFrom('cleanup_snapshots')
+        .selectAll()
+        .where((eb) =>
+          eb.or([
+            eb('state', 'in', ['pending', 'failed']),
+            eb.and([eb('state', '=', 'claimed'), eb('claim_expires_at', '<=', now)]),
+          ]),
+        );
+      if (taskId !== undefined) query = query.where('task_id', '=', taskId);
+      if (limit !== undefined) query = query.limit(limit);
+      const rows = await query.orderBy('created_at').orderBy('id').execute();
+      return rows.map(toCleanupSnapshot);
+    },
+
+    async claimCleanup(snapshotId, claimant, options) {
+      requireId('snapshotId', snapshotId);
+      requireId('claimant', claimant);
+      const ttlMs = requirePositiveMs('ttlMs', optionalInput('options', options).ttlMs ?? DEFAULT_CLAIM_TTL_MS);
+      return claimCleanup(ctx, snapshotId, claimant, ttlMs);
+    },
+
+    async renewCleanupClaim(claim, options) {
+      requireClaim(claim);
+      const ttlMs = requirePositiveMs('ttlMs', optionalInput('options', options).ttlMs ?? DEFAULT_CLAIM_TTL_MS);
+      return fenced(
+        ctx,
+        claim,
+        () => null,
+        async (trx, snapshot, now) => {
+          const expiresAt = now + ttlMs;
+          const p = { ...fenceOf(snapshot), claimant: claim.claimant, expiresAt, now };
+          if (!(await renewResourceClaim(trx, snapshot.resourceKind, p))) return null;
+          await trx
+            .updateTable('cleanup_snapshots')
+            .set({ claim_expires_at: expiresAt, updated_at: now })
+            .where('id', '=', snapshot.id)
+            .execute();
+          return { ...claim, expiresAt };
+        },
+      );
+    },
+
+    async completeCleanup(claim) {
+      requireClaim(claim);
+      return fenced(
+        ctx,
+        claim,
+        (snapshot) => (snapshot.claimedBy === claim.claimant ? { ok: true, value: snapshot } : null),
+        endClaim(claim, true, { state: 'completed', last_error: null, keepClaimant: true }),
+      );
+    },
+
+    async failCleanup(claim, error) {
+      requireClaim(claim);
+      const message = requireText('error', error);
+      return fenced(ctx, claim, () => null, endClaim(claim, false, { state: 'failed', last_error: message }));
+    },
+
+    async releaseCleanupClaim(claim) {
+      requireClaim(claim);
+      return fenced(ctx, claim, () => null, endClaim(claim, false, { state: 'pending' }));
+    },
+
+    async detachSubtask(input) {
+      requireInput('input', input);
+      const taskId = requireId('taskId', input.taskId);
+      const expectedParentId = requireId('expectedParentId', input.expectedParentId);
+      return detachSubtask(ctx, taskId, expectedParentId);
+    },
+  };
+}

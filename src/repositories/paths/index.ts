@@ -1,0 +1,198 @@
+/**
+ * `store.paths` (SPEC §5): path-scoped write leases. The guarantees are stated on
+ * `PathLeaseRepository` (types.ts); the statements are in statements.ts, the acquisition in
+ * acquire.ts, a task's claim and result in claims.ts.
+ */
+import { InvalidArgumentError, NotFoundError } from '../../errors.js';
+import { leaseKeys, WHOLE_WORKSPACE_KEY, decodePathLeaseKey } from '../../domain/write-paths.js';
+import type { PathLeaseRow } from '../../schema/database.js';
+import { clampTimerMs } from '../../timers.js';
+import type { StoreContext } from '../context.js';
+import { pathsLockKey } from '../shared/lock-keys.js';
+import {
+  optionalId,
+  optionalIdFilter,
+  optionalInput,
+  requireId,
+  requireInput,
+  requirePathList,
+  requirePositiveMs,
+} from '../validate.js';
+import { acquireKeys } from './acquire.js';
+import { claimTask, submitTaskResult } from './claims.js';
+import { chunked, descendantRanges, pathsTopic, RANGE_CHUNK, RELEASE, RENEW, toPathLease } from './statements.js';
+import {
+  DEFAULT_PATH_LEASE_TTL_MS,
+  PathLeaseTimeoutError,
+  type AcquirePathsInput,
+  type PathLeaseRepository,
+} from './types.js';
+
+/**
+ * Builds `store.paths` on a store context. Every write runs in `dialect.writeTransaction`; the
+ * per-workspace `lockKey('paths:<workspace>')` serializes conflict check and insert on PostgreSQL
+ * (SQLite's BEGIN IMMEDIATE already does).
+ *
+ * @example
+ * const paths = createPathLeaseRepository(createStoreContext(dialect));
+ */
+export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepository {
+  const { dialect } = ctx;
+
+  function checkAcquireInput(input: AcquirePathsInput) {
+    requireInput('input', input);
+    const workspaceId = requireId('workspaceId', input.workspaceId);
+    const holder = requireId('holder', input.holder);
+    const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
+    const keys = leaseKeys(requirePathList('paths', input.paths));
+    const taskId = optionalId('taskId', input.taskId);
+    return { workspaceId, holder, ttlMs, keys, taskId };
+  }
+
+  const repo: PathLeaseRepository = {
+    async tryAcquirePaths(input) {
+      const { workspaceId, holder, ttlMs, keys, taskId } = checkAcquireInput(input);
+      return dialect.writeTransaction((trx) => acquireKeys(ctx, trx, workspaceId, holder, keys, ttlMs, taskId));
+    },
+
+    async acquirePaths(input, options) {
+      const { workspaceId, holder, ttlMs, keys, taskId } = checkAcquireInput(input);
+      requireInput('options', options);
+      const timeoutMs = requirePositiveMs('timeoutMs', options.timeoutMs, 0);
+      const maxPollMs = options.maxPollMs === undefined ? undefined : requirePositiveMs('maxPollMs', options.maxPollMs);
+      // A real-time deadline: waiting is a duration, and a test's frozen store clock must not make it endless.
+      const deadline = performance.now() + timeoutMs;
+      for (;;) {
+        // Subscribe before trying: a release committed between the try and the wait still wakes us.
+        const wake = dialect.wakeups.subscribe(pathsTopic(workspaceId), maxPollMs);
+        const result = await dialect
+          .writeTransaction((trx) => acquireKeys(ctx, trx, workspaceId, holder, keys, ttlMs, taskId))
+          .catch((error: unknown) => {
+            wake.cancel();
+            throw error;
+          });
+        if (result.acquired) {
+          wake.cancel();
+          return result.leases;
+        }
+        const left = deadline - performance.now();
+        if (left <= 0) {
+          wake.cancel();
+          throw new PathLeaseTimeoutError(workspaceId, holder, keys, timeoutMs, result.conflicts);
+        }
+        // Woken by a release in this workspace, or after the fallback interval, or at the deadline.
+        const deadlineTimer = setTimeout(() => wake.cancel(), clampTimerMs(left));
+        await wake.woken;
+        clearTimeout(deadlineTimer);
+      }
+    },
+
+    async releasePaths(input) {
+      requireInput('input', input);
+      const workspaceId = requireId('workspaceId', input.workspaceId);
+      const holder = requireId('holder', input.holder);
+      const keys = input.paths === undefined ? null : leaseKeys(requirePathList('paths', input.paths));
+      if (keys !== null && keys.length === 0) return { released: [] };
+      const rows = await dialect.writeTransaction(async (trx) => {
+        await dialect.wakeups.notify(trx, pathsTopic(workspaceId));
+        if (keys === null) return RELEASE.execute(trx, { workspaceId, holder, froms: [], tos: [] }, -1);
+        const released: { lease_key: string }[] = [];
+        for (const chunk of chunked(keys, RANGE_CHUNK)) {
+          released.push(
+            ...(await RELEASE.execute(trx, { workspaceId, holder, ...descendantRanges(chunk) }, chunk.length)),
+          );
+        }
+        return released;
+      });
+      return { released: rows.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
+    },
+
+    async renewPaths(input) {
+      requireInput('input', input);
+      const workspaceId = requireId('workspaceId', input.workspaceId);
+      const holder = requireId('holder', input.holder);
+      const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
+      if (input.paths === undefined || input.paths === null) {
+        throw new InvalidArgumentError(
+          'paths',
+          'is required: pass the paths the holder expects to hold, so that renewal can report the ones it lost',
+        );
+      }
+      const keys = leaseKeys(requirePathList('paths', input.paths));
+      if (keys.length === 0) return { renewed: [], lost: [] };
+      const rows = await dialect.writeTransaction(async (trx) => {
+        // Serialized with acquisitions: a lease seen live here cannot be taken over meanwhile.
+        await dialect.lockKey(trx, pathsLockKey(workspaceId));
+        const now = ctx.clock.now();
+        const extended: PathLeaseRow[] = [];
+        // The keys are an antichain, so their ranges are disjoint: no lease is renewed twice.
+        for (const chunk of chunked(keys, RANGE_CHUNK)) {
+          const params = { workspaceId, holder, now, expiresAt: now + ttlMs, ...descendantRanges(chunk) };
+          extended.push(...(await RENEW.execute(trx, params, chunk.length)));
+        }
+        return extended;
+      });
+      const renewed = rows.map(toPathLease).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+      // A key is kept if a renewed lease is on or below it: the key is the lease's key or one of its ancestors.
+      const asked = new Set(keys);
+      const kept = new Set<string>();
+      for (const { key } of renewed) {
+        if (asked.has(WHOLE_WORKSPACE_KEY)) kept.add(WHOLE_WORKSPACE_KEY);
+        for (let end = key.length; end > 0; end = key.lastIndexOf('/', end - 1)) {
+          const prefix = key.slice(0, end);
+          if (asked.has(prefix)) kept.add(prefix);
+        }
+      }
+      return { renewed, lost: keys.filter((k) => !kept.has(k)) };
+    },
+
+    async listPathLeases(filter) {
+      requireInput('filter', filter);
+      const workspaceId = requireId('workspaceId', filter.workspaceId);
+      const holder = optionalIdFilter('holder', filter.holder);
+      let query = dialect.db
+        .selectFrom('path_leases')
+        .selectAll()
+        .where('workspace_id', '=', workspaceId)
+        .where('expires_at', '>', ctx.clock.now());
+      if (holder !== undefined) query = query.where('holder', '=', holder);
+      const rows = await query.orderBy('lease_key').orderBy('holder').execute();
+      if (
+        rows.length === 0 &&
+        !(await dialect.db.selectFrom('workspaces').select('id').where('id', '=', workspaceId).executeTakeFirst())
+      ) {
+        throw new NotFoundError('workspace', workspaceId);
+      }
+      return rows.map(toPathLease);
+    },
+
+    async pruneExpiredPaths(workspaceId) {
+      requireId('workspaceId', workspaceId);
+      const result = await dialect.writeTransaction((trx) =>
+        trx
+          .deleteFrom('path_leases')
+          .where('workspace_id', '=', workspaceId)
+          .where('expires_at', '<=', ctx.clock.now())
+          .executeTakeFirst(),
+      );
+      return Number(result.numDeletedRows);
+    },
+
+    async claimTask(taskId, holder, options) {
+      requireId('taskId', taskId);
+      requireId('holder', holder);
+      const ttlMs = requirePositiveMs('ttlMs', optionalInput('options', options).ttlMs ?? DEFAULT_PATH_LEASE_TTL_MS);
+      return claimTask(ctx, taskId, holder, ttlMs);
+    },
+
+    async submitTaskResult(taskId, holder, result) {
+      requireId('taskId', taskId);
+      requireId('holder', holder);
+      const status = requireInput('result', result).status;
+      if (status !== 'done' && status !== 'failed')
+        throw new InvalidArgumentError('result.status', "must be 'done' or 'failed'");
+      return submitTaskResult(ctx, taskId, holder, status);
+    },
+  };
+  return repo;
+}

@@ -1,0 +1,215 @@
+/**
+ * The statements of `store.paths`: the conflict check (one UNION ALL of primary-key lookups), the
+ * lease writes, prepared per shape, and the chunking that keeps each statement bounded.
+ */
+import { sql, type Kysely, type RawBuilder } from 'kysely';
+import { tableIn } from '../../dialects/schema.js';
+import { decodePathLeaseKey, storedPathAncestorKeys, storedPathDescendantRange } from '../../domain/write-paths.js';
+import { elements, prepared } from '../../query/prepared.js';
+import type { Database, PathLeaseRow } from '../../schema/database.js';
+import { PATH_CONFLICT_REPORT_LIMIT, type PathLease } from './types.js';
+
+/**
+ * Large write sets (up to `MAX_WRITE_PATHS`) are handled in chunks inside the same transaction,
+ * so no statement grows with the set: at most this many key ranges per statement (SQLite refuses
+ * a compound SELECT of 500 terms and an expression tree of depth 1000; PostgreSQL's parser
+ * recursion has a stack limit), and this many keys or rows in one `in (…)` list or insert.
+ */
+export const RANGE_CHUNK = 128;
+export const LIST_CHUNK = 256;
+
+/** `list` cut into consecutive pieces of at most `size` (one empty piece for an empty list). */
+export function chunked<T>(list: readonly T[], size: number): (readonly T[])[] {
+  if (list.length <= size) return [list];
+  const out: T[][] = [];
+  for (let i = 0; i < list.length; i += size) out.push(list.slice(i, i + size));
+  return out.length > 0 ? out : [[]];
+}
+
+/** The wake-up topic of a workspace's path leases: announced when leases in it are released. */
+export const pathsTopic = (workspaceId: string) => `paths:${workspaceId}`;
+
+/** The bytewise ranges of `keys` and everything below them (one index range per key). */
+export function descendantRanges(keys: readonly string[]): { froms: string[]; tos: string[] } {
+  const ranges = keys.map(storedPathDescendantRange);
+  return { froms: ranges.map((r) => r.from), tos: ranges.map((r) => r.to) };
+}
+
+/** `lease_key` on or below any of the ranges (see `descendantRanges`). */
+function onOrBelow(froms: readonly string[], tos: readonly string[]): RawBuilder<boolean> {
+  return sql<boolean>`(${sql.join(
+    froms.map((from, i) => sql`(lease_key >= ${from} and lease_key < ${tos[i]})`),
+    sql` or `,
+  )})`;
+}
+
+export interface ConflictParams {
+  readonly workspaceId: string;
+  readonly holder: string;
+  readonly now: number;
+  /** The proper ancestors of the keys, stored and deduplicated. */
+  readonly ancestors: readonly string[];
+  readonly froms: readonly string[];
+  readonly tos: readonly string[];
+}
+
+export function conflictParams(
+  workspaceId: string,
+  holder: string,
+  keys: readonly string[],
+  now: number,
+): ConflictParams {
+  return {
+    workspaceId,
+    holder,
+    now,
+    ancestors: [...new Set(keys.flatMap(storedPathAncestorKeys))],
+    ...descendantRanges(keys),
+  };
+}
+
+function conflictSql(db: Kysely<Database> | undefined, p: ConflictParams) {
+  const live = sql`workspace_id = ${p.workspaceId} and holder <> ${p.holder} and expires_at > ${p.now}`;
+  const branches: RawBuilder<unknown>[] = [];
+  if (p.ancestors.length > 0) {
+    branches.push(
+      sql`select lease_key, holder, expires_at from ${tableIn(db, 'path_leases')} where ${live} and lease_key in (${sql.join(p.ancestors)})`,
+    );
+  }
+  p.froms.forEach((from, i) => {
+    branches.push(
+      sql`select lease_key, holder, expires_at from ${tableIn(db, 'path_leases')} where ${live} and lease_key >= ${from} and lease_key < ${p.tos[i]}`,
+    );
+  });
+  return sql<{
+    lease_key: string;
+    holder: string;
+    expires_at: number;
+  }>`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`;
+}
+
+/** The conflict check, prepared per (number of ancestors, number of keys). */
+export const FIND_CONFLICTS = prepared((db, p: ConflictParams, shape: string) => {
+  const [ancestors, keys] = shape.split(':').map(Number) as [number, number];
+  return conflictSql(db, {
+    workspaceId: p.workspaceId,
+    holder: p.holder,
+    now: p.now,
+    ancestors: elements(p.ancestors, ancestors),
+    froms: elements(p.froms, keys),
+    tos: elements(p.tos, keys),
+  });
+});
+
+/** Expired leases of any holder on exactly these keys: garbage once a new holder takes them. */
+export const PRUNE_EXPIRED = prepared(
+  (db, p: { workspaceId: string; stored: readonly string[]; holder: string; now: number }, n: number) =>
+    db
+      .deleteFrom('path_leases')
+      .where('workspace_id', '=', p.workspaceId)
+      .where('lease_key', 'in', elements(p.stored, n))
+      .where('holder', '<>', p.holder)
+      .where('expires_at', '<=', p.now),
+);
+
+export const INSERT_LEASES = prepared(
+  (
+    db,
+    p: {
+      workspaceId: string;
+      stored: readonly string[];
+      holder: string;
+      taskId: string | null;
+      now: number;
+      expiresAt: number;
+    },
+    n: number,
+  ) =>
+    db
+      .insertInto('path_leases')
+      .values(
+        elements(p.stored, n).map((lease_key) => ({
+          workspace_id: p.workspaceId,
+          lease_key,
+          holder: p.holder,
+          task_id: p.taskId,
+          acquired_at: p.now,
+          expires_at: p.expiresAt,
+        })),
+      )
+      .onConflict((oc) =>
+        oc.columns(['workspace_id', 'lease_key', 'holder']).doUpdateSet((eb) => ({
+          task_id: sql<string | null>`coalesce(${eb.ref('excluded.task_id')}, path_leases.task_id)`,
+          acquired_at: eb.ref('excluded.acquired_at'),
+          expires_at: eb.ref('excluded.expires_at'),
+        })),
+      )
+      .returningAll(),
+);
+
+/** A holder's leases in a workspace, all of them (shape -1) or those on or below n keys. */
+export const RELEASE = prepared(
+  (db, p: { workspaceId: string; holder: string; froms: readonly string[]; tos: readonly string[] }, n: number) => {
+    const query = db.deleteFrom('path_leases').where('workspace_id', '=', p.workspaceId).where('holder', '=', p.holder);
+    return (n < 0 ? query : query.where(onOrBelow(elements(p.froms, n), elements(p.tos, n)))).returning('lease_key');
+  },
+);
+
+/** Extends a holder's live leases on or below n keys. */
+export const RENEW = prepared(
+  (
+    db,
+    p: {
+      workspaceId: string;
+      holder: string;
+      now: number;
+      expiresAt: number;
+      froms: readonly string[];
+      tos: readonly string[];
+    },
+    n: number,
+  ) =>
+    db
+      .updateTable('path_leases')
+      .set({ expires_at: p.expiresAt })
+      .where('workspace_id', '=', p.workspaceId)
+      .where('holder', '=', p.holder)
+      .where('expires_at', '>', p.now)
+      .where(onOrBelow(elements(p.froms, n), elements(p.tos, n)))
+      .returningAll(),
+);
+
+/**
+ * The conflict check as one statement: live leases (`expires_at > now`) of holders other than
+ * `holder` in the workspace that overlap any of `keys` (an antichain from `leaseKeys`). A
+ * UNION ALL of one branch for the keys' proper ancestors, by equality, and one bytewise range
+ * per key for the key itself and its descendants; each branch is a lookup on the primary key
+ * (workspace_id, lease_key), and LIMIT stops at the first few conflicts, so the cost does not
+ * grow with the number of unrelated leases in the workspace. Exported so tests and benchmarks
+ * can EXPLAIN it.
+ *
+ * @example
+ * const { rows } = await buildPathConflictQuery(workspaceId, 'agent-1', ['src'], Date.now(), store.db).execute(store.db);
+ * // (pass the Kysely it runs on, so a PostgreSQL `schema` qualifies the table)
+ */
+export function buildPathConflictQuery(
+  workspaceId: string,
+  holder: string,
+  keys: readonly string[],
+  now: number,
+  db?: Kysely<Database>,
+) {
+  return conflictSql(db, conflictParams(workspaceId, holder, keys, now));
+}
+
+/** Maps a `path_leases` row to the public shape. */
+export function toPathLease(row: PathLeaseRow): PathLease {
+  return {
+    workspaceId: row.workspace_id,
+    key: decodePathLeaseKey(row.lease_key),
+    holder: row.holder,
+    taskId: row.task_id,
+    acquiredAt: Number(row.acquired_at),
+    expiresAt: Number(row.expires_at),
+  };
+}

@@ -1,0 +1,221 @@
+/**
+ * `store.runs` (SPEC §3): one running run per target, adoption, heartbeats and crash recovery.
+ * The guarantees are stated on `RunRepository` (types.ts).
+ */
+import { sql } from 'kysely';
+import { InvalidArgumentError, NotFoundError } from '../../errors.js';
+import type { CoordinatorRunRow, CoordinatorRunStatus } from '../../schema/database.js';
+import type { StoreContext } from '../context.js';
+import { requireSameCreate } from '../idempotent.js';
+import {
+  optionalId,
+  optionalInput,
+  optionalKeyFilter,
+  optionalStatusFilter,
+  optionalString,
+  requireId,
+  requireInput,
+  requireOneOf,
+  requirePositiveMs,
+  requireText,
+} from '../validate.js';
+import { runTargetLockKey } from '../shared/lock-keys.js';
+import {
+  CoordinatorRunNotRunningError,
+  findRunningRun,
+  requireRunningRunIn,
+  SELECT_RUN,
+} from '../shared/running-run.js';
+import { adoptUnownedTasksIn, checkTargetKey, INSERT_RUN, toCoordinatorRun } from './statements.js';
+import {
+  CoordinatorHandleTakenError,
+  CoordinatorRunConflictError,
+  type CoordinatorRun,
+  type RunRepository,
+  type StartedCoordinatorRun,
+  type StoppedRunStatus,
+} from './types.js';
+
+const STOPPED_STATUSES: readonly StoppedRunStatus[] = ['completed', 'failed', 'cancelled'];
+const RUN_STATUSES: readonly CoordinatorRunStatus[] = ['running', ...STOPPED_STATUSES];
+
+const START_ATTEMPTS = 5;
+
+/** The run repository on a store context (wired as `store.runs`). */
+export function createRunRepository(ctx: StoreContext): RunRepository {
+  const { dialect } = ctx;
+  const { db } = dialect;
+
+  async function getRun(runId: string): Promise<CoordinatorRun | null> {
+    requireId('runId', runId);
+    const row = await SELECT_RUN.first(db, { id: runId });
+    return row ? toCoordinatorRun(row) : null;
+  }
+
+  /** After a conditional UPDATE matched nothing: why. */
+  async function notRunning(runId: string): Promise<never> {
+    const run = await getRun(runId);
+    if (!run) throw new NotFoundError('coordinator run', runId);
+    throw new CoordinatorRunNotRunningError(runId, run.status);
+  }
+
+  const repo: RunRepository = {
+    async startCoordinatorRun(input) {
+      requireInput('input', input);
+      checkTargetKey(input.targetKey);
+      optionalId('coordinatorHandle', input.coordinatorHandle);
+      optionalString('spec', input.spec);
+      const targetKey = checkTargetKey(input.targetKey);
+      const chosenHandle =
+        input.coordinatorHandle === undefined ? null : requireText('coordinatorHandle', input.coordinatorHandle);
+      const spec = input.spec ?? null;
+      const chosenId = input.id === undefined ? null : requireText('id', input.id);
+      /** The caller's own run, when a run with the chosen id exists: the same start → that run; another → AlreadyExistsError. */
+      const ownRun = (row: CoordinatorRunRow | undefined): StartedCoordinatorRun | undefined => {
+        if (!row) return undefined;
+        requireSameCreate('coordinator run', row.id, {
+          targetKey: [targetKey, row.target_key],
+          spec: [spec, row.spec],
+          ...(chosenHandle !== null ? { coordinatorHandle: [chosenHandle, row.coordinator_handle] } : {}),
+        });
+        return { ...toCoordinatorRun(row), adoptedTaskCount: 0 };
+      };
+      for (let attempt = 1; ; attempt++) {
+        const id = chosenId ?? ctx.newId();
+        const handle = chosenHandle ?? ctx.newHandle('coordinator');
+        const now = ctx.clock.now();
+        try {
+          return await dialect.writeTransaction(async (trx): Promise<StartedCoordinatorRun> => {
+            if (chosenId !== null) {
+              const existing = ownRun(await SELECT_RUN.first(trx, { id: chosenId }));
+              if (existing) return existing;
+            }
+            // The insert comes first and alone decides: a second running row for the target
+            // violates coordinator_runs_one_running_per_target (PostgreSQL waits for the
+            // in-flight winner, then fails; SQLite's writers are already serialized).
+            await INSERT_RUN.run(trx, { id, handle, spec, now, targetKey });
+            // Task creation takes the same key, so a task created meanwhile is stamped or adopted.
+            await dialect.lockKey(trx, runTargetLockKey(targetKey));
+            const adoptedTaskCount = await adoptUnownedTasksIn(trx, id, targetKey, now);
+            // What the transaction wrote, not a read after it: a connection lost after COMMIT must not report a started run as failed.
+            return {
+              id,
+              coordinatorHandle: handle,
+              status: 'running',
+              targetKey,
+              spec,
+              startedAt: now,
+              endedAt: null,
+              heartbeatAt: now,
+              adoptedTaskCount,
+            };
+          });
+        } catch (error) {
+          if (dialect.classifyError(error) !== 'unique_violation') throw error;
+          // The transaction is over (rolled back): read what won, outside it.
+          if (chosenId !== null) {
+            const existing = ownRun(await SELECT_RUN.first(db, { id: chosenId }));
+            if (existing) return existing;
+          }
+          const running = await findRunningRun(db, targetKey);
+          if (running) throw new CoordinatorRunConflictError(targetKey, running.id, running.coordinator_handle);
+          if (chosenHandle !== null) {
+            const owner = await db
+              .selectFrom('coordinator_runs')
+              .select('id')
+              .where('coordinator_handle', '=', chosenHandle)
+              .executeTakeFirst();
+            if (owner) throw new CoordinatorHandleTakenError(chosenHandle, owner.id);
+          }
+          // The winner stopped before we looked (or a random handle collided): try again.
+          if (attempt >= START_ATTEMPTS) throw error;
+        }
+      }
+    },
+
+    async adoptUnownedTasks(runId, targetKey) {
+      requireId('runId', runId);
+      const target = checkTargetKey(targetKey);
+      return dialect.writeTransaction(async (trx) => {
+        await dialect.lockKey(trx, runTargetLockKey(target));
+        const run = await requireRunningRunIn(trx, runId);
+        if ((run.target_key ?? null) !== target) {
+          throw new InvalidArgumentError(
+            'targetKey',
+            `run ${runId} runs on ${JSON.stringify(run.target_key)}, not ${JSON.stringify(target)}; a run adopts only its own target's tasks`,
+          );
+        }
+        return adoptUnownedTasksIn(trx, runId, target, ctx.clock.now());
+      });
+    },
+
+    async getActiveCoordinatorRunForTarget(targetKey) {
+      const row = await findRunningRun(db, checkTargetKey(targetKey));
+      return row ? toCoordinatorRun(row) : null;
+    },
+
+    getCoordinatorRun: getRun,
+
+    async listCoordinatorRuns(options) {
+      const filter = optionalInput('filter', options);
+      const statuses = optionalStatusFilter('status', filter.status, RUN_STATUSES);
+      const targetKey = optionalKeyFilter('targetKey', filter.targetKey);
+      if (statuses !== null && statuses.length === 0) return [];
+      let query = db.selectFrom('coordinator_runs').selectAll();
+      if (statuses !== null) query = query.where('status', 'in', statuses);
+      if (targetKey !== undefined) {
+        query = targetKey === null ? query.where('target_key', 'is', null) : query.where('target_key', '=', targetKey);
+      }
+      const rows = await query.orderBy('started_at').orderBy('id').execute();
+      return rows.map(toCoordinatorRun);
+    },
+
+    async stopCoordinatorRun(runId, status) {
+      requireId('runId', runId);
+      requireOneOf('status', status, STOPPED_STATUSES);
+      const row = await dialect.writeTransaction((trx) =>
+        trx
+          .updateTable('coordinator_runs')
+          .set({ status, ended_at: ctx.clock.now() })
+          .where('id', '=', runId)
+          .where('status', '=', 'running')
+          .returningAll()
+          .executeTakeFirst(),
+      );
+      return row ? toCoordinatorRun(row) : notRunning(runId);
+    },
+
+    async heartbeatCoordinatorRun(runId) {
+      requireId('runId', runId);
+      const now = ctx.clock.now();
+      // `status = 'running'` in the WHERE is the fence: PostgreSQL re-checks it on the row
+      // version a concurrent reconcile left, so a reconciled run never comes back.
+      const row = await dialect.writeTransaction((trx) =>
+        trx
+          .updateTable('coordinator_runs')
+          .set({ heartbeat_at: sql<number>`case when heartbeat_at > ${now} then heartbeat_at else ${now} end` })
+          .where('id', '=', runId)
+          .where('status', '=', 'running')
+          .returningAll()
+          .executeTakeFirst(),
+      );
+      return row ? toCoordinatorRun(row) : notRunning(runId);
+    },
+
+    async reconcileStaleRuns(options) {
+      const staleAfterMs = requirePositiveMs('staleAfterMs', requireInput('options', options).staleAfterMs);
+      const now = ctx.clock.now();
+      const rows = await dialect.writeTransaction((trx) =>
+        trx
+          .updateTable('coordinator_runs')
+          .set({ status: 'failed', ended_at: now })
+          .where('status', '=', 'running')
+          .where(sql<number>`coalesce(heartbeat_at, started_at)`, '<', now - staleAfterMs)
+          .returningAll()
+          .execute(),
+      );
+      return rows.map(toCoordinatorRun).sort((a, b) => a.startedAt - b.startedAt || (a.id < b.id ? -1 : 1));
+    },
+  };
+  return repo;
+}

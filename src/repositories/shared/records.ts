@@ -1,0 +1,79 @@
+/**
+ * The task, project and workspace records and their row mappers: `store.tasks` and `store.org`
+ * return them, and `store.scheduler` reads the same rows to resolve a dispatch's workspace.
+ */
+import type { ProjectRow, TaskRow, TaskStatus, WorkspaceMode, WorkspaceRow } from '../../schema/database.js';
+
+export interface Task {
+  readonly id: string;
+  readonly companyId: string;
+  readonly projectId: string | null;
+  readonly assigneeAgentId: string | null;
+  readonly workspaceId: string | null;
+  readonly title: string;
+  readonly description: string | null;
+  readonly status: TaskStatus;
+  readonly createdAt: number;
+  readonly updatedAt: number;
+  readonly coordinatorRunId: string | null;
+  readonly targetKey: string | null;
+  readonly requiresFilesystem: boolean;
+  readonly parentId: string | null;
+  readonly workspaceMode: WorkspaceMode | null;
+  /** Paths the task writes; null = omitted (the whole workspace), [] = dynamic. */
+  readonly writes: readonly string[] | null;
+}
+
+/** Maps a `tasks` row to the public shape. */
+export function toTask(row: TaskRow): Task {
+  return {
+    id: row.id,
+    companyId: row.company_id,
+    projectId: row.project_id,
+    assigneeAgentId: row.assignee_agent_id,
+    workspaceId: row.workspace_id,
+    title: row.title,
+    description: row.description,
+    status: row.status,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+    coordinatorRunId: row.coordinator_run_id,
+    targetKey: row.target_key,
+    requiresFilesystem: row.requires_filesystem === 1,
+    parentId: row.parent_id,
+    workspaceMode: row.workspace_mode,
+    writes: row.writes === null ? null : (JSON.parse(row.writes) as string[]),
+  };
+}
+
+export interface WorkspaceRecord {
+  readonly id: string;
+  readonly companyId: string;
+  readonly name: string;
+  readonly rootPath: string | null;
+  readonly createdAt: number;
+}
+
+export interface Project {
+  readonly id: string;
+  readonly companyId: string;
+  readonly name: string;
+  readonly primaryWorkspaceId: string | null;
+  readonly createdAt: number;
+}
+
+/** Maps a `workspaces` row to the public shape. */
+export function toWorkspace(row: WorkspaceRow): WorkspaceRecord {
+  return { id: row.id, companyId: row.company_id, name: row.name, rootPath: row.root_path, createdAt: row.created_at };
+}
+
+/** Maps a `projects` row to the public shape. */
+export function toProject(row: ProjectRow): Project {
+  return {
+    id: row.id,
+    companyId: row.company_id,
+    name: row.name,
+    primaryWorkspaceId: row.primary_workspace_id,
+    createdAt: row.created_at,
+  };
+}

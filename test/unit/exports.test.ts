@@ -1,0 +1,138 @@
+/**
+ * The package's runtime surface, pinned: every name `src/index.ts` exports at run time, and the
+ * same for the built `dist/index.js`. A name added or removed by accident (an `export *`, a
+ * helper made public) fails here; a deliberate change updates `PUBLIC_EXPORTS` and the README.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { beforeAll, describe, expect, it } from 'vitest';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const DIST = fileURLToPath(new URL('../../dist/index.js', import.meta.url));
+
+/** The runtime exports of the package root, sorted. */
+const PUBLIC_EXPORTS = [
+  'AlreadyExistsError',
+  'BaselineMismatchError',
+  'BaselineRequiredError',
+  'CleanupAlreadyCompletedError',
+  'CleanupBarrierError',
+  'CleanupClaimLostError',
+  'CleanupInProgressError',
+  'CommitOutcomeUnknownError',
+  'CoordinatorHandleTakenError',
+  'CoordinatorRunConflictError',
+  'CoordinatorRunNotRunningError',
+  'DEFAULT_DELIVERY_LIMIT',
+  'DEFAULT_DISPATCH_TTL_MS',
+  'DEFAULT_PATH_LEASE_TTL_MS',
+  'DISPATCH_FAILURE_LIMIT',
+  'DataLossError',
+  'DatabaseUnavailableError',
+  'DispatchAlreadyActiveError',
+  'DispatchNotActiveError',
+  'DispatchRunMismatchError',
+  'DriverNotInstalledError',
+  'FILESYSTEM_ROLE_PATTERN',
+  'ForeignTransactionError',
+  'GateAlreadyResolvedError',
+  'IN_FLIGHT_STATUSES',
+  'InvalidArgumentError',
+  'InvalidDatabaseUrlError',
+  'InvalidWritePathError',
+  'LATEST_VERSION',
+  'LockTimeoutError',
+  'MAX_DELIVERY_LIMIT',
+  'MAX_DURATION_MS',
+  'MAX_ID_LENGTH',
+  'MAX_PAYLOAD_LENGTH',
+  'MAX_PENDING_CLEANUPS_LIMIT',
+  'MAX_TEXT_LENGTH',
+  'MAX_WRITE_PATHS',
+  'MAX_WRITE_PATH_BYTES',
+  'MIGRATIONS',
+  'MigrationChecksumMismatchError',
+  'MigrationFailedError',
+  'MigrationHistoryDamagedError',
+  'MigrationLockTimeoutError',
+  'Migrator',
+  'NotFoundError',
+  'OwnershipChangedError',
+  'PATH_CONFLICT_REPORT_LIMIT',
+  'ParentChangedError',
+  'PathClaimRefusedError',
+  'PathLeaseTimeoutError',
+  'SchemaOutOfDateError',
+  'StaleOwnershipError',
+  'StaleTaskLeaseError',
+  'StaleWorkspaceLockError',
+  'StatementTimeoutError',
+  'TASKFENCE_CHANNELS',
+  'TASK_STATUSES',
+  'TaskNotDispatchableError',
+  'TaskfenceError',
+  'TransactionEndedError',
+  'TransactionReentryError',
+  'UnknownMigrationsError',
+  'UnknownVersionError',
+  'UnresolvedTargetError',
+  'WHOLE_WORKSPACE_KEY',
+  'WORKTREE_TARGET_PREFIX',
+  'WorkspaceConfigurationError',
+  'WorkspaceUnresolvedError',
+  'WriteTimeoutError',
+  'decideLockMode',
+  'defaultDatabaseUrl',
+  'describeSchema',
+  'formatDoctorReport',
+  'formatDoctorReportJson',
+  'keysOverlap',
+  'leaseKeys',
+  'normalizeWritePath',
+  'openStore',
+  'parseDatabaseUrl',
+  'redactDatabaseUrl',
+  'resolveOrchestrationTargetKey',
+  'resolveOrchestrationTargetKeyAsync',
+  'roleImpliesFilesystem',
+  'runDoctor',
+  'writeSetsConflict',
+];
+
+const runtimeNames = (module: object) => Object.keys(module).sort();
+
+describe('public API', () => {
+  beforeAll(() => {
+    if (existsSync(DIST)) return;
+    try {
+      execFileSync(
+        process.execPath,
+        [createRequire(import.meta.url).resolve('typescript/bin/tsc'), '-p', 'tsconfig.build.json'],
+        {
+          cwd: ROOT,
+          stdio: 'pipe',
+        },
+      );
+    } catch (error) {
+      const output = (error as { stdout?: Buffer; stderr?: Buffer }).stdout?.toString() ?? '';
+      throw new Error(
+        `dist/index.js is missing and \`tsc -p tsconfig.build.json\` failed; run \`npm run build\`:\n${output}`,
+      );
+    }
+    if (!existsSync(DIST)) throw new Error('dist/index.js is still missing after `tsc -p tsconfig.build.json`');
+  });
+
+  it('src/index.ts exports exactly the public names at run time', async () => {
+    expect(runtimeNames(await import('../../src/index.js'))).toEqual(PUBLIC_EXPORTS);
+  });
+
+  it('the built dist/index.js exports the same names (a stale dist fails: run `npm run build`)', async () => {
+    expect(runtimeNames((await import(pathToFileURL(DIST).href)) as object)).toEqual(PUBLIC_EXPORTS);
+  });
+
+  it('the list is sorted and has no duplicates', () => {
+    expect([...new Set(PUBLIC_EXPORTS)].sort()).toEqual(PUBLIC_EXPORTS);
+  });
+});
