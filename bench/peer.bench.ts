@@ -37,7 +37,7 @@ export async function benchPeer(dbs: BenchDatabases, options: { iterations: numb
       pb.push((await measure(bossCycle, options.iterations)).opsPerSec);
     }
   } finally {
-    await boss.stop({ graceful: false, close: true, wait: true } as never).catch(() => {});
+    await boss.stop({ graceful: false, close: true, wait: true }).catch(() => {});
     await store.close();
   }
   const result = {

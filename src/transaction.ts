@@ -171,5 +171,5 @@ export function canonicalResourceNames(names: readonly string[]): string[] {
     if (name.includes('\0')) throw new InvalidArgumentError('resource name', 'contains a NUL character');
   }
   // Sorted by UTF-16 code units, the same on every process and platform.
-  return [...new Set(names)].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  return [...new Set<string>(names)].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
 }

@@ -29,7 +29,7 @@ export function openRawSqlite(file: string): RawClient {
   };
   const run = (text: string, params: readonly unknown[]) => {
     const stmt = prepare(text);
-    return stmt.reader ? (stmt.all(...params) as unknown[]) : (stmt.run(...params), []);
+    return stmt.reader ? stmt.all(...params) : (stmt.run(...params), []);
   };
   const txFn = db.transaction((statements: readonly (readonly [string, readonly unknown[]])[]) =>
     statements.map(([t, p]) => run(t, p)),
@@ -68,9 +68,7 @@ export async function openRawPostgres(url: string): Promise<RawClient> {
     options: '-c lock_timeout=10000 -c statement_timeout=60000',
     types: {
       getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
-        oid === 20
-          ? (v: string) => Number(v)
-          : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
+        oid === 20 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
     },
   });
   await client.connect();

@@ -20,7 +20,7 @@ export function median(values: readonly number[]): number {
 
 /** Runs `op` `iterations` times after `warmup` runs, one at a time, and reports throughput and latency. */
 export async function measure(
-  op: (i: number) => Promise<unknown> | unknown,
+  op: (i: number) => unknown,
   iterations: number,
   warmup = Math.ceil(iterations / 10),
 ): Promise<Figures> {

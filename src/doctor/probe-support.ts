@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { StoreDialect } from '../dialects/types.js';
-import { schemaOf } from '../dialects/schema.js';
+import { schemaOf } from '../query/schema.js';
 import type { Database } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
 import { check, type DoctorCheck } from './report.js';

@@ -87,7 +87,7 @@ async function beginImmediateCheck(dialect: StoreDialect, filename: string, inMe
   // Loaded here, not at the top: a PostgreSQL-only install has no better-sqlite3 (and never gets here).
   const { default: Database } = await import('better-sqlite3');
   const other = new Database(filename, { timeout: 0, fileMustExist: true });
-  const tryBegin = (): 'locked' | 'busy' | string => {
+  const tryBegin = (): string => {
     try {
       other.exec('begin immediate');
       other.exec('rollback');

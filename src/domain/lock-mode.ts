@@ -6,7 +6,7 @@
  * their part once, in the v52 backfill; there is no company-wide fallback.
  */
 import { InvalidArgumentError, TaskfenceError } from '../errors.js';
-import type { WorkspaceRecord } from '../repositories/shared/records.js';
+import type { WorkspaceRecord } from './workspace.js';
 
 /** Where an exclusive workspace came from, in the order they are tried. */
 export type WorkspaceSource = 'task' | 'agent' | 'project_primary';

@@ -30,6 +30,7 @@ export const WHOLE_WORKSPACE_KEY = '';
 export const MAX_WRITE_PATH_BYTES = 1024;
 
 // C0 and C1 control characters, DEL included; NUL is reported separately.
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
 const CONTROL = /[\u0001-\u001f\u007f-\u009f]/u;
 const LONE_SURROGATE = /\p{Cs}/u;
 const DRIVE_LETTER = /^[A-Za-z]:/;

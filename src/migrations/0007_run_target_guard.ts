@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { tableIn } from '../dialects/schema.js';
+import { tableIn } from '../query/schema.js';
 import type { MigrationDefinition } from './types.js';
 
 /**

@@ -1,7 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 import { FILESYSTEM_DEPARTMENT, roleImpliesFilesystem } from '../domain/filesystem-roles.js';
 import type { MigrationDefinition } from './types.js';
-import { tableIn } from '../dialects/schema.js';
+import { tableIn } from '../query/schema.js';
 
 const BATCH_SIZE = 50_000;
 const ROLE_CHUNK = 500;

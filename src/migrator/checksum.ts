@@ -4,7 +4,7 @@ import { columnTypesFor } from '../dialects/column-types.js';
 import { createRecordingKysely } from './recording-driver.js';
 import type { StoreDialect } from '../dialects/types.js';
 import type { MigrationDefinition } from '../migrations/types.js';
-import { TaskfenceSchemaPlugin } from '../dialects/schema.js';
+import { TaskfenceSchemaPlugin } from '../query/schema.js';
 
 /**
  * Records the statements a migration issues in one direction on one dialect, answering every

@@ -1,6 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { DataLoss } from '../errors.js';
-import { tableIn } from '../dialects/schema.js';
+import { tableIn } from '../query/schema.js';
 import type { Database } from '../schema/database.js';
 import type { MigrationDefinition } from '../migrations/types.js';
 import type { Chain } from './chain.js';

@@ -2,7 +2,7 @@ import { sql, type Kysely } from 'kysely';
 import type { MigrationParams, UmzugStorage } from 'umzug';
 import { MigrationHistoryDamagedError, formatVersion } from '../errors.js';
 import type { ColumnTypes, StoreDialect } from '../dialects/types.js';
-import { schemaOf } from '../dialects/schema.js';
+import { schemaOf } from '../query/schema.js';
 import type { Database } from '../schema/database.js';
 import type { MigrationDefinition } from '../migrations/types.js';
 import type { AppliedMigration } from './types.js';

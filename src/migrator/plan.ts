@@ -1,6 +1,6 @@
 import type { CompiledQuery } from 'kysely';
 import type { DataLoss } from '../errors.js';
-import { schemaOf } from '../dialects/schema.js';
+import { schemaOf } from '../query/schema.js';
 import type { MigrationDefinition } from '../migrations/types.js';
 import type { Chain } from './chain.js';
 import { recordMigration } from './checksum.js';

@@ -102,5 +102,6 @@ function literal(value: unknown): string {
   if (value === null || value === undefined) return 'NULL';
   if (typeof value === 'number' || typeof value === 'bigint') return String(value);
   if (typeof value === 'boolean') return value ? '1' : '0';
+  // eslint-disable-next-line @typescript-eslint/no-base-to-string -- migrations bind strings, numbers and dates only
   return `'${String(value).replace(/'/g, "''")}'`;
 }

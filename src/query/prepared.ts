@@ -1,5 +1,5 @@
 import type { Compilable, CompiledQuery, Kysely, QueryResult, RawBuilder } from 'kysely';
-import { schemaOf } from '../dialects/schema.js';
+import { schemaOf } from './schema.js';
 import { EXECUTE_COMPILED_SYNC, runsOnHeldConnection } from '../dialects/types.js';
 import type { Database } from '../schema/database.js';
 
@@ -91,10 +91,10 @@ export function prepared<P extends object, R, S extends string | number | void =
   const compile = (db: Kysely<Database>, shape: S): Compiled => {
     const adapter = db.getExecutor().adapter;
     let bySchema = cache.get(adapter);
-    if (!bySchema) cache.set(adapter, (bySchema = new Map()));
+    if (!bySchema) cache.set(adapter, (bySchema = new Map<string | undefined, Map<S, Compiled>>()));
     const schema = schemaOf(db);
     let byShape = bySchema.get(schema);
-    if (!byShape) bySchema.set(schema, (byShape = new Map()));
+    if (!byShape) bySchema.set(schema, (byShape = new Map<S, Compiled>()));
     let compiled = byShape.get(shape);
     if (!compiled) {
       const p = new Proxy({} as P, { get: (_target, name) => new Placeholder(String(name)) });

@@ -11,7 +11,7 @@ import { NotFoundError } from '../errors.js';
 import type { StoreContext } from './context.js';
 import { prepared } from '../query/prepared.js';
 import { requireCounter, requireId, requireInput, requirePositiveMs } from './validate.js';
-import { tableIn } from '../dialects/schema.js';
+import { tableIn } from '../query/schema.js';
 import {
   StaleTaskLeaseError,
   StaleWorkspaceLockError,

@@ -2,7 +2,7 @@ import { sql, type Kysely, type Transaction } from 'kysely';
 import { InvalidArgumentError } from '../errors.js';
 import type { Database } from '../schema/database.js';
 import type { StoreContext } from './context.js';
-import { tableIn } from '../dialects/schema.js';
+import { tableIn } from '../query/schema.js';
 
 /** What `prune` may delete, table by table. */
 export type PrunableTable =

@@ -3,7 +3,7 @@ import { SchemaOutOfDateError, TaskfenceError } from '../errors.js';
 import { LATEST_VERSION } from '../migrations/index.js';
 import type { Database } from '../schema/database.js';
 import type { Repositories } from './index.js';
-import { tableIn } from '../dialects/schema.js';
+import { tableIn } from '../query/schema.js';
 
 /**
  * The schema-version check, done lazily so that opening a store stays one connection (the CLI

@@ -77,7 +77,7 @@ export function requireString(field: string, value: unknown, max: number = MAX_T
 export function requireInput<T>(field: string, value: T): NonNullable<T> {
   if (typeof value !== 'object' || value === null || Array.isArray(value))
     throw new InvalidArgumentError(field, 'must be an object');
-  return value as NonNullable<T>;
+  return value;
 }
 
 /** An optional options object: `undefined` → `{}`. */

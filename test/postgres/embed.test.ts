@@ -156,9 +156,11 @@ describe('PostgreSQL: schemas', () => {
     await admin.connect();
     try {
       await admin.query('create table if not exists public.tasks (id text primary key, host_column text)');
-      const a = await fx.open(`${base}?schema=tf_a`);
+      const a = await fx.open(`${base.toString()}?schema=tf_a`);
       const b = await fx.open(base.toString(), { schema: 'tf_b' });
-      await expect(fx.open(`${base}?schema=tf_a`, { schema: 'tf_b' })).rejects.toBeInstanceOf(InvalidArgumentError);
+      await expect(fx.open(`${base.toString()}?schema=tf_a`, { schema: 'tf_b' })).rejects.toBeInstanceOf(
+        InvalidArgumentError,
+      );
       await Promise.all([a.migrate(), b.migrate()]);
       for (const store of [a, b]) {
         expect(await store.migrationStatus()).toMatchObject({
@@ -194,8 +196,8 @@ describe('PostgreSQL: schemas', () => {
   it('resource locks of two schemas do not exclude each other', async () => {
     const base = new URL(await fx.freshUrl());
     base.search = '';
-    const a = await fx.open(`${base}?schema=tf_a`);
-    const b = await fx.open(`${base}?schema=tf_b`);
+    const a = await fx.open(`${base.toString()}?schema=tf_a`);
+    const b = await fx.open(`${base.toString()}?schema=tf_b`);
     await Promise.all([a.migrate(), b.migrate()]);
     // a holds box:x in an open transaction while b takes box:x: b finishes first.
     let release!: () => void;

@@ -4,12 +4,12 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
-import { LATEST_VERSION, MIGRATIONS, type Store } from '../../src/index.js';
+import { MIGRATIONS, type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { makeLegacyV5Database } from './legacy.js';
 import { tbl } from '../support/schema.js';

@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import fc from 'fast-check';
-import type { Store } from '../../src/index.js';
 import { elements, prepared } from '../../src/query/prepared.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { holdWriteLock } from '../support/hold-write-lock.js';
@@ -21,7 +20,7 @@ export function defineDialectSuite(makeFixture: () => DialectFixture) {
       const store = await fx.freshStore();
       await store.org.createCompany({ id: 'counter', name: 'counter' });
       await store.db.updateTable('companies').set({ created_at: 0 }).where('id', '=', 'counter').execute();
-      const url = (store as Store).location.url;
+      const url = store.location.url;
       const contenders = await Contenders.start(6, { url, ops: OPS });
       try {
         for (let round = 0; round < 3; round++) {

@@ -202,13 +202,13 @@ function cases(p: Pools): FuzzCase[] {
       rootPath: text,
     }),
   });
-  const tuple = (...a: fc.Arbitrary<unknown>[]) => fc.tuple(...a) as fc.Arbitrary<unknown[]>;
+  const tuple = (...a: fc.Arbitrary<unknown>[]): fc.Arbitrary<unknown[]> => fc.tuple(...a);
   const c = (
     name: string,
     args: fc.Arbitrary<unknown[]>,
     call: (s: Store, a: unknown[]) => Promise<unknown>,
   ): FuzzCase => ({ name, args, call });
-  /* eslint-disable @typescript-eslint/no-explicit-any */
+
   const A = (a: unknown[]) => a as any[];
   return [
     c('org.createCompany', tuple(input({ id: id.fresh, name: text })), (s, a) => s.org.createCompany(A(a)[0])),

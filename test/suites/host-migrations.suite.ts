@@ -62,7 +62,7 @@ const HOST_MIGRATIONS: Record<string, Migration> = {
 
 function kyselyMigrator(store: Store) {
   return new KyselyMigrator({
-    db: store.db as unknown as HostDb,
+    db: store.db,
     provider: { getMigrations: async () => HOST_MIGRATIONS },
     // Its own history and lock tables, next to taskfence_migrations.
     migrationTableName: 'host_kysely_migrations',

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileURLToPath } from 'node:url';
 import { sql, type CompiledQuery } from 'kysely';
 import { inlineParameters } from '../../src/migrator/recording-driver.js';
 import {

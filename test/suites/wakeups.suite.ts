@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 

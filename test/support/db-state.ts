@@ -16,7 +16,9 @@ export async function databaseState(store: Store, options: { schema?: SchemaDesc
     const { rows } = await sql<Record<string, unknown>>`select * from ${tbl(store.db, table)}`.execute(store.db);
     const lines = rows
       .map((row) =>
-        JSON.stringify(columns.map((c) => (row[c] === null || row[c] === undefined ? null : String(row[c])))),
+        JSON.stringify(
+          columns.map((c) => (row[c] === null || row[c] === undefined ? null : String(row[c] as string | number))),
+        ),
       )
       .sort();
     parts.push(`${table}:${rows.length}:${lines.join('|')}`);

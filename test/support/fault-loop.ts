@@ -95,7 +95,7 @@ async function round(store: Store, i: number, ids: { companyId: string; workspac
   if (claim?.status === 'claimed') token = claim.token;
   else if (claim?.status === 'busy' && claim.heldBy.holder === holder) token = claim.heldBy.token; // our own earlier claim
   if (token !== undefined)
-    await op(() => store.locks.releaseWorkspaceLock(ids.workspaceId, { token: token! }), ['STALE_WORKSPACE_LOCK']);
+    await op(() => store.locks.releaseWorkspaceLock(ids.workspaceId, { token: token }), ['STALE_WORKSPACE_LOCK']);
 
   await op(() =>
     store.paths.tryAcquirePaths({ workspaceId: ids.workspaceId, holder, paths: [`src/${tag}`], ttlMs: 60_000 }),

@@ -9,7 +9,7 @@ import type { ContenderTools } from './contender.js';
 
 /** One operation a contender runs: its own store, the arguments the parent sent, its tools. */
 // The arguments are each operation's own type; `any` here only lets every signature in.
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+
 export type Operation = (store: Store, args: any, tools: ContenderTools) => Promise<unknown>;
 
 /** The registry: the module a contender imports (by URL), and the operations it names. */

@@ -6,19 +6,19 @@
  */
 import { sql, type Kysely, type RawBuilder } from 'kysely';
 import type pg from 'pg';
-import { schemaOf, tableIn } from '../../src/dialects/schema.js';
+import { schemaOf, tableIn } from '../../src/query/schema.js';
 
 /**
  * `name` (a table or index) as raw SQL for statements run on `db` (a store's `db`, or a
  * transaction on it): `"schema"."name"` when the store is confined to a schema, else `name`.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+
 export function tbl(db: Kysely<any>, name: string): RawBuilder<unknown> {
   return tableIn(db, name);
 }
 
 /** `name` as text for `::regclass`: `schema.name` when `db` is confined to a schema, else `name`. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+
 export function qualifiedName(db: Kysely<any>, name: string): string {
   const schema = schemaOf(db);
   return schema === undefined ? name : `${schema}.${name}`;
@@ -34,7 +34,7 @@ export function schemaOfUrl(url: string): string | undefined {
  * search_path`), for long raw SQL written without qualifiers (a legacy baseline, invariant checks).
  * Creates the schema if it is missing. Without a schema, `fn(db)` as it is.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+
 export async function inStoreSchema<T>(db: Kysely<any>, fn: (trx: Kysely<any>) => Promise<T>): Promise<T> {
   const schema = schemaOf(db);
   if (schema === undefined) return fn(db);

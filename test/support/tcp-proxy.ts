@@ -27,6 +27,7 @@ export class FaultProxy {
 
   /** Starts a proxy to `target` (host and port of the real server) on a free local port. */
   static async start(target: { host: string; port: number }): Promise<FaultProxy> {
+    // eslint-disable-next-line prefer-const -- assigned after the server that uses it is created
     let proxy!: FaultProxy;
     const server = net.createServer((client) => proxy.#accept(client, target));
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

@@ -28,6 +28,7 @@ export function hostPool(pool: pg.Pool, types: pg.CustomTypesConfig): pg.Pool {
             };
           }
           const value: unknown = Reflect.get(target, property, target);
+          // eslint-disable-next-line @typescript-eslint/no-unsafe-return -- a proxy forwards whatever the pool has
           return typeof value === 'function' ? value.bind(target) : value;
         },
       });

@@ -28,7 +28,7 @@ import {
 import { redactDatabaseUrl } from '../../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
 import { hostPool, int8AsNumbers } from './host-pool.js';
-import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from '../schema.js';
+import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from '../../query/schema.js';
 import { POSTGRES_COLUMN_TYPES } from './postgres-column-types.js';
 import { Backoff } from '../backoff.js';
 import { retryTransient } from '../retry.js';
@@ -60,9 +60,10 @@ const INT8_OID = 20;
 /** Reads bigint (int8) columns back as numbers: epoch milliseconds and counts stay far below 2^53. */
 const types = {
   getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+    // eslint-disable-next-line @typescript-eslint/no-unsafe-return -- pg's own parsers are typed `any`
     oid === INT8_OID && format !== 'binary'
       ? (value: string) => Number(value)
-      : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
+      : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
 };
 
 /**

@@ -6,7 +6,7 @@
  * (`ownedAt`), plus a condition on its cleanup claim. No row back = the fence refused.
  */
 import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
-import { tableIn } from '../../dialects/schema.js';
+import { tableIn } from '../../query/schema.js';
 import { prepared } from '../../query/prepared.js';
 import type { Database } from '../../schema/database.js';
 import type { OwnedResourceKind } from './errors.js';

@@ -3,7 +3,7 @@
  * lease writes, prepared per shape, and the chunking that keeps each statement bounded.
  */
 import { sql, type Kysely, type RawBuilder } from 'kysely';
-import { tableIn } from '../../dialects/schema.js';
+import { tableIn } from '../../query/schema.js';
 import { decodePathLeaseKey, storedPathAncestorKeys, storedPathDescendantRange } from '../../domain/write-paths.js';
 import { elements, prepared } from '../../query/prepared.js';
 import type { Database, PathLeaseRow } from '../../schema/database.js';

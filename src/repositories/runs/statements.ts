@@ -3,7 +3,7 @@
  * taking its target's unowned tasks, with their dispatches and gates).
  */
 import { sql, type Kysely, type Transaction } from 'kysely';
-import { tableIn } from '../../dialects/schema.js';
+import { tableIn } from '../../query/schema.js';
 import { InvalidArgumentError } from '../../errors.js';
 import { prepared } from '../../query/prepared.js';
 import type { CoordinatorRunRow, Database } from '../../schema/database.js';

@@ -2,6 +2,7 @@
  * The task, project and workspace records and their row mappers: `store.tasks` and `store.org`
  * return them, and `store.scheduler` reads the same rows to resolve a dispatch's workspace.
  */
+import type { WorkspaceRecord } from '../../domain/workspace.js';
 import type { ProjectRow, TaskRow, TaskStatus, WorkspaceMode, WorkspaceRow } from '../../schema/database.js';
 
 export interface Task {
@@ -46,13 +47,7 @@ export function toTask(row: TaskRow): Task {
   };
 }
 
-export interface WorkspaceRecord {
-  readonly id: string;
-  readonly companyId: string;
-  readonly name: string;
-  readonly rootPath: string | null;
-  readonly createdAt: number;
-}
+export type { WorkspaceRecord } from '../../domain/workspace.js';
 
 export interface Project {
   readonly id: string;
