@@ -1,4 +1,4 @@
-import { sql, type Kysely, type Transaction } from 'kysely';
+import type { Kysely, Transaction } from 'kysely';
 import { defaultDatabaseUrl, parseDatabaseUrl, type DatabaseLocation } from './config.js';
 import { runDoctor, type DoctorOptions } from './doctor/doctor.js';
 import type { DoctorReport } from './doctor/report.js';
@@ -111,8 +111,6 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     location,
     ...guardSchemaVersion(events.observe(createRepositories(context)), dialect.db),
     migrate: async (migrateOptions?: MigrateOptions) => {
-      if (location.dialect === 'postgres' && location.schema !== undefined)
-        await ensureSchema(dialect, location.schema);
       return migrator.migrate({
         now: context.clock.now(),
         ...migrateOptions,
@@ -187,19 +185,4 @@ function mergeSchema(option: string | undefined, fromUrl: string | undefined): s
     );
   }
   return option ?? fromUrl;
-}
-
-/** Creates the configured PostgreSQL schema if it is missing (several deploys may race to do it). */
-export async function ensureSchema(dialect: StoreDialect, schema: string): Promise<void> {
-  const { rows } = await sql<{
-    found: boolean;
-  }>`select exists (select 1 from pg_namespace where nspname = ${schema}) as found`.execute(dialect.db);
-  if (rows[0]?.found) return;
-  try {
-    await sql`create schema if not exists ${sql.id(schema)}`.execute(dialect.db);
-  } catch (error) {
-    // 23505/42P06: a concurrent deploy created it between the check and the create.
-    const code = (error as { code?: unknown }).code;
-    if (code !== '23505' && code !== '42P06') throw error;
-  }
 }
