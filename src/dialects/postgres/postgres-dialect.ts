@@ -99,7 +99,13 @@ export async function openPostgresDialect(
   const target = options.pool ? 'postgres (host pool)' : redactDatabaseUrl(connectionString);
   const pool = options.pool ? hostPool(options.pool, types) : new pg.Pool({ ...config, max: options.poolSize ?? 10 });
   // An idle client that loses its server must not crash the process (checked-out clients get their own listener).
-  if (!options.pool) pool.on('error', () => {});
+  if (!options.pool) {
+    pool.on('error', () => {});
+    // And every client carries a listener from the moment the pool connects it, so a fault can never
+    // meet a client between pg-pool's idle listener and the driver's (defence in depth: the fault
+    // loop once died of an unhandled 57P01 'error' event under heavy load, path not identified).
+    pool.on('connect', (client) => client.on('error', () => {}));
+  }
   const offset = new ServerClockOffset(options.hostClock ?? { now: () => Date.now() });
   const driver = new FaultTolerantPostgresDriver({
     pool,
