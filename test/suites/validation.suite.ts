@@ -320,7 +320,9 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
         const contenders = await Contenders.start(6, {
           url: store.location.url,
           ops: OPS,
-          storeOptions: { poolSize: 1 },
+          // The six take the workspace's path lock in turn, each inserting 3,000 rows: on a loaded
+          // 2-core runner the last one can wait longer than the default 10 s lock_timeout.
+          storeOptions: { poolSize: 1, lockTimeoutMs: 60_000 },
         });
         try {
           for (let round = 0; round < 3; round++) {
