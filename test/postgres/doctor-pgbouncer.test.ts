@@ -20,7 +20,11 @@ describe.runIf(runHere)('doctor through PgBouncer in transaction mode', () => {
   beforeAll(async () => {
     bouncer = await startPgbouncer(inject('pgAdminUrl'));
     const seed = await fx.freshStore();
-    url = bouncer.url(new URL(seed.location.url).pathname.slice(1));
+    const seedUrl = new URL(seed.location.url);
+    // The same database (and its ?schema=, when the suite runs in one) through the pooler.
+    const through = new URL(bouncer.url(seedUrl.pathname.slice(1)));
+    through.search = seedUrl.search;
+    url = through.toString();
     store = await openStore(url);
   });
   afterAll(async () => {

@@ -12,7 +12,7 @@ import { sql } from 'kysely';
 import { MIGRATIONS, type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { makeLegacyV5Database } from './legacy.js';
-import { tbl } from '../support/schema.js';
+import { inStoreSchema, quotedTablePattern, schemaOfUrl, tbl } from '../support/schema.js';
 
 export const CLI = fileURLToPath(new URL('../../dist/cli.js', import.meta.url));
 const VERSIONS = MIGRATIONS.map((m) => m.version);
@@ -179,7 +179,9 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       expect(plan.code).toBe(0);
       const parsed = JSON.parse(plan.out);
       expect(parsed.steps.map((s: { version: number }) => s.version)).toEqual([5, 6, 7]);
-      expect(parsed.steps[0].statements[0]).toMatch(/^create table "companies"/);
+      expect(parsed.steps[0].statements[0]).toMatch(
+        new RegExp(`^create table ${quotedTablePattern(schemaOfUrl(url), 'companies')}`),
+      );
 
       const legacyUrl = await fx.freshUrl();
       const legacy = await fx.open(legacyUrl);
@@ -322,8 +324,10 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
 
       const otherUrl = await fx.freshUrl();
       const other = await fx.open(otherUrl);
-      await sql`create table ${tbl(other.db, 'tasks')} (id integer primary key, body text)`.execute(other.db);
-      await sql`create table ${tbl(other.db, 'invoices')} (id integer primary key)`.execute(other.db);
+      await inStoreSchema(other.db, async (db) => {
+        await sql`create table ${tbl(other.db, 'tasks')} (id integer primary key, body text)`.execute(db);
+        await sql`create table ${tbl(other.db, 'invoices')} (id integer primary key)`.execute(db);
+      });
       if (fx.kind === 'sqlite') await sql`pragma user_version = 3`.execute(other.db);
       const foreign = await runCli(['migrate', '--db', otherUrl]);
       expect(foreign.code).toBe(1);

@@ -22,7 +22,8 @@ import { holdWriteLock } from '../support/hold-write-lock.js';
 import { Contenders, ContenderExitedError, type Outcome } from '../support/race.js';
 import { makeLegacyV5Database } from './legacy.js';
 import { ops as OPS } from './migrations.ops.js';
-import { tbl } from '../support/schema.js';
+import { quotedTablePattern, schemaOfUrl, tbl } from '../support/schema.js';
+import { schemaOf } from '../../src/query/schema.js';
 
 const VERSIONS = MIGRATIONS.map((m) => m.version);
 
@@ -206,7 +207,11 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const steps = await store.plan();
       expect(steps.map((s) => [s.version, s.direction])).toEqual(VERSIONS.filter((v) => v > 8).map((v) => [v, 'up']));
       const all = steps.flatMap((s) => s.statements).join('\n');
-      expect(all).toMatch(/alter table "tasks" add column "requires_filesystem" integer default 0 not null/);
+      expect(all).toMatch(
+        new RegExp(
+          `alter table ${quotedTablePattern(schemaOf(store.db), 'tasks')} add column "requires_filesystem" integer default 0 not null`,
+        ),
+      );
       expect(all).toMatch(fx.kind === 'postgres' ? /"expires_at" bigint not null/ : /"expires_at" integer not null/);
       expect(await historyVersions(store)).toEqual(VERSIONS.filter((v) => v <= 8));
       const down = await store.plan({ to: 6 });
@@ -353,7 +358,9 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const url = await fx.freshUrl();
       const planned = await cli('plan', '--db', url, '--to', '0006');
       expect(planned.code).toBe(0);
-      expect(planned.out).toMatch(/-- 0005 baseline \(up\)\ncreate table "companies"/);
+      expect(planned.out).toMatch(
+        new RegExp(`-- 0005 baseline \\(up\\)\ncreate table ${quotedTablePattern(schemaOfUrl(url), 'companies')}`),
+      );
       expect(planned.out).toMatch(/-- 0006 coordinator_run_id \(up\)/);
       expect((await cli('migrate', '--db', url, '--to', '7')).code).toBe(0);
       const status = await cli('status', '--db', url, '--json');

@@ -51,3 +51,12 @@ export async function useUrlSchema(client: pg.Client | pg.PoolClient, url: strin
   const schema = schemaOfUrl(url);
   if (schema !== undefined) await client.query(`select set_config('search_path', $1, false)`, [schema]);
 }
+
+/**
+ * `name` as migrate and plan print it, as a regular-expression source: `"schema"\."name"` when
+ * `schema` is set, else `"name"`. Pass `schemaOf(db)` or `schemaOfUrl(url)`.
+ */
+export function quotedTablePattern(schema: string | undefined, name: string): string {
+  const quoted = schema === undefined ? `"${name}"` : `"${schema}"."${name}"`;
+  return quoted.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
