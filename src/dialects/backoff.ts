@@ -1,6 +1,6 @@
 /**
- * Jittered exponential backoff, for retry loops (the PostgreSQL migration lock's try-lock poll,
- * the LISTEN connection's reconnects; `retryTransient` still has its own, see there).
+ * Jittered exponential backoff, for every retry loop: write transactions (`retryTransient`), the
+ * PostgreSQL migration lock's try-lock poll and the LISTEN connection's reconnects.
  *
  * Each delay is the current step times a random factor in [0.5, 1.5), so processes that failed
  * together do not retry in lockstep; after each delay the step doubles, up to `maxMs`.
