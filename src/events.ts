@@ -25,6 +25,8 @@ export const TASKFENCE_CHANNELS = Object.freeze({
   migration: 'taskfence:migration',
   /** A prune finished. */
   prune: 'taskfence:prune',
+  /** PostgreSQL: an idle pooled connection lost its server (terminated backend, restart, network); the pool drops it. */
+  connectionLost: 'taskfence:connection:lost',
 });
 
 export type TaskfenceEvent =
@@ -39,7 +41,8 @@ export type TaskfenceEvent =
     }
   | { readonly type: 'run.reconciled'; readonly runId: string; readonly targetKey: string | null }
   | { readonly type: 'migration'; readonly event: MigrationEvent }
-  | { readonly type: 'prune'; readonly result: PruneResult };
+  | { readonly type: 'prune'; readonly result: PruneResult }
+  | { readonly type: 'connection.lost'; readonly code: string | null; readonly message: string };
 
 const CHANNEL_OF: Record<TaskfenceEvent['type'], string> = {
   'transaction.retry': TASKFENCE_CHANNELS.retry,
@@ -49,6 +52,7 @@ const CHANNEL_OF: Record<TaskfenceEvent['type'], string> = {
   'run.reconciled': TASKFENCE_CHANNELS.runReconciled,
   migration: TASKFENCE_CHANNELS.migration,
   prune: TASKFENCE_CHANNELS.prune,
+  'connection.lost': TASKFENCE_CHANNELS.connectionLost,
 };
 
 /**
@@ -72,6 +76,8 @@ export interface StoreStats {
   readonly refusals: number;
   readonly leasesLost: number;
   readonly runsReconciled: number;
+  /** PostgreSQL: idle pooled connections that lost their server (each a `connection.lost` event). */
+  readonly connectionsLost: number;
   /** PostgreSQL pool usage now; null on SQLite (one connection). */
   readonly pool: { readonly total: number; readonly idle: number; readonly waiting: number } | null;
 }
@@ -107,6 +113,7 @@ export class EventHub {
     refusals: 0,
     leasesLost: 0,
     runsReconciled: 0,
+    connectionsLost: 0,
   };
 
   constructor(onEvent?: (event: TaskfenceEvent) => void) {
@@ -120,6 +127,7 @@ export class EventHub {
     else if (event.type === 'refused') c.refusals++;
     else if (event.type === 'lease.lost') c.leasesLost++;
     else if (event.type === 'run.reconciled') c.runsReconciled++;
+    else if (event.type === 'connection.lost') c.connectionsLost++;
     const channel = diagnostics_channel.channel(CHANNEL_OF[event.type]);
     if (channel.hasSubscribers) channel.publish(event);
     if (this.#onEvent) {

@@ -5,7 +5,7 @@ import type { DoctorReport } from './doctor/report.js';
 import { openPostgresDialect } from './dialects/postgres/postgres-dialect.js';
 import { openSqliteDialect } from './dialects/sqlite/sqlite-dialect.js';
 import type { DialectOptions, StoreDialect } from './dialects/types.js';
-import { InvalidArgumentError } from './errors.js';
+import { driverCodeOf, InvalidArgumentError } from './errors.js';
 import {
   Migrator,
   type MigrationEvent,
@@ -105,6 +105,8 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
   const events = new EventHub(options.onEvent);
   dialect.stats.onRetry = (kind, attempt, delayMs) =>
     events.emit({ type: 'transaction.retry', kind, attempt, delayMs: Math.round(delayMs) });
+  dialect.stats.onIdleConnectionLost = (error) =>
+    events.emit({ type: 'connection.lost', code: driverCodeOf(error) ?? null, message: error.message });
   return Object.freeze({
     db: dialect.db,
     dialect,

@@ -52,6 +52,8 @@ export interface DialectStats {
   transactions?: number;
   /** Called before each retry (the store turns it into a `transaction.retry` event). */
   onRetry?: (kind: ErrorKind, attempt: number, delayMs: number) => void;
+  /** Called when an idle pooled connection fails (PostgreSQL; the store turns it into a `connection.lost` event). */
+  onIdleConnectionLost?: (error: Error) => void;
 }
 
 export type WriteTransactionFn<T> = (trx: Transaction<Database>) => Promise<T>;

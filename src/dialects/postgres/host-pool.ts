@@ -4,9 +4,15 @@ import type { KyselyPlugin } from 'kysely';
 /**
  * A host's `pg.Pool` as taskfence's driver sees it: every query carries taskfence's type parsers
  * (int8 as a number) unless it names its own, while the host's own queries keep the pool's; and
- * `end()` does nothing, so closing the store leaves the host's pool open.
+ * `end()` leaves the host's pool open.
+ *
+ * While the store is open, `onIdleError` listens to the pool's `error` event (an idle client
+ * lost its server): pg-pool throws that event when nobody listens, which would crash a host
+ * that attached no listener of its own. `end()` (the store's `close()`) removes it again; the
+ * host's own listeners run as before either way.
  */
-export function hostPool(pool: pg.Pool, types: pg.CustomTypesConfig): pg.Pool {
+export function hostPool(pool: pg.Pool, types: pg.CustomTypesConfig, onIdleError: (error: Error) => void): pg.Pool {
+  pool.on('error', onIdleError);
   // One wrapper per client, so per-client bookkeeping (error listeners) sees the same object.
   const wrapped = new WeakMap<pg.PoolClient, pg.PoolClient>();
   const wrap = (client: pg.PoolClient): pg.PoolClient => {
@@ -38,7 +44,9 @@ export function hostPool(pool: pg.Pool, types: pg.CustomTypesConfig): pg.Pool {
   };
   return {
     connect: async () => wrap(await pool.connect()),
-    end: async () => {},
+    end: async () => {
+      pool.off('error', onIdleError);
+    },
     on: () => undefined,
   } as unknown as pg.Pool;
 }

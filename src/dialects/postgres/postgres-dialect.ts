@@ -97,10 +97,17 @@ export async function openPostgresDialect(
   // With the host's pool, sessions of taskfence's own (the migration lock) use the pool's settings.
   const config = options.pool ? { ...options.pool.options, types } : postgresClientConfig(connectionString, options);
   const target = options.pool ? 'postgres (host pool)' : redactDatabaseUrl(connectionString);
-  const pool = options.pool ? hostPool(options.pool, types) : new pg.Pool({ ...config, max: options.poolSize ?? 10 });
-  // An idle client that loses its server must not crash the process (checked-out clients get their own listener).
+  const stats: DialectStats = { retries: 0 };
+  // An idle client that loses its server must not crash the process: pg-pool emits that on the
+  // pool and throws when nobody listens. It is reported (`connection.lost`), and the pool drops
+  // the client. Checked-out clients get the driver's own listener. On a host's pool the listener
+  // is there while the store is open (host-pool.ts).
+  const onIdleError = (error: Error) => stats.onIdleConnectionLost?.(error);
+  const pool = options.pool
+    ? hostPool(options.pool, types, onIdleError)
+    : new pg.Pool({ ...config, max: options.poolSize ?? 10 });
   if (!options.pool) {
-    pool.on('error', () => {});
+    pool.on('error', onIdleError);
     // And every client carries a listener from the moment the pool connects it, so a fault can never
     // meet a client between pg-pool's idle listener and the driver's (defence in depth: the fault
     // loop once died of an unhandled 57P01 'error' event under heavy load, path not identified).
@@ -110,7 +117,6 @@ export async function openPostgresDialect(
   const driver = new FaultTolerantPostgresDriver({
     pool,
     target,
-    ownsPool: !options.pool,
     offset,
     limits: { lockTimeoutMs: options.lockTimeoutMs ?? 10_000, statementTimeoutMs: statementTimeoutOf(options) },
   });
@@ -153,6 +159,7 @@ export async function openPostgresDialect(
       options.wakeNotifications ?? true,
       schema,
     ),
+    stats,
     schema,
   );
   const counted = options.pool ?? pool;
@@ -167,7 +174,6 @@ export async function openPostgresDialect(
 class PostgresStoreDialect implements StoreDialect {
   readonly kind = 'postgres' as const;
   readonly columnTypes = POSTGRES_COLUMN_TYPES;
-  readonly stats: DialectStats = { retries: 0 };
   readonly supportsSkipLocked = true;
   connectionStats?: () => { total: number; idle: number; waiting: number };
 
@@ -179,6 +185,7 @@ class PostgresStoreDialect implements StoreDialect {
     /** The database's clock (host clock + measured offset): what leases and heartbeats are judged on. */
     readonly clock: ServerClockOffset,
     readonly wakeups: PostgresWakeups,
+    readonly stats: DialectStats,
     /** The configured schema; lock keys and introspection are confined to it. */
     private readonly schema?: string,
   ) {}

@@ -101,22 +101,14 @@ export class FaultTolerantPostgresDriver implements Driver {
   readonly #pool: pg.Pool;
   readonly #target: string;
   readonly #limits: TransactionLimits;
-  readonly #ownsPool: boolean;
   readonly #listened = new WeakSet<pg.PoolClient>();
   /** The server's clock minus the host's (ms), measured in the BEGIN round trip of every transaction. */
   readonly #offset: ServerClockOffset;
 
-  constructor(options: {
-    pool: pg.Pool;
-    target: string;
-    limits: TransactionLimits;
-    ownsPool: boolean;
-    offset: ServerClockOffset;
-  }) {
+  constructor(options: { pool: pg.Pool; target: string; limits: TransactionLimits; offset: ServerClockOffset }) {
     this.#pool = options.pool;
     this.#target = options.target;
     this.#limits = options.limits;
-    this.#ownsPool = options.ownsPool;
     this.#offset = options.offset;
   }
 
@@ -175,7 +167,8 @@ export class FaultTolerantPostgresDriver implements Driver {
   }
 
   async destroy(): Promise<void> {
-    if (this.#ownsPool) await this.#pool.end();
+    // A host's pool is wrapped (host-pool.ts): its end() only detaches taskfence and leaves the pool open.
+    await this.#pool.end();
   }
 }
 
