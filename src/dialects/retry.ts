@@ -15,7 +15,7 @@ export async function retryTransient<T>(
 ): Promise<T> {
   const started = Date.now();
   let attempts = 0;
-  const backoff = new Backoff(2, 100);
+  let backoff: Backoff | undefined; // made on the first retry: most transactions never need one
   for (;;) {
     attempts++;
     stats.transactions = (stats.transactions ?? 0) + 1;
@@ -29,7 +29,7 @@ export async function retryTransient<T>(
       if (elapsed >= deadlineMs)
         throw kind === 'connection_lost' ? error : new WriteTimeoutError(deadlineMs, attempts, error);
       stats.retries++;
-      const wait = backoff.next(deadlineMs - elapsed);
+      const wait = (backoff ??= new Backoff(2, 100)).next(deadlineMs - elapsed);
       stats.onRetry?.(kind, attempts, wait);
       await new Promise((resolve) => setTimeout(resolve, wait));
     }
