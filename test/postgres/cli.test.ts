@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServer, type Server, type Socket } from 'node:net';
 import { sql } from 'kysely';
+import pg from 'pg';
 import { LATEST_VERSION, MIGRATIONS, type Store } from '../../src/index.js';
 import { defineCliSuite, expectOneLine, insertManyTasks, runCli } from '../suites/cli.suite.js';
 import { postgresFixture } from '../support/dialects.js';
@@ -58,29 +59,33 @@ describe('CLI faults on PostgreSQL', () => {
     let stop = false;
     let terminated = 0;
     // Once 0052 runs, terminate every taskfence backend of this database until the CLI gives up
-    // (its retries on fresh connections end after --lock-wait).
+    // (its retries on fresh connections end after --lock-wait). The killer is a plain client with
+    // an application name of its own, and finds and terminates in one statement, which never
+    // names its own backend: through a transaction-mode pooler, a second statement could run on
+    // the very server connection the first one listed.
+    const killerClient = new pg.Client({ connectionString: url, application_name: 'taskfence-test-killer' });
+    killerClient.on('error', () => {});
+    await killerClient.connect();
     const killer = (async () => {
+      const ours = `datname = $1 and application_name = 'taskfence' and pid <> pg_backend_pid()`;
       while (!stop) {
-        const { rows } = await sql<{ pid: number; query: string }>`
-          select pid, query from pg_stat_activity
-          where datname = ${database} and application_name = 'taskfence' and pid <> pg_backend_pid()`.execute(store.db);
-        if (terminated > 0 || rows.some((r) => /requires_filesystem/.test(r.query))) {
-          for (const r of rows) {
-            await sql`select pg_terminate_backend(${r.pid})`.execute(store.db);
-            terminated++;
-          }
-        }
+        const { rows } = await killerClient.query<{ n: number }>(
+          terminated > 0
+            ? `select count(*) filter (where pg_terminate_backend(pid))::int as n from pg_stat_activity where ${ours}`
+            : `select count(*) filter (where pg_terminate_backend(pid))::int as n from pg_stat_activity
+               where ${ours} and exists (select 1 from pg_stat_activity where ${ours} and query ~ 'requires_filesystem')`,
+          [database],
+        );
+        terminated += rows[0]!.n;
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
     })();
-    // The test store's own pool must not be what gets terminated.
-    await sql`set application_name = 'taskfence-test'`.execute(store.db);
     let result;
     try {
       result = await runCli(['migrate', '--db', url, '--lock-wait', '3000']);
     } finally {
       stop = true;
-      await killer;
+      await killer.finally(() => killerClient.end());
     }
     expect(terminated).toBeGreaterThan(0);
     expect(result.code, result.out + result.err).toBe(1);
