@@ -173,6 +173,8 @@ function storeLocation(options: StoreOptions): DatabaseLocation {
   if (location.dialect === 'sqlite') {
     if (options.schema !== undefined)
       throw new InvalidArgumentError('schema', 'schemas are a PostgreSQL option; SQLite has one schema per file');
+    if (options.listenUrl !== undefined)
+      throw new InvalidArgumentError('listenUrl', 'a PostgreSQL option; SQLite wakes its waiters without a connection');
     return location;
   }
   const schema = mergeSchema(options.schema, location.schema);

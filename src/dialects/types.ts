@@ -208,6 +208,13 @@ export interface DialectOptions {
   readonly wakeFallbackMs?: number;
   /** Set false to disable notifications (waiters then only poll every `wakeFallbackMs`); for tests. */
   readonly wakeNotifications?: boolean;
+  /**
+   * PostgreSQL: the URL of the one `LISTEN` connection only, when `url` (or `pool`) goes through a
+   * transaction-mode pooler, which does not keep `LISTEN` (waiters then fall back to
+   * `wakeFallbackMs`): a direct or session-mode URL to the same database. Checked at open (it
+   * must reach the store's database). Default: the store's own connection settings.
+   */
+  readonly listenUrl?: string;
   /** PostgreSQL: how long opening a connection may take before `DATABASE_UNAVAILABLE` (default 10 000). */
   readonly connectTimeoutMs?: number;
   /**

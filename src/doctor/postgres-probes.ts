@@ -315,7 +315,7 @@ async function poolerCheck(db: Kysely<Database>, options: PostgresProbeOptions):
       return check(
         'environment.pooler',
         'warn',
-        `a transaction-mode pooler sits in the path (${signs.join('; ')}): taskfence relies on no session state, and nothing else on these connections may`,
+        `a transaction-mode pooler sits in the path (${signs.join('; ')}): taskfence relies on no session state, and nothing else on these connections may; wake-ups poll every wakeFallbackMs unless listenUrl names a direct connection`,
       );
     }
     const scope = other ? `a second client ran on backend ${other.pid}` : 'no second client to compare with';

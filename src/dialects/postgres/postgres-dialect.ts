@@ -13,6 +13,7 @@ import type { SchemaDescription } from '../../schema/describe.js';
 import {
   DatabaseUnavailableError,
   ForeignTransactionError,
+  InvalidArgumentError,
   LockTimeoutError,
   MigrationLockTimeoutError,
   StatementTimeoutError,
@@ -25,7 +26,7 @@ import {
   classifyPostgresError,
   clientQueryTimeoutMs,
 } from './postgres-driver.js';
-import { redactDatabaseUrl } from '../../config.js';
+import { parseDatabaseUrl, redactDatabaseUrl } from '../../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
 import { hostPool, int8AsNumbers } from './host-pool.js';
 import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from '../../query/schema.js';
@@ -89,6 +90,53 @@ function statementTimeoutOf(options: DialectOptions): number {
   return options.statementTimeoutMs ?? 60_000;
 }
 
+/**
+ * The client configuration of the `LISTEN` connection when `listenUrl` is given: a PostgreSQL URL
+ * that reaches the store's own database (else notifications would never arrive, and waiters would
+ * quietly poll). Opens one connection to check, and closes it.
+ */
+async function checkedListenConfig(
+  listenUrl: string,
+  options: DialectOptions,
+  pool: pg.Pool,
+  target: string,
+): Promise<pg.ClientConfig> {
+  let location;
+  try {
+    location = parseDatabaseUrl(listenUrl);
+  } catch (error) {
+    throw new InvalidArgumentError('listenUrl', (error as Error).message.replace(/\.$/, ''));
+  }
+  if (location.dialect !== 'postgres') {
+    throw new InvalidArgumentError('listenUrl', "it must be a postgres:// URL to the store's database");
+  }
+  const config = postgresClientConfig(location.connectionString, options);
+  const client = new pg.Client(config);
+  client.on('error', () => {});
+  let listening: string;
+  try {
+    await client.connect();
+    listening = (await client.query<{ name: string }>('select current_database() as name')).rows[0]!.name;
+  } catch (error) {
+    throw new DatabaseUnavailableError(redactDatabaseUrl(listenUrl), error);
+  } finally {
+    await client.end().catch(() => {});
+  }
+  let own: string;
+  try {
+    own = (await pool.query<{ name: string }>('select current_database() as name')).rows[0]!.name;
+  } catch (error) {
+    throw new DatabaseUnavailableError(target, error);
+  }
+  if (listening !== own) {
+    throw new InvalidArgumentError(
+      'listenUrl',
+      `it reaches database ${JSON.stringify(listening)}, the store's is ${JSON.stringify(own)}: notifications would never arrive`,
+    );
+  }
+  return config;
+}
+
 /** Opens a pg pool and wraps it as a `StoreDialect`; fails with `DatabaseUnavailableError` if the server does not answer. */
 export async function openPostgresDialect(
   connectionString: string,
@@ -134,6 +182,15 @@ export async function openPostgresDialect(
     await pool.end().catch(() => {});
     throw error instanceof DatabaseUnavailableError ? error : new DatabaseUnavailableError(target, error);
   }
+  let listenConfig = config;
+  if (options.listenUrl !== undefined) {
+    try {
+      listenConfig = await checkedListenConfig(options.listenUrl, options, pool, target);
+    } catch (error) {
+      await pool.end().catch(() => {});
+      throw error;
+    }
+  }
   const schema = options.schema === undefined ? undefined : validateSchemaName(options.schema);
   const db = new Kysely<Schema>({
     dialect: confineIntrospection(
@@ -154,7 +211,7 @@ export async function openPostgresDialect(
     options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
     offset,
     new PostgresWakeups(
-      config,
+      listenConfig,
       options.wakeFallbackMs ?? DEFAULT_WAKE_FALLBACK_MS,
       options.wakeNotifications ?? true,
       schema,
