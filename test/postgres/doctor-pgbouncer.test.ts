@@ -3,14 +3,9 @@ import { inject } from 'vitest';
 import { openStore, type Store } from '../../src/index.js';
 import { runDoctorCommand } from '../../src/doctor/cli.js';
 import { postgresFixture } from '../support/dialects.js';
-import { pgbouncerInstalled, startPgbouncer } from '../support/pgbouncer.js';
+import { pgbouncerRunsHere, startPgbouncer, throughPooler } from '../support/pgbouncer.js';
 
-// In CI PgBouncer must be there (.ci/run installs it); elsewhere a missing binary skips this file, saying so.
-const runHere = pgbouncerInstalled() || process.env.CI !== undefined;
-if (!runHere)
-  console.warn(
-    '[taskfence tests] pgbouncer is not installed: doctor-pgbouncer.test.ts skipped (apt-get install -y pgbouncer)',
-  );
+const runHere = pgbouncerRunsHere('doctor-pgbouncer.test.ts');
 
 describe.runIf(runHere)('doctor through PgBouncer in transaction mode', () => {
   const fx = postgresFixture();
@@ -20,11 +15,7 @@ describe.runIf(runHere)('doctor through PgBouncer in transaction mode', () => {
   beforeAll(async () => {
     bouncer = await startPgbouncer(inject('pgAdminUrl'));
     const seed = await fx.freshStore();
-    const seedUrl = new URL(seed.location.url);
-    // The same database (and its ?schema=, when the suite runs in one) through the pooler.
-    const through = new URL(bouncer.url(seedUrl.pathname.slice(1)));
-    through.search = seedUrl.search;
-    url = through.toString();
+    url = throughPooler(bouncer, seed.location.url);
     store = await openStore(url);
   });
   afterAll(async () => {

@@ -3,17 +3,12 @@ import { createServer } from 'node:net';
 import pg from 'pg';
 import { openStore, type Store } from '../../src/index.js';
 import { postgresFixture } from '../support/dialects.js';
-import { pgbouncerInstalled, startPgbouncer } from '../support/pgbouncer.js';
+import { pgbouncerRunsHere, startPgbouncer, throughPooler } from '../support/pgbouncer.js';
 
 /** Effectively never: only a notification can wake the waiter (a missing one fails the test by its timeout). */
 const NEVER = 10 * 365 * 24 * 3600_000 - 1;
 
-// In CI PgBouncer must be there (.ci/run installs it); elsewhere a missing binary skips this file, saying so.
-const runHere = pgbouncerInstalled() || process.env.CI !== undefined;
-if (!runHere)
-  console.warn(
-    '[taskfence tests] pgbouncer is not installed: wakeups-pooler.test.ts skipped (apt-get install -y pgbouncer)',
-  );
+const runHere = pgbouncerRunsHere('wakeups-pooler.test.ts');
 
 describe.runIf(runHere)('wake-ups through PgBouncer in transaction mode, with listenUrl', () => {
   const fx = postgresFixture();
@@ -30,11 +25,7 @@ describe.runIf(runHere)('wake-ups through PgBouncer in transaction mode, with li
     bouncer = await startPgbouncer(inject('pgAdminUrl'));
     direct = await fx.freshUrl();
     await (await fx.open(direct)).migrate();
-    // The same database (and its ?schema=, when the suite runs in one) through the pooler.
-    const directUrl = new URL(direct);
-    const through = new URL(bouncer.url(directUrl.pathname.slice(1)));
-    through.search = directUrl.search;
-    pooled = through.toString();
+    pooled = throughPooler(bouncer, direct);
   });
   afterAll(async () => {
     for (const store of stores) await store.close();

@@ -10,6 +10,25 @@ export function pgbouncerInstalled(): boolean {
   return spawnSync('pgbouncer', ['--version'], { stdio: 'ignore' }).status === 0;
 }
 
+/**
+ * Whether a test file that starts its own PgBouncer runs here: always in CI (`.ci/run` installs
+ * it, so a missing binary fails there), elsewhere only when it is installed; a skip says so.
+ */
+export function pgbouncerRunsHere(file: string): boolean {
+  const runs = pgbouncerInstalled() || process.env.CI !== undefined;
+  if (!runs)
+    console.warn(`[taskfence tests] pgbouncer is not installed: ${file} skipped (apt-get install -y pgbouncer)`);
+  return runs;
+}
+
+/** `directUrl`'s database, and its `?schema=` when the suite runs in one, through the pooler. */
+export function throughPooler(bouncer: { url(database: string): string }, directUrl: string): string {
+  const direct = new URL(directUrl);
+  const through = new URL(bouncer.url(direct.pathname.slice(1)));
+  through.search = direct.search;
+  return through.toString();
+}
+
 async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
@@ -50,8 +69,7 @@ export async function startPgbouncer(
       'pool_mode = transaction',
       'default_pool_size = 4',
       'max_client_conn = 200',
-      // Until connections stop sending `options` (timeouts move to SET LOCAL), let PgBouncer drop it.
-      'ignore_startup_parameters = extra_float_digits,options',
+      // No ignore_startup_parameters: taskfence must send none a pooler rejects.
       '',
     ].join('\n'),
     { mode: 0o644 },
