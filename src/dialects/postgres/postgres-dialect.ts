@@ -92,9 +92,13 @@ function statementTimeoutOf(options: DialectOptions): number {
 
 /**
  * The client configuration of the `LISTEN` connection when `listenUrl` is given: a PostgreSQL URL
- * that reaches the store's own database (else notifications would never arrive, and waiters would
- * quietly poll). Opens one connection to check, and closes it.
+ * that reaches the store's own database on the same server (else notifications would never
+ * arrive, and waiters would quietly poll). The server is told apart by its start time, which every
+ * role may read (a pooler in between changes neither). Opens one connection to check, and closes it.
  */
+/** The database and its server (by start time), e.g. `"app" (server started 2026-12-01 16:32:28.26+00)`. */
+const WHICH_DATABASE_SQL = `select quote_ident(current_database()) || ' (server started ' || pg_postmaster_start_time() || ')' as name`;
+
 async function checkedListenConfig(
   listenUrl: string,
   options: DialectOptions,
@@ -116,7 +120,7 @@ async function checkedListenConfig(
   let listening: string;
   try {
     await client.connect();
-    listening = (await client.query<{ name: string }>('select current_database() as name')).rows[0]!.name;
+    listening = (await client.query<{ name: string }>(WHICH_DATABASE_SQL)).rows[0]!.name;
   } catch (error) {
     throw new DatabaseUnavailableError(redactDatabaseUrl(listenUrl), error);
   } finally {
@@ -124,14 +128,14 @@ async function checkedListenConfig(
   }
   let own: string;
   try {
-    own = (await pool.query<{ name: string }>('select current_database() as name')).rows[0]!.name;
+    own = (await pool.query<{ name: string }>(WHICH_DATABASE_SQL)).rows[0]!.name;
   } catch (error) {
     throw new DatabaseUnavailableError(target, error);
   }
   if (listening !== own) {
     throw new InvalidArgumentError(
       'listenUrl',
-      `it reaches database ${JSON.stringify(listening)}, the store's is ${JSON.stringify(own)}: notifications would never arrive`,
+      `it reaches database ${listening}, the store's is ${own}: notifications would never arrive`,
     );
   }
   return config;
