@@ -212,7 +212,7 @@ export interface DialectOptions {
    * PostgreSQL: the URL of the one `LISTEN` connection only, when `url` (or `pool`) goes through a
    * transaction-mode pooler, which does not keep `LISTEN` (waiters then fall back to
    * `wakeFallbackMs`): a direct or session-mode URL to the same database. Checked at open (it
-   * must reach the store's database). Default: the store's own connection settings.
+   * must reach the store's database on the same server). Default: the store's own connection settings.
    */
   readonly listenUrl?: string;
   /** PostgreSQL: how long opening a connection may take before `DATABASE_UNAVAILABLE` (default 10 000). */
