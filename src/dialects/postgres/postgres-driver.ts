@@ -14,6 +14,7 @@ import {
   TaskfenceError,
 } from '../../errors.js';
 import type { ErrorKind } from '../types.js';
+import type { HostRouter } from './hosts.js';
 
 /** Server-side limits set with `SET LOCAL` at the start of every transaction (never as startup parameters). */
 export interface TransactionLimits {
@@ -104,22 +105,36 @@ export class FaultTolerantPostgresDriver implements Driver {
   readonly #listened = new WeakSet<pg.PoolClient>();
   /** The server's clock minus the host's (ms), measured in the BEGIN round trip of every transaction. */
   readonly #offset: ServerClockOffset;
+  /** With a host list (hosts.ts): where connections go, told when a host lost its connections or refused a write. */
+  readonly #hosts: HostRouter | undefined;
 
-  constructor(options: { pool: pg.Pool; target: string; limits: TransactionLimits; offset: ServerClockOffset }) {
+  constructor(options: {
+    pool: pg.Pool;
+    target: string;
+    limits: TransactionLimits;
+    offset: ServerClockOffset;
+    hosts?: HostRouter;
+  }) {
     this.#pool = options.pool;
     this.#target = options.target;
     this.#limits = options.limits;
     this.#offset = options.offset;
+    this.#hosts = options.hosts;
   }
 
   async init(): Promise<void> {}
 
   async acquireConnection(): Promise<DatabaseConnection> {
     let client: pg.PoolClient;
-    try {
-      client = await this.#pool.connect();
-    } catch (error) {
-      throw new DatabaseUnavailableError(this.#target, error, 'connect', true);
+    for (;;) {
+      try {
+        client = await this.#pool.connect();
+      } catch (error) {
+        throw new DatabaseUnavailableError(this.#target, error, 'connect', true);
+      }
+      // An idle client of a host the router has since left (a failover) is closed, not reused.
+      if (!this.#hosts || this.#hosts.serves(client)) break;
+      client.release(new Error('taskfence: connection to a host that is no longer the current one'));
     }
     if (!this.#listened.has(client)) {
       this.#listened.add(client);
@@ -131,6 +146,7 @@ export class FaultTolerantPostgresDriver implements Driver {
       this.#target,
       clientQueryTimeoutMs(this.#limits.statementTimeoutMs),
       this.#offset,
+      this.#hosts,
     );
   }
 
@@ -183,9 +199,17 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
   #broken = false;
 
   readonly #offset: ServerClockOffset;
+  readonly #hosts: HostRouter | undefined;
 
-  constructor(client: pg.PoolClient, target: string, queryTimeoutMs: number, offset: ServerClockOffset) {
+  constructor(
+    client: pg.PoolClient,
+    target: string,
+    queryTimeoutMs: number,
+    offset: ServerClockOffset,
+    hosts?: HostRouter,
+  ) {
     this.#offset = offset;
+    this.#hosts = hosts;
     this.#client = client;
     this.#target = target;
     this.#defaultQueryTimeoutMs = queryTimeoutMs;
@@ -276,8 +300,15 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
     if (error instanceof TaskfenceError) return error;
     const kind = classifyPostgresError(error);
     const operation = describeStatement(text);
+    if ((error as { code?: unknown } | null)?.code === READ_ONLY_SQL_TRANSACTION) {
+      // The server stopped accepting writes (demoted, or read-only by setting): with a host list,
+      // look for the writable host again, and never hand this connection out again.
+      this.#broken = true;
+      this.#hosts?.suspect();
+    }
     if (kind === 'connection_lost') {
       this.#broken = true;
+      this.#hosts?.suspect();
       // pg refuses to send anything on a connection it already knows is dead: such a statement never ran.
       const neverSent = NEVER_SENT.test(error instanceof Error ? error.message : '');
       // COMMIT in flight, or a write in its own implicit transaction: it may have committed.
@@ -296,6 +327,8 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
 
 const SET_LOCAL_STATEMENT_TIMEOUT = /^\s*set\s+local\s+statement_timeout\s*(?:=|to)\s*'?(\d+)'?\s*;?\s*$/i;
 const NEVER_SENT = /is not queryable/;
+/** SQLSTATE 25006: a write on a read-only server or transaction. */
+const READ_ONLY_SQL_TRANSACTION = '25006';
 const READ_ONLY_STATEMENT = /^\s*(select|show|rollback)\b/i;
 
 /** Reads the server's clock in epoch milliseconds. */
