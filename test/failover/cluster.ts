@@ -57,7 +57,8 @@ export class PatroniCluster {
 
   private constructor(
     readonly dir: string,
-    readonly synchronous: boolean,
+    /** Whether a healthy cluster needs a synchronous standby (changed with `patchConfig`). */
+    public synchronous: boolean,
   ) {}
 
   /** Starts etcd and two Patroni nodes, and waits for a primary and a streaming standby. */
