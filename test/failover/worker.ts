@@ -155,7 +155,7 @@ async function round(store: Store, k: number, ids: Setup, runId: string, handle:
     const record: LockRecord = { workspaceId, holder, token, sentAt, ackAt: Date.now() };
     report.locks.push(record);
     // Most holds are short; every fourth spans seconds, so some holds span a switch.
-    await sleep(k % 4 === 0 ? 2_000 : 5 + Math.random() * 15);
+    await sleep(k % 4 === 0 ? 5_000 : 5 + Math.random() * 15);
     record.releaseSentAt = Date.now();
     await op('releaseWorkspaceLock', () => store.locks.releaseWorkspaceLock(workspaceId, { token }), {
       idempotent: true,
