@@ -144,6 +144,12 @@ async function findingsAfter(workers: Workers, failovers: Failover[]) {
   }
 }
 
+function countBy(keys: readonly string[]): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const k of keys) counts[k] = (counts[k] ?? 0) + 1;
+  return counts;
+}
+
 function summary(findings: Findings, reports: readonly WorkerReport[]) {
   const codes: Record<string, number> = {};
   for (const s of findings.switches)
@@ -152,6 +158,7 @@ function summary(findings: Findings, reports: readonly WorkerReport[]) {
     rounds: reports.reduce((n, r) => n + r.rounds, 0),
     ackedWrites: findings.ackedWrites,
     lost: findings.lost.length,
+    lostByKind: countBy(findings.lost.map((l) => l.split(' ')[0]!)),
     tokenRegressions: findings.tokenRegressions.length,
     overlaps: findings.overlaps.length,
     doubleDeliveries: findings.doubleDeliveries.length,
