@@ -57,6 +57,10 @@ const migrationKey = (schema: string | undefined) =>
 /** Retried as a whole within the write deadline: each of these guarantees the transaction changed nothing. */
 const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['serialization', 'deadlock', 'connection_lost']);
 const INT8_OID = 20;
+/** The level every write transaction states in its BEGIN (see `writeTransaction`). */
+const WRITE_ISOLATION = 'read committed';
+/** Reads that must agree with each other run on one snapshot, and write nothing. */
+const READ_ISOLATION = 'repeatable read';
 
 /** Reads bigint (int8) columns back as numbers: epoch milliseconds and counts stay far below 2^53. */
 const types = {
@@ -252,9 +256,13 @@ class PostgresStoreDialect implements StoreDialect {
   ) {}
 
   /**
-   * Retried whole within the deadline on serialization failures, deadlocks and connection loss
-   * before COMMIT was sent (each left nothing behind), each attempt on a fresh connection. Loss
-   * while COMMIT was in flight is `CommitOutcomeUnknownError` and is never retried.
+   * Always `BEGIN ISOLATION LEVEL READ COMMITTED`, whatever the database's
+   * `default_transaction_isolation` says: every guarantee is proven at READ COMMITTED, where a
+   * statement after an advisory-lock wait sees what the lock's previous holder committed (under
+   * REPEATABLE READ the snapshot taken by BEGIN's own SELECT would hide it, and path leases
+   * overlapped). Retried whole within the deadline on serialization failures, deadlocks and
+   * connection loss before COMMIT was sent (each left nothing behind), each attempt on a fresh
+   * connection. Loss while COMMIT was in flight is `CommitOutcomeUnknownError` and is never retried.
    */
   writeTransaction<T>(fn: WriteTransactionFn<T>, options?: WriteTransactionOptions): Promise<T> {
     const run: WriteTransactionFn<T> = options?.bulk
@@ -264,7 +272,7 @@ class PostgresStoreDialect implements StoreDialect {
         }
       : fn;
     return retryTransient(
-      () => this.db.transaction().execute(run),
+      () => this.db.transaction().setIsolationLevel(WRITE_ISOLATION).execute(run),
       (e) => this.classifyError(e),
       RETRYABLE,
       options?.deadlineMs ?? this.writeDeadlineMs,
@@ -274,7 +282,7 @@ class PostgresStoreDialect implements StoreDialect {
 
   readTransaction<T>(fn: WriteTransactionFn<T>): Promise<T> {
     return retryTransient(
-      () => this.db.transaction().setIsolationLevel('repeatable read').setAccessMode('read only').execute(fn),
+      () => this.db.transaction().setIsolationLevel(READ_ISOLATION).setAccessMode('read only').execute(fn),
       (e) => this.classifyError(e),
       RETRYABLE,
       this.writeDeadlineMs,
