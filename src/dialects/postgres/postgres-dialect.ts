@@ -16,8 +16,11 @@ import {
   InvalidArgumentError,
   LockTimeoutError,
   MigrationLockTimeoutError,
+  ReadOnlyError,
   StatementTimeoutError,
+  StorageFullError,
   TaskfenceError,
+  driverCodeOf,
 } from '../../errors.js';
 import {
   FaultTolerantPostgresDriver,
@@ -225,6 +228,7 @@ export async function openPostgresDialect(
       schema,
     ),
     stats,
+    target,
     schema,
   );
   const counted = options.pool ?? pool;
@@ -251,6 +255,8 @@ class PostgresStoreDialect implements StoreDialect {
     readonly clock: ServerClockOffset,
     readonly wakeups: PostgresWakeups,
     readonly stats: DialectStats,
+    /** The server, redacted, for the typed errors. */
+    private readonly target: string,
     /** The configured schema; lock keys and introspection are confined to it. */
     private readonly schema?: string,
   ) {}
@@ -314,6 +320,8 @@ class PostgresStoreDialect implements StoreDialect {
     if (error instanceof DatabaseUnavailableError) return error.retrySafe ? 'connection_lost' : 'unknown';
     if (error instanceof LockTimeoutError) return 'lock_timeout';
     if (error instanceof StatementTimeoutError) return 'statement_timeout';
+    if (error instanceof StorageFullError) return 'storage_full';
+    if (error instanceof ReadOnlyError) return 'read_only';
     if (error instanceof TaskfenceError) return 'unknown';
     return classifyPostgresError(error);
   }
@@ -377,6 +385,32 @@ class PostgresStoreDialect implements StoreDialect {
     return describePostgresSchema(this.db, this.schema);
   }
 
+  async readSchemaVersion(): Promise<number> {
+    const client = new pg.Client(this.config);
+    client.on('error', () => {});
+    try {
+      await client.connect();
+    } catch (error) {
+      await client.end().catch(() => {});
+      throw new DatabaseUnavailableError(this.target, error, 'connect', true);
+    }
+    const table =
+      this.schema === undefined ? 'taskfence_migrations' : `${quoteIdentifier(this.schema)}.taskfence_migrations`;
+    try {
+      const { rows } = await client.query<{ version: number | null }>(`select max(version) as version from ${table}`);
+      return Number(rows[0]?.version ?? 0);
+    } catch (error) {
+      const code = driverCodeOf(error);
+      // No history table (or no schema yet): a database taskfence never migrated.
+      if (code === '42P01' || code === '3F000') return 0;
+      const kind = classifyPostgresError(error);
+      if (kind === 'connection_lost') throw new DatabaseUnavailableError(this.target, error, 'the schema version read');
+      throw error;
+    } finally {
+      await client.end().catch(() => {});
+    }
+  }
+
   async readUserVersion(): Promise<number | null> {
     return null;
   }
@@ -385,4 +419,8 @@ class PostgresStoreDialect implements StoreDialect {
     await this.wakeups.close();
     await this.db.destroy();
   }
+}
+
+function quoteIdentifier(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
 }
