@@ -25,6 +25,8 @@ export {
   TaskfenceError,
   InvalidDatabaseUrlError,
   DatabaseUnavailableError,
+  StorageFullError,
+  ReadOnlyError,
   CommitOutcomeUnknownError,
   LockTimeoutError,
   StatementTimeoutError,

@@ -111,7 +111,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     db: dialect.db,
     dialect,
     location,
-    ...guardSchemaVersion(events.observe(createRepositories(context)), dialect.db),
+    ...guardSchemaVersion(events.observe(createRepositories(context)), () => dialect.readSchemaVersion()),
     migrate: async (migrateOptions?: MigrateOptions) => {
       return migrator.migrate({
         now: context.clock.now(),
