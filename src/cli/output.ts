@@ -26,6 +26,8 @@ export function describeEvent(event: MigrationEvent): string {
       return `  ${event.message}`;
     case 'waiting':
       return `waiting ${Math.round(event.waitedMs / 1000)} s for the migration lock, held by ${describeHolder(event.holder)}`;
+    case 'lock-retry':
+      return `${formatVersion(event.version)} ${event.name}: a table lock is held by another session (attempt ${event.attempt}, ${event.waitedMs} ms so far); retrying in ${event.delayMs} ms`;
   }
 }
 
@@ -96,6 +98,12 @@ export function printPlan(steps: readonly PlanStep[], out: (line: string) => voi
     );
     for (const note of step.notes) out(`--   note: ${note}`);
     for (const statement of step.statements) out(`${statement};`);
+    if (step.backfill.length > 0) {
+      out(
+        `-- ${formatVersion(step.version)} backfill, after the DDL above commits (first batch; one transaction per batch):`,
+      );
+      for (const statement of step.backfill) out(`${statement};`);
+    }
   }
 }
 

@@ -1,0 +1,5 @@
+import { defineLockQueueSuite, defineOnlineMigrationSuite } from '../suites/online.suite.js';
+import { postgresFixture } from '../support/dialects.js';
+
+defineOnlineMigrationSuite(postgresFixture);
+defineLockQueueSuite(postgresFixture);
