@@ -1,6 +1,6 @@
 import { TaskfenceError, formatVersion } from '../errors.js';
 import type { MigrationLockHolder } from '../dialects/types.js';
-import type { MigrationEvent, PlanStep } from '../migrator/migrator.js';
+import type { CompatibilityWindow, MigrationEvent, PlanStep } from '../migrator/migrator.js';
 import { FileError } from './open.js';
 
 function describeHolder(holder: MigrationLockHolder | null): string {
@@ -83,6 +83,15 @@ export class ProgressRenderer {
     if (this.#drawn) this.write('\n');
     this.#drawn = false;
   }
+}
+
+/** The compatibility window in one line (`plan` and `status`). */
+export function describeWindow(window: CompatibilityWindow): string {
+  const writers =
+    window.oldestWriterRelease === null
+      ? 'every taskfence release that knows this schema may write'
+      : `taskfence ${window.oldestWriterRelease} or newer may write (set by ${formatVersion(window.setByVersion ?? 0)}); older releases are refused at openStore`;
+  return `compatibility window: ${writers}${window.newestAppliedByRelease === null ? '' : `; last migrated by taskfence ${window.newestAppliedByRelease}`}`;
 }
 
 /** `taskfence plan` as SQL: a comment per step (direction, data loss, notes), then its statements. */

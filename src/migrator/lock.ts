@@ -35,7 +35,8 @@ export function lockSettings(options: MigrateOptions, emit: (event: MigrationEve
   return {
     waitMs: options.migrationLockWaitMs ?? options.lockTimeoutMs ?? DEFAULT_LOCK_WAIT_MS,
     ddlLockTimeoutMs,
-    ddlLockAttemptMs: Math.min(options.ddlLockAttemptMs ?? DEFAULT_DDL_LOCK_ATTEMPT_MS, ddlLockTimeoutMs || Infinity),
+    ddlLockAttemptMs:
+      ddlLockTimeoutMs === 0 ? 0 : Math.min(options.ddlLockAttemptMs ?? DEFAULT_DDL_LOCK_ATTEMPT_MS, ddlLockTimeoutMs),
     onWaiting: (holder, waitedMs) => emit({ type: 'waiting', holder, waitedMs }),
   };
 }

@@ -1,4 +1,5 @@
-import { DataLossError, InvalidArgumentError, type DataLoss } from '../errors.js';
+import { DataLossError, InvalidArgumentError, ReleaseStillRunningError, type DataLoss } from '../errors.js';
+import { instanceOf, runningReleasesAbove } from './releases.js';
 import type { StoreDialect } from '../dialects/types.js';
 import { MIGRATIONS } from '../migrations/index.js';
 import type { MigrationDefinition } from '../migrations/types.js';
@@ -132,6 +133,11 @@ export class Migrator {
 
     const appliedNow = new Set(status.applied.map((a) => a.version));
     const downSteps = [...chain.migrations].reverse().filter((m) => appliedNow.has(m.version) && m.version > target);
+    if (downSteps.length > 0 && !options.force) {
+      // Stores of a running release registered the version they need: reverting it would break them.
+      const running = await runningReleasesAbove(chain.dialect.db, target, instanceOf(chain.dialect));
+      if (running.length > 0) throw new ReleaseStillRunningError(target, running);
+    }
     if (downSteps.length > 0 && !options.allowDataLoss) {
       // Count before changing anything, so a refusal changes nothing; each down re-checks under the lock.
       const losses = await droppedRowsOf(chain, downSteps);

@@ -86,5 +86,9 @@ async function renderStep(
     );
   if (failedReads > 0)
     notes.push(`${failedReads} reads need tables that earlier steps create; shown as on empty tables`);
+  if (direction === 'up' && m.minWriterRelease !== undefined)
+    notes.push(
+      `once applied, only taskfence ${m.minWriterRelease} or newer may write: roll every older release out first`,
+    );
   return { version: m.version, name: m.name, direction, statements, backfill, destructive, notes };
 }

@@ -8,6 +8,7 @@ import type { Chain } from './chain.js';
 import { droppedRows } from './data-loss.js';
 import { HISTORY_TABLE, HistoryStorage, createHistoryTable, migrationName, type UnitOutcome } from './history.js';
 import type { LockSettings } from './lock.js';
+import { createReleasesTable } from './releases.js';
 import { createStateTable, deleteState, insertState, readState, recordBatch } from './state.js';
 import type { AppliedMigration, MigrationEvent } from './types.js';
 
@@ -118,6 +119,7 @@ async function applyOne(
     done = false;
     await createHistoryTable(trx, dialect.columnTypes);
     await createStateTable(trx, dialect.columnTypes);
+    await createReleasesTable(trx, dialect.columnTypes);
     const recorded = await trx
       .selectFrom(HISTORY_TABLE)
       .select('version')

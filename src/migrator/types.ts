@@ -95,6 +95,11 @@ export interface MigrateOptions {
   readonly pauseMs?: number;
   /** @deprecated The old name of `migrationLockWaitMs`. */
   readonly lockTimeoutMs?: number;
+  /**
+   * Migrate down even though open stores of a running release need a version above `to` (they
+   * register at `openStore`; default false: refuse with `ReleaseStillRunningError`, changing nothing).
+   */
+  readonly force?: boolean;
   /** Allow down steps that drop tables or columns holding rows (default false: refuse, changing nothing). */
   readonly allowDataLoss?: boolean;
   readonly onEvent?: (event: MigrationEvent) => void;

@@ -1,4 +1,5 @@
-import { defineOnlineMigrationSuite } from '../suites/online.suite.js';
+import { defineOnlineMigrationSuite, defineCompatibilityWindowSuite } from '../suites/online.suite.js';
 import { sqliteFixture } from '../support/dialects.js';
 
 defineOnlineMigrationSuite(sqliteFixture);
+defineCompatibilityWindowSuite(sqliteFixture);

@@ -11,12 +11,17 @@ import {
   MIGRATIONS,
   MigrationChecksumMismatchError,
   Migrator,
+  ReleaseOutsideWindowError,
+  ReleaseStillRunningError,
+  TASKFENCE_RELEASE,
+  openStore,
   type MigrationDefinition,
   type MigrationEvent,
   type Store,
 } from '../../src/index.js';
 import { backfillRequiresFilesystem, migration0052 } from '../../src/migrations/0052_requires_filesystem.js';
 import { migrationChecksum } from '../../src/migrator/checksum.js';
+import { main } from '../../src/cli.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders, ContenderExitedError } from '../support/race.js';
 import { qualifiedName, tbl, useUrlSchema } from '../support/schema.js';
@@ -261,4 +266,97 @@ export function defineLockQueueSuite(makeFixture: () => DialectFixture) {
       }
     });
   });
+}
+
+/** A migration only releases from 99.0.0 on may write after (the window moves past this taskfence). */
+const NEEDS_NEWER: MigrationDefinition = {
+  version: 9000,
+  name: 'needs_newer_writers',
+  up: async () => {},
+  down: async () => {},
+  minWriterRelease: '99.0.0',
+};
+
+/** The compatibility window, and `migrate --to` against the releases that are running. */
+export function defineCompatibilityWindowSuite(makeFixture: () => DialectFixture) {
+  let fx: DialectFixture;
+  beforeAll(() => {
+    fx = makeFixture();
+  });
+  afterAll(() => fx.cleanup());
+
+  it('openStore of a release older than the window refuses, typed, naming both releases; status and plan show the window', async () => {
+    const url = await fx.freshUrl();
+    const store = await fx.open(url);
+    await store.migrate();
+    expect((await store.migrationStatus()).window).toEqual({
+      oldestWriterRelease: null,
+      setByVersion: null,
+      newestAppliedByRelease: TASKFENCE_RELEASE,
+    });
+    await new Migrator(store.dialect, [...MIGRATIONS, NEEDS_NEWER], { release: '99.0.0' }).migrate();
+    const refused = await openStore(url).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(ReleaseOutsideWindowError);
+    expect(refused).toMatchObject({
+      code: 'RELEASE_OUTSIDE_WINDOW',
+      release: TASKFENCE_RELEASE,
+      oldestRelease: '99.0.0',
+      version: 9000,
+    });
+    expect((refused as Error).message).toContain(`taskfence ${TASKFENCE_RELEASE}`);
+    expect((refused as Error).message).toContain('taskfence 99.0.0 or newer');
+    const newer = new Migrator(store.dialect, [...MIGRATIONS, NEEDS_NEWER]);
+    expect((await newer.status()).window).toEqual({
+      oldestWriterRelease: '99.0.0',
+      setByVersion: 9000,
+      newestAppliedByRelease: '99.0.0',
+    });
+    // Reverting it closes the window again.
+    await newer.migrate({ to: LATEST });
+    const reopened = await openStore(url);
+    await reopened.close();
+  });
+
+  it('migrate --to below what an open store of a running release needs is refused, changing nothing, unless forced', async () => {
+    const url = await fx.freshUrl();
+    const migrating = await fx.open(url);
+    await migrating.migrate();
+    // Another process's store, opened on the migrated database, registers the version it needs.
+    const running = await openStore(url);
+    try {
+      const refused = await migrating.migrate({ to: 8 }).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(ReleaseStillRunningError);
+      expect(refused).toMatchObject({ code: 'RELEASE_STILL_RUNNING', target: 8 });
+      expect((refused as ReleaseStillRunningError).running).toEqual([
+        expect.objectContaining({ release: TASKFENCE_RELEASE, needsVersion: LATEST, pid: process.pid }),
+      ]);
+      expect((await migrating.migrationStatus()).currentVersion).toBe(LATEST);
+      const cli = await runCli(['migrate', '--db', url, '--to', '8']);
+      expect(cli.code).toBe(1);
+      expect(cli.err).toMatch(
+        new RegExp(`Refusing to migrate down to 0008: taskfence .* needs ${String(LATEST).padStart(4, '0')}.*--force`),
+      );
+      expect((await migrating.migrationStatus()).currentVersion).toBe(LATEST);
+      // Up is never refused, and neither is the migrating store's own registration.
+      const forced = await runCli(['migrate', '--db', url, '--to', '52', '--force']);
+      expect(forced.code).toBe(0);
+      expect((await migrating.migrationStatus()).currentVersion).toBe(52);
+      await migrating.migrate();
+    } finally {
+      await running.close();
+    }
+    // Once that store closed, nothing needs more than 0008.
+    expect((await migrating.migrate({ to: 8 })).toVersion).toBe(8);
+  });
+}
+
+async function runCli(argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await main(
+    argv,
+    (l) => out.push(l),
+    (l) => err.push(l),
+  );
+  return { code, out: out.join('\n'), err: err.join('\n') };
 }
