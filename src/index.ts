@@ -39,6 +39,8 @@ export {
   BaselineMismatchError,
   UnknownVersionError,
   MigrationFailedError,
+  ReleaseOutsideWindowError,
+  ReleaseStillRunningError,
   SchemaOutOfDateError,
   InvalidArgumentError,
   NotFoundError,
@@ -55,13 +57,23 @@ export {
 export {
   Migrator,
   type AppliedMigration,
+  type CompatibilityWindow,
   type MigrateOptions,
   type MigrateResult,
   type MigrationEvent,
   type MigrationStatus,
   type PlanStep,
 } from './migrator/migrator.js';
-export { MIGRATIONS, LATEST_VERSION, type MigrationDefinition, type MigrationContext } from './migrations/index.js';
+export {
+  MIGRATIONS,
+  LATEST_VERSION,
+  type MigrationDefinition,
+  type MigrationContext,
+  type BackfillDefinition,
+  type BackfillContext,
+  type BackfillBatch,
+} from './migrations/index.js';
+export { TASKFENCE_RELEASE } from './release.js';
 export { describeSchema } from './schema/describe-schema.js';
 export type {
   SchemaDescription,
