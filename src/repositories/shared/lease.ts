@@ -4,7 +4,8 @@
  * `LeaseLostError` subclass. Areas keep their own error codes (`STALE_WORKSPACE_LOCK`, …) as
  * subclasses, so callers can catch the family or one kind.
  */
-import { TaskfenceError } from '../../errors.js';
+import { InvalidArgumentError, TaskfenceError } from '../../errors.js';
+import { requireCounter, requireId, requireInput } from '../validate.js';
 
 /** Every kind of lease taskfence grants. */
 export type LeaseKind =
@@ -58,4 +59,65 @@ export type LeaseLostReason = 'superseded' | 'expired' | 'released' | 'never_gra
 export abstract class LeaseLostError extends TaskfenceError {
   abstract readonly kind: LeaseKind;
   abstract readonly reason: LeaseLostReason;
+}
+
+/**
+ * Why `token` is not (or no longer) the live grant of a fenced row that holds the latest token
+ * granted for its resource (`current`, or null when nothing was ever granted there). A row whose
+ * token is `token` but whose holder is gone was released; one whose lease lapsed, expired.
+ */
+export function lostReason(
+  current: { readonly token: number; readonly holder: string | null } | null | undefined,
+  token: number,
+): LeaseLostReason {
+  if (!current || token > current.token) return 'never_granted';
+  if (token < current.token) return 'superseded';
+  return current.holder === null ? 'released' : 'expired';
+}
+
+/**
+ * Checks that `value` is a grant of `kind` as a claim returned it (the fields renew, release and
+ * `tx.assertLease` read), before any statement runs.
+ */
+export function requireLease<K extends LeaseKind>(kind: K, value: unknown, field = 'lease'): Lease<K> {
+  const lease = requireInput(field, value) as Partial<Lease>;
+  if (lease.kind !== kind)
+    throw new InvalidArgumentError(`${field}.kind`, `must be '${kind}' (pass the lease the claim returned)`);
+  return Object.freeze({
+    kind,
+    resource: requireId(`${field}.resource`, lease.resource),
+    holder: requireId(`${field}.holder`, lease.holder),
+    token: requireCounter(`${field}.token`, lease.token, 'token a claim returned'),
+    expiresAt: Number(lease.expiresAt),
+  });
+}
+
+/** The lease kinds `requireLease` can tell apart by their `kind` field. */
+export function requireLeaseKind(value: unknown, field = 'lease'): LeaseKind {
+  const lease = requireInput(field, value) as Partial<Lease>;
+  if (typeof lease.kind !== 'string' || !(LEASE_KINDS as readonly string[]).includes(lease.kind))
+    throw new InvalidArgumentError(`${field}.kind`, `must be one of ${LEASE_KINDS.join(', ')}`);
+  return lease.kind;
+}
+
+const LEASE_KINDS: readonly LeaseKind[] = [
+  'workspace_lock',
+  'task_lease',
+  'path_lease',
+  'cleanup_claim',
+  'coordinator_run',
+  'dispatch',
+  'semaphore',
+];
+
+/**
+ * The base of every blocking wait that gave up (`acquirePaths`, `semaphores.acquireWait`): what
+ * was asked for, how long it waited, and the holders that still blocked it when it gave up.
+ */
+export abstract class LeaseWaitTimeoutError extends TaskfenceError {
+  abstract readonly kind: LeaseKind;
+  abstract readonly resource: string;
+  abstract readonly holder: string;
+  abstract readonly timeoutMs: number;
+  abstract readonly blockers: readonly LeaseHolderInfo[];
 }
