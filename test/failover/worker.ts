@@ -149,7 +149,7 @@ async function round(store: Store, k: number, ids: Setup, runId: string, handle:
     },
   );
   let token: number | undefined;
-  if (claim?.status === 'claimed') token = claim.token;
+  if (claim?.status === 'acquired') token = claim.lease.token;
   else if (claim?.status === 'busy' && claim.heldBy.holder === holder) token = claim.heldBy.token; // our own earlier attempt
   if (token !== undefined) {
     const record: LockRecord = { workspaceId, holder, token, sentAt, ackAt: Date.now() };
