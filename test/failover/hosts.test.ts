@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { DatabaseUnavailableError, openStore, TaskfenceError, type Store } from '../../src/index.js';
+import { DatabaseUnavailableError, openStore, ReadOnlyError, TaskfenceError, type Store } from '../../src/index.js';
 import { PrimaryAndStandby } from './servers.js';
 
 let pair: PrimaryAndStandby;
@@ -56,10 +56,10 @@ describe('a store on a host list (target_session_attrs=read-write)', () => {
     await pair.primary.sql('alter system set default_transaction_read_only = on');
     await pair.primary.sql('select pg_reload_conf()');
     const error = await failure(() => createCompany(store));
-    // A raw 25006 until the READ_ONLY error of the engine-errors work lands; then READ_ONLY.
-    const code = (error as { code?: string }).code;
-    const driverCode = (error as { driverCode?: string }).driverCode;
-    expect(code === '25006' || driverCode === '25006', String(error)).toBe(true);
+    // Typed, retry-safe, naming the server that refused and what it is (not in recovery: a setting).
+    expect(error).toBeInstanceOf(ReadOnlyError);
+    expect(error).toMatchObject({ retrySafe: true, inRecovery: false, driverCode: '25006' });
+    expect((error as Error).message).toContain(`(server 127.0.0.1:${pair.primary.port})`);
     await createCompany(store);
     expect(await serverPort(store)).toBe(pair.standby.port);
   });

@@ -197,6 +197,22 @@ export class HostRouter {
     return found;
   }
 
+  /** Whether `host` is in recovery (a standby), asked on a connection of its own; null if it cannot be asked. */
+  async inRecovery(host: PostgresHost): Promise<boolean | null> {
+    const client = new pg.Client(this.config);
+    routeTo(client, host);
+    client.on('error', () => {});
+    try {
+      await client.connect();
+      const { rows } = await client.query<{ r: boolean }>('select pg_is_in_recovery() as r');
+      return rows[0]?.r === true;
+    } catch {
+      return null;
+    } finally {
+      await client.end().catch(() => {});
+    }
+  }
+
   /** Undefined when `host` accepts a session, else why not. */
   async #probe(host: PostgresHost): Promise<string | undefined> {
     const client = new pg.Client(this.config);

@@ -17,7 +17,7 @@ import {
   TaskfenceError,
 } from '../../errors.js';
 import type { ErrorKind } from '../types.js';
-import type { HostRouter } from './hosts.js';
+import { formatHost, type HostRouter } from './hosts.js';
 
 /** Server-side limits set with `SET LOCAL` at the start of every transaction (never as startup parameters). */
 export interface TransactionLimits {
@@ -163,13 +163,15 @@ export class FaultTolerantPostgresDriver implements Driver {
       clientQueryTimeoutMs(this.#limits.statementTimeoutMs),
       this.#offset,
       () => this.#endedBy.get(client),
-      () => this.#inRecovery(),
+      () => this.#inRecovery(client),
       this.#hosts,
     );
   }
 
   /** Whether the server is in recovery (a standby), asked on another connection; null if it cannot be asked. */
-  async #inRecovery(): Promise<boolean | null> {
+  async #inRecovery(client: pg.PoolClient): Promise<boolean | null> {
+    // With a host list, the pool may already lead elsewhere: ask the server that refused.
+    if (this.#hosts) return this.#hosts.inRecovery({ host: client.host, port: client.port });
     try {
       const client = await this.#pool.connect();
       try {
@@ -345,7 +347,10 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
       // look for the writable host again, and never hand this connection out again.
       this.#broken = true;
       this.#hosts?.suspect();
-      return new ReadOnlyError(this.#target, operation, await this.#inRecovery(), raw);
+      const target = this.#hosts
+        ? `${this.#target} (server ${formatHost({ host: this.#client.host, port: this.#client.port })})`
+        : this.#target;
+      return new ReadOnlyError(target, operation, await this.#inRecovery(), raw);
     }
     if (kind === 'connection_lost') {
       this.#broken = true;
