@@ -26,7 +26,7 @@ async function cycles({ store, ws }: { store: Store; ws: string }): Promise<numb
   const started = performance.now();
   for (let i = 0; i < ITERATIONS; i++) {
     const claim = await store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 60_000 });
-    if (claim.status !== 'claimed') throw new Error('the bench lock was busy');
+    if (claim.status !== 'acquired') throw new Error('the bench lock was busy');
     await store.locks.releaseWorkspaceLock(ws, { token: claim.token });
   }
   // Two write transactions per cycle.

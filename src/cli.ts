@@ -9,6 +9,7 @@ import { HELP, UsageError, parseArgs, type ParsedArgs } from './cli/args.js';
 import { run, type Io } from './cli/commands.js';
 import { errorLine } from './cli/output.js';
 import { scrubSecrets, secretsIn } from './database-url-redaction.js';
+import { runOpsCommand } from './cli/ops.js';
 
 export { CHECK_EXIT, parseArgs } from './cli/args.js';
 export { ProgressRenderer, errorLine } from './cli/output.js';
@@ -56,6 +57,16 @@ export async function main(
   const out = (line: string) => printOut(scrubSecrets(line, secrets));
   const err = (line: string) => printErr(scrubSecrets(line, secrets));
   const write = io.write ?? ((text: string) => void process.stdout.write(text));
+  if (argv[0] === 'inspect') {
+    return runOpsCommand(argv, {
+      out,
+      err,
+      write: (text) => write(scrubSecrets(text, secrets)),
+      tty: io.tty ?? Boolean(process.stdout.isTTY),
+      interactive: io.interactive ?? Boolean(process.stdin.isTTY),
+      env: io.env ?? process.env,
+    });
+  }
   let parsed: ParsedArgs;
   try {
     parsed = parseArgs(argv);

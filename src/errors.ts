@@ -343,6 +343,53 @@ export class MigrationFailedError extends TaskfenceError {
   }
 }
 
+/**
+ * This taskfence release is older than the database's compatibility window: a migration applied
+ * since (`version`) records that releases before `oldestRelease` must no longer write.
+ */
+export class ReleaseOutsideWindowError extends TaskfenceError {
+  readonly code = 'RELEASE_OUTSIDE_WINDOW';
+  constructor(
+    readonly release: string,
+    readonly oldestRelease: string,
+    readonly version: number,
+  ) {
+    super(
+      `This is taskfence ${release}, but the database's schema (migration ${formatVersion(version)}) may only be written by taskfence ${oldestRelease} or newer. ` +
+        `Upgrade this application to taskfence ${oldestRelease} or newer; nothing was read or written.`,
+    );
+  }
+}
+
+/**
+ * `migrate --to` would revert versions that stores of a running release still need (they
+ * registered when they opened, and were seen recently). Roll them back first, or pass `force`.
+ */
+export class ReleaseStillRunningError extends TaskfenceError {
+  readonly code = 'RELEASE_STILL_RUNNING';
+  constructor(
+    readonly target: number,
+    readonly running: readonly {
+      readonly release: string;
+      readonly needsVersion: number;
+      readonly host: string;
+      readonly pid: number;
+      readonly seenAt: number;
+    }[],
+  ) {
+    super(
+      `Refusing to migrate down to ${formatVersion(target)}: ${running
+        .map(
+          (r) =>
+            `taskfence ${r.release} (pid ${r.pid} on ${r.host}, seen ${new Date(r.seenAt).toISOString()}) needs ${formatVersion(r.needsVersion)}`,
+        )
+        .join(
+          '; ',
+        )}. Nothing was changed. Roll those processes back to a release that works at ${formatVersion(target)} first, or pass --force (force: true).`,
+    );
+  }
+}
+
 /** The store's schema is not at the version this code expects. */
 export class SchemaOutOfDateError extends TaskfenceError {
   readonly code = 'SCHEMA_OUT_OF_DATE';

@@ -32,6 +32,7 @@ import {
 import { parseDatabaseUrl, redactDatabaseUrl } from '../../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
 import { hostPool, int8AsNumbers } from './host-pool.js';
+import { HostRouter, parsePostgresHostList } from './hosts.js';
 import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from '../../query/schema.js';
 import { POSTGRES_COLUMN_TYPES } from './postgres-column-types.js';
 import { Backoff } from '../backoff.js';
@@ -121,6 +122,9 @@ async function checkedListenConfig(
   if (location.dialect !== 'postgres') {
     throw new InvalidArgumentError('listenUrl', "it must be a postgres:// URL to the store's database");
   }
+  if (parsePostgresHostList(location.connectionString) !== undefined) {
+    throw new InvalidArgumentError('listenUrl', 'it must name one host (a host list is for the store URL)');
+  }
   const config = postgresClientConfig(location.connectionString, options);
   const client = new pg.Client(config);
   client.on('error', () => {});
@@ -153,8 +157,13 @@ export async function openPostgresDialect(
   connectionString: string,
   options: DialectOptions = {},
 ): Promise<StoreDialect> {
+  // A host list (hosts.ts) routes every connection of taskfence's own pool to the acceptable host.
+  const hostList = options.pool ? undefined : parsePostgresHostList(connectionString);
   // With the host's pool, sessions of taskfence's own (the migration lock) use the pool's settings.
-  const config = options.pool ? { ...options.pool.options, types } : postgresClientConfig(connectionString, options);
+  const config = options.pool
+    ? { ...options.pool.options, types }
+    : postgresClientConfig(hostList?.connectionString ?? connectionString, options);
+  const router = hostList ? new HostRouter(hostList, config) : undefined;
   const target = options.pool ? 'postgres (host pool)' : redactDatabaseUrl(connectionString);
   const stats: DialectStats = { retries: 0 };
   // An idle client that loses its server must not crash the process: pg-pool emits that on the
@@ -164,7 +173,7 @@ export async function openPostgresDialect(
   const onIdleError = (error: Error) => stats.onIdleConnectionLost?.(error);
   const pool = options.pool
     ? hostPool(options.pool, types, onIdleError)
-    : new pg.Pool({ ...config, max: options.poolSize ?? 10 });
+    : new pg.Pool({ ...config, max: options.poolSize ?? 10, ...(router ? { Client: router.clientClass() } : {}) });
   if (!options.pool) {
     pool.on('error', onIdleError);
     // And every client carries a listener from the moment the pool connects it, so a fault can never
@@ -177,6 +186,7 @@ export async function openPostgresDialect(
     pool,
     target,
     offset,
+    ...(router ? { hosts: router } : {}),
     limits: { lockTimeoutMs: options.lockTimeoutMs ?? 10_000, statementTimeoutMs: statementTimeoutOf(options) },
   });
   try {
@@ -226,6 +236,8 @@ export async function openPostgresDialect(
       options.wakeFallbackMs ?? DEFAULT_WAKE_FALLBACK_MS,
       options.wakeNotifications ?? true,
       schema,
+      // The LISTEN connection follows the host list too, unless listenUrl names its own server.
+      router && options.listenUrl === undefined ? router.clientClass() : pg.Client,
     ),
     stats,
     target,

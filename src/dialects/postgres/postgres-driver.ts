@@ -17,6 +17,7 @@ import {
   TaskfenceError,
 } from '../../errors.js';
 import type { ErrorKind } from '../types.js';
+import type { HostRouter } from './hosts.js';
 
 /** Server-side limits set with `SET LOCAL` at the start of every transaction (never as startup parameters). */
 export interface TransactionLimits {
@@ -116,22 +117,36 @@ export class FaultTolerantPostgresDriver implements Driver {
   readonly #endedBy = new WeakMap<pg.PoolClient, Error>();
   /** The server's clock minus the host's (ms), measured in the BEGIN round trip of every transaction. */
   readonly #offset: ServerClockOffset;
+  /** With a host list (hosts.ts): where connections go, told when a host lost its connections or refused a write. */
+  readonly #hosts: HostRouter | undefined;
 
-  constructor(options: { pool: pg.Pool; target: string; limits: TransactionLimits; offset: ServerClockOffset }) {
+  constructor(options: {
+    pool: pg.Pool;
+    target: string;
+    limits: TransactionLimits;
+    offset: ServerClockOffset;
+    hosts?: HostRouter;
+  }) {
     this.#pool = options.pool;
     this.#target = options.target;
     this.#limits = options.limits;
     this.#offset = options.offset;
+    this.#hosts = options.hosts;
   }
 
   async init(): Promise<void> {}
 
   async acquireConnection(): Promise<DatabaseConnection> {
     let client: pg.PoolClient;
-    try {
-      client = await this.#pool.connect();
-    } catch (error) {
-      throw new DatabaseUnavailableError(this.#target, error, 'connect', true);
+    for (;;) {
+      try {
+        client = await this.#pool.connect();
+      } catch (error) {
+        throw new DatabaseUnavailableError(this.#target, error, 'connect', true);
+      }
+      // An idle client of a host the router has since left (a failover) is closed, not reused.
+      if (!this.#hosts || this.#hosts.serves(client)) break;
+      client.release(new Error('taskfence: connection to a host that is no longer the current one'));
     }
     if (!this.#listened.has(client)) {
       this.#listened.add(client);
@@ -149,6 +164,7 @@ export class FaultTolerantPostgresDriver implements Driver {
       this.#offset,
       () => this.#endedBy.get(client),
       () => this.#inRecovery(),
+      this.#hosts,
     );
   }
 
@@ -218,6 +234,7 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
   readonly #offset: ServerClockOffset;
   readonly #endedBy: () => Error | undefined;
   readonly #inRecovery: () => Promise<boolean | null>;
+  readonly #hosts: HostRouter | undefined;
 
   constructor(
     client: pg.PoolClient,
@@ -226,10 +243,12 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
     offset: ServerClockOffset,
     endedBy: () => Error | undefined,
     inRecovery: () => Promise<boolean | null>,
+    hosts?: HostRouter,
   ) {
     this.#offset = offset;
     this.#endedBy = endedBy;
     this.#inRecovery = inRecovery;
+    this.#hosts = hosts;
     this.#client = client;
     this.#target = target;
     this.#defaultQueryTimeoutMs = queryTimeoutMs;
@@ -321,9 +340,16 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
     const kind = classifyPostgresError(raw);
     const operation = describeStatement(text);
     if (kind === 'storage_full') return new StorageFullError(this.#target, operation, raw);
-    if (kind === 'read_only') return new ReadOnlyError(this.#target, operation, await this.#inRecovery(), raw);
+    if (kind === 'read_only') {
+      // The server stopped accepting writes (demoted, or read-only by setting): with a host list,
+      // look for the writable host again, and never hand this connection out again.
+      this.#broken = true;
+      this.#hosts?.suspect();
+      return new ReadOnlyError(this.#target, operation, await this.#inRecovery(), raw);
+    }
     if (kind === 'connection_lost') {
       this.#broken = true;
+      this.#hosts?.suspect();
       // "not queryable" says only that the connection is gone; the server's own reason is better.
       const error = driverCodeOf(raw) === undefined ? (this.#endedBy() ?? raw) : raw;
       // pg refuses to send anything on a connection it already knows is dead: such a statement never ran.
