@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { HELP, UsageError, parseArgs, type ParsedArgs } from './cli/args.js';
 import { run, type Io } from './cli/commands.js';
 import { errorLine } from './cli/output.js';
+import { scrubSecrets, secretsIn } from './database-url-redaction.js';
 import { runOpsCommand } from './cli/ops.js';
 
 export { CHECK_EXIT, parseArgs } from './cli/args.js';
@@ -28,19 +29,39 @@ function packageVersion(): string {
   return 'unknown';
 }
 
+/**
+ * Every password the command line and environment hold: the `--db` URL's, `TASKFENCE_DATABASE_URL`'s
+ * and `PGPASSWORD`. Whatever the CLI prints is scrubbed of them, on top of redacting URLs where they
+ * are printed, so a driver message or an unforeseen path cannot echo one.
+ */
+export function cliSecrets(argv: readonly string[], env: NodeJS.ProcessEnv): string[] {
+  const urls: string[] = [];
+  argv.forEach((arg, i) => {
+    if (arg === '--db' && argv[i + 1] !== undefined) urls.push(argv[i + 1]!);
+    if (arg.startsWith('--db=')) urls.push(arg.slice('--db='.length));
+  });
+  if (env.TASKFENCE_DATABASE_URL) urls.push(env.TASKFENCE_DATABASE_URL);
+  const secrets = urls.flatMap(secretsIn);
+  if (env.PGPASSWORD && env.PGPASSWORD.length > 1) secrets.push(env.PGPASSWORD);
+  return secrets;
+}
+
 /** Runs the CLI; resolves to the exit code. */
 export async function main(
   argv: readonly string[],
-  out = (l: string) => console.log(l),
-  err = (l: string) => console.error(l),
+  printOut = (l: string) => console.log(l),
+  printErr = (l: string) => console.error(l),
   io: Partial<Pick<Io, 'write' | 'tty' | 'interactive' | 'env'>> = {},
 ): Promise<number> {
+  const secrets = cliSecrets(argv, io.env ?? process.env);
+  const out = (line: string) => printOut(scrubSecrets(line, secrets));
+  const err = (line: string) => printErr(scrubSecrets(line, secrets));
+  const write = io.write ?? ((text: string) => void process.stdout.write(text));
   if (argv[0] === 'inspect') {
-    const write = io.write ?? ((text: string) => void process.stdout.write(text));
     return runOpsCommand(argv, {
       out,
       err,
-      write,
+      write: (text) => write(scrubSecrets(text, secrets)),
       tty: io.tty ?? Boolean(process.stdout.isTTY),
       interactive: io.interactive ?? Boolean(process.stdin.isTTY),
       env: io.env ?? process.env,
@@ -68,7 +89,7 @@ export async function main(
     return await run(parsed, {
       out,
       err,
-      write: io.write ?? ((text) => void process.stdout.write(text)),
+      write: (text) => write(scrubSecrets(text, secrets)),
       tty: io.tty ?? Boolean(process.stdout.isTTY),
       interactive: io.interactive ?? Boolean(process.stdin.isTTY),
       env: io.env ?? process.env,
@@ -96,8 +117,9 @@ const invokedDirectly = (() => {
 if (invokedDirectly) {
   const verbose = process.argv.includes('--verbose');
   // Last line of defence: whatever escapes (an 'error' event, a stray rejection) is one line and exit 1.
+  const secrets = cliSecrets(process.argv.slice(2), process.env);
   const fatal = (error: unknown) => {
-    console.error(errorLine(error, verbose));
+    console.error(scrubSecrets(errorLine(error, verbose), secrets));
     process.exit(1);
   };
   process.on('uncaughtException', fatal);

@@ -72,7 +72,4 @@ export function parseDatabaseUrl(url: string): DatabaseLocation {
   throw new InvalidDatabaseUrlError(url, `the scheme "${scheme}:" is not supported`);
 }
 
-/** A URL safe to print: the password replaced by `***`. */
-export function redactDatabaseUrl(url: string): string {
-  return url.replace(/(\/\/[^:/@]+:)[^@/]*@/, '$1***@');
-}
+export { redactDatabaseUrl } from './database-url-redaction.js';

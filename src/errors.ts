@@ -1,3 +1,5 @@
+import { redactDatabaseUrl } from './database-url-redaction.js';
+
 /**
  * Every error taskfence throws on purpose is a `TaskfenceError` with a stable `code`,
  * the ids involved as fields, and a message that tells the operator what to do.
@@ -13,14 +15,17 @@ export abstract class TaskfenceError extends Error {
 /** The database URL is malformed or names a dialect taskfence does not support. */
 export class InvalidDatabaseUrlError extends TaskfenceError {
   readonly code = 'INVALID_DATABASE_URL';
+  /** The URL as given, its passwords redacted. */
+  readonly url: string;
   constructor(
-    readonly url: string,
+    url: string,
     readonly reason: string,
   ) {
     super(
-      `Invalid database URL ${JSON.stringify(url)}: ${reason}. ` +
+      `Invalid database URL ${JSON.stringify(redactDatabaseUrl(url))}: ${reason}. ` +
         'Use sqlite:<path>, sqlite::memory:, postgres://… or postgresql://….',
     );
+    this.url = redactDatabaseUrl(url);
   }
 }
 

@@ -206,6 +206,15 @@ export interface DialectOptions {
   readonly lockTimeoutMs?: number;
   /** PostgreSQL `statement_timeout` in ms (default 60 000; 0 disables). */
   readonly statementTimeoutMs?: number;
+  /**
+   * SQLite: how a commit reaches the disk. `'full'` (the default): `PRAGMA synchronous = FULL`, the
+   * WAL is synced at every commit, so a commit that returned survives power loss and an OS crash.
+   * `'normal'`: `synchronous = NORMAL`, synced only at checkpoints: it survives a process crash,
+   * but power loss can undo the last commits, and with them a lease grant (a fencing token can
+   * then be handed out twice after the reboot). See the README (Failure model, durability).
+   * Ignored on PostgreSQL, whose durability is the server's (`synchronous_commit`, `fsync`).
+   */
+  readonly durability?: 'full' | 'normal';
   /** SQLite: open an existing file read-only, without switching it to WAL (the CLI's `status` and `plan`). */
   readonly readOnly?: boolean;
   /**

@@ -10,6 +10,7 @@ import {
   onSecondConnection,
   oneRunningRunCheck,
   probeName,
+  IN_RECOVERY,
   runProbe,
   scalar,
   schemaNotCreated,
@@ -54,6 +55,7 @@ export async function postgresEnvironmentChecks(
 ): Promise<DoctorCheck[]> {
   const db = dialect.db;
   return [
+    await runProbe('environment.recovery', () => recoveryCheck(db)),
     await runProbe('environment.pooler', () => poolerCheck(db, options)),
     await runProbe('environment.server-version', () => serverVersionCheck(db)),
     await runProbe('environment.clock-skew', () => clockSkewCheck(db, options.clockSkewWarnMs)),
@@ -372,4 +374,24 @@ async function clockSkewCheck(db: Kysely<Database>, warnMs: number): Promise<Doc
   if (Math.abs(skew) - uncertainty > warnMs)
     return check('environment.clock-skew', 'warn', `${text}; above ${warnMs} ms`);
   return check('environment.clock-skew', 'pass', text);
+}
+
+/**
+ * Whether the server takes writes: a hot standby (in recovery) or `default_transaction_read_only`
+ * fails every taskfence write with READ_ONLY, whatever the other probes say.
+ */
+async function recoveryCheck(db: Kysely<Database>): Promise<DoctorCheck> {
+  const id = 'environment.recovery';
+  const row = (
+    await sql<{
+      recovery: boolean;
+      read_only: string;
+    }>`select pg_is_in_recovery() as recovery, current_setting('default_transaction_read_only') as read_only`.execute(
+      db,
+    )
+  ).rows[0];
+  if (row?.recovery) return check(id, 'warn', `in recovery: ${IN_RECOVERY}`);
+  if (row?.read_only === 'on')
+    return check(id, 'warn', 'default_transaction_read_only is on: writes will fail with READ_ONLY');
+  return check(id, 'pass', 'not in recovery, and transactions default to read-write');
 }

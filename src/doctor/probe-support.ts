@@ -4,6 +4,7 @@ import type { StoreDialect } from '../dialects/types.js';
 import { schemaOf } from '../query/schema.js';
 import type { Database } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
+import { driverCodeOf, ReadOnlyError } from '../errors.js';
 import { check, type DoctorCheck } from './report.js';
 
 class ProbeRollback extends Error {
@@ -86,7 +87,15 @@ export function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-/** Runs a probe; a probe that throws unexpectedly is itself a failure, with the reason. */
+/** The server's word for "in recovery" in every read-only warning, so an operator can grep for it. */
+export const IN_RECOVERY = 'the server is in recovery (a hot standby), writes will fail with READ_ONLY';
+
+/**
+ * Runs a probe; a probe that throws unexpectedly is itself a failure, with the reason. Two
+ * refusals are not failures of the guarantee and are warnings that say so: the role may not run
+ * the probe (42501, the privilege named; the runtime needs only SELECT/INSERT/UPDATE/DELETE), and
+ * the server takes no writes (a standby, or default_transaction_read_only).
+ */
 export async function runProbe(
   id: `${'guarantee' | 'environment'}.${string}`,
   probe: () => Promise<DoctorCheck>,
@@ -95,8 +104,33 @@ export async function runProbe(
     return await probe();
   } catch (error) {
     if (error instanceof NoSecondConnectionError) return check(id, 'warn', `not probed: ${error.message}`);
+    if (error instanceof ReadOnlyError) {
+      return check(
+        id,
+        'warn',
+        `not probed: ${error.inRecovery ? IN_RECOVERY : 'the database is read-only (default_transaction_read_only), writes will fail with READ_ONLY'}`,
+      );
+    }
+    if (driverCodeOf(error) === '42501') {
+      return check(
+        id,
+        'warn',
+        `not probed: this role lacks ${missingPrivilege(errorMessage(error))}, which only the probe needs (${errorMessage(error)}); the runtime does not`,
+      );
+    }
     return check(id, 'fail', `the probe itself failed: ${errorMessage(error)}`);
   }
+}
+
+/** The privilege a PostgreSQL "permission denied for …" names, in GRANT's words. */
+function missingPrivilege(message: string): string {
+  const schema = /permission denied for schema (\S+)/.exec(message);
+  if (schema) return `CREATE on schema ${schema[1]}`;
+  const relation = /permission denied for (table|sequence|relation) (\S+)/.exec(message);
+  if (relation) return `a privilege on ${relation[1]} ${relation[2]}`;
+  const database = /permission denied for database (\S+)/.exec(message);
+  if (database) return `CREATE or TEMPORARY on database ${database[1]}`;
+  return 'a privilege';
 }
 
 const GUARD_INDEX = 'coordinator_runs_one_running_per_target';

@@ -20,6 +20,7 @@ export async function sqliteGuaranteeChecks(
     await runProbe('guarantee.wal', () => walCheck(dialect, inMemory)),
     await runProbe('guarantee.busy-timeout', () => busyTimeoutCheck(dialect)),
     await runProbe('guarantee.foreign-keys', () => foreignKeysCheck(dialect)),
+    await runProbe('guarantee.durability', () => durabilityCheck(dialect, inMemory)),
     await runProbe('guarantee.begin-immediate', () => beginImmediateCheck(dialect, filename, inMemory)),
     await runProbe('guarantee.one-running-run', () => oneRunningRunCheck(dialect, live)),
   ];
@@ -45,6 +46,29 @@ async function walCheck(dialect: StoreDialect, inMemory: boolean): Promise<Docto
       `journal_mode is ${mode}: an in-memory database has no WAL (and only this connection sees it)`,
     );
   return check('guarantee.wal', 'fail', `journal_mode is ${mode}, not WAL: readers and the writer block each other`);
+}
+
+const SYNCHRONOUS = ['OFF', 'NORMAL', 'FULL', 'EXTRA'] as const;
+
+/**
+ * The durability in force (`PRAGMA synchronous`, the store's `durability` option): FULL (or EXTRA)
+ * keeps every returned commit through power loss; NORMAL only through a process crash, so a
+ * reboot can undo the last lease grants; OFF not even that.
+ */
+async function durabilityCheck(dialect: StoreDialect, inMemory: boolean): Promise<DoctorCheck> {
+  const id = 'guarantee.durability';
+  const level = await scalar(dialect.db, sql<{ v: number }>`select synchronous as v from pragma_synchronous`);
+  const name = SYNCHRONOUS[level ?? -1] ?? String(level);
+  if (inMemory) return check(id, 'warn', `synchronous is ${name}: an in-memory database does not survive its process`);
+  if (name === 'FULL' || name === 'EXTRA')
+    return check(id, 'pass', `synchronous is ${name} (durability 'full'): every returned commit survives power loss`);
+  if (name === 'NORMAL')
+    return check(
+      id,
+      'warn',
+      "synchronous is NORMAL (durability 'normal'): commits survive a process crash, but power loss or an OS crash can undo the last ones, lease grants included (a fencing token could be handed out twice after a reboot)",
+    );
+  return check(id, 'fail', `synchronous is ${name}: a process or OS crash can lose or corrupt commits`);
 }
 
 /** A writer that meets the lock must wait for it (then retry) instead of failing at once. */

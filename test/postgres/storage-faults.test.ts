@@ -59,6 +59,14 @@ describe.runIf(runs || process.env.CI !== undefined)('a private cluster on a sma
       new RegExp(`127\\.0\\.0\\.1:${standby.port}.* is read-only .*in recovery`),
     );
     expect((await onStandby.migrationStatus()).pending).toEqual([]);
+    // doctor names the standby, and its write probes warn instead of failing.
+    const report = await onStandby.doctor();
+    expect(report.checks.find((c) => c.id === 'environment.recovery')).toMatchObject({
+      status: 'warn',
+      detail: expect.stringMatching(/in recovery .*writes will fail with READ_ONLY/),
+    });
+    expect(report.checks.filter((c) => c.status === 'fail')).toEqual([]);
+    expect(report.checks.filter((c) => /in recovery/.test(c.detail)).length).toBeGreaterThan(1);
   });
 
   it('a full data directory is STORAGE_FULL (53100), retry-safe and nothing written; writes work again once space is freed', async () => {

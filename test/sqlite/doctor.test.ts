@@ -20,6 +20,24 @@ describe('doctor on SQLite connections', () => {
     expect(report.checks.filter((c) => c.status === 'fail').map((c) => c.id)).toEqual(['guarantee.foreign-keys']);
   });
 
+  it("reports the durability in force: FULL passes, 'normal' warns about power loss, OFF fails", async () => {
+    const full = await fx.freshStore();
+    expect((await full.doctor()).checks.find((c) => c.id === 'guarantee.durability')).toMatchObject({
+      status: 'pass',
+      detail: expect.stringMatching(/synchronous is FULL/),
+    });
+    const normal = await fx.freshStore({ durability: 'normal' });
+    const report = await normal.doctor();
+    expect(report.ok).toBe(true);
+    expect(report.checks.find((c) => c.id === 'guarantee.durability')).toMatchObject({
+      status: 'warn',
+      detail: expect.stringMatching(/synchronous is NORMAL .*power loss/),
+    });
+    await sql`pragma synchronous = off`.execute(normal.db);
+    expect(statusOf(await normal.doctor(), 'guarantee.durability')).toBe('fail');
+    await expect(fx.freshStore({ durability: 'fast' as 'full' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+  });
+
   it('fails when the file is not in WAL mode, or busy_timeout is 0', async () => {
     const store = await fx.freshStore();
     await sql`pragma journal_mode = delete`.execute(store.db);

@@ -26,6 +26,7 @@ const GUARANTEES = {
     'guarantee.wal',
     'guarantee.busy-timeout',
     'guarantee.foreign-keys',
+    'guarantee.durability',
     'guarantee.begin-immediate',
     'guarantee.one-running-run',
   ],

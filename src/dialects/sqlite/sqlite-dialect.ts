@@ -42,6 +42,7 @@ import {
 import {
   DatabaseUnavailableError,
   ForeignTransactionError,
+  InvalidArgumentError,
   MigrationLockTimeoutError,
   ReadOnlyError,
   StorageFullError,
@@ -100,7 +101,11 @@ export async function openSqliteDialect(filename: string, options: DialectOption
     throw typed instanceof TaskfenceError ? typed : new DatabaseUnavailableError(`sqlite:${filename}`, error);
   });
   raw.pragma('foreign_keys = ON');
-  raw.pragma('synchronous = NORMAL');
+  if (options.durability !== undefined && options.durability !== 'full' && options.durability !== 'normal') {
+    raw.close();
+    throw new InvalidArgumentError('durability', "expected 'full' or 'normal'");
+  }
+  raw.pragma(`synchronous = ${options.durability === 'normal' ? 'NORMAL' : 'FULL'}`);
   // The driver's connection reports to onQuery: both Kysely instances share it, so Kysely's own
   // `log` (which wraps the connection once per instance) would report every statement twice.
   const driver = new ImmediateSqliteDriver(raw, `sqlite:${filename}`, options.onQuery);

@@ -1,0 +1,136 @@
+/**
+ * No password is ever printed: a marker password in every form a database URL can carry it
+ * (userinfo with an unencoded `@`, `?password=`, a libpq key/value string, `PGPASSWORD`), through
+ * openStore's errors, errors after the server dropped the store, events, and every CLI command
+ * with and without `--json` and `--verbose`, given by `--db` and by `TASKFENCE_DATABASE_URL`.
+ * The service trusts local connections, so the live forms really connect (the password is sent
+ * only if asked for, and accepted either way). Needs `npm run build` (the CLI runs from dist/).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { openStore, type TaskfenceEvent } from '../../src/index.js';
+import { postgresFixture } from '../support/dialects.js';
+import { runCli } from '../suites/cli.suite.js';
+
+const MARKER = 'Mk7Secret';
+const fx = postgresFixture();
+let live: string; // postgres://postgres@127.0.0.1:5432/tf_… (as the fixture makes it)
+afterAll(() => fx.cleanup());
+beforeAll(async () => {
+  live = await fx.freshUrl();
+});
+
+/** The same database (or a dead port) with the marker password in each URL form. */
+function forms(base: string): Record<string, string> {
+  const u = new URL(base);
+  const hostPart = `${u.hostname}:${u.port || 5432}`;
+  const db = u.pathname;
+  const search = u.search.replace(/^\?/, '');
+  const more = search === '' ? '' : `&${search}`;
+  return {
+    'userinfo with an unencoded @': `postgres://postgres:${MARKER.slice(0, 3)}@${MARKER.slice(3)}@${hostPart}${db}${u.search}`,
+    'userinfo, percent-encoded': `postgres://postgres:${encodeURIComponent(`${MARKER}@/`)}@${hostPart}${db}${u.search}`,
+    '?password= in the query': `postgres://${hostPart}${db}?user=postgres&password=${MARKER}${more}`,
+  };
+}
+const dead = (url: string) => url.replace(/:5432\b|127\.0\.0\.1:\d+/, '127.0.0.1:1');
+
+function expectNoMarker(text: string, context: string): void {
+  for (const piece of [MARKER, MARKER.slice(3), encodeURIComponent(`${MARKER}@/`)]) {
+    expect(text.includes(piece), `${context}: ${text.slice(0, 400)}`).toBe(false);
+  }
+}
+
+const COMMANDS: readonly (readonly string[])[] = [
+  ['status'],
+  ['status', '--verbose'],
+  ['status', '--json'],
+  ['status', '--check'],
+  ['plan'],
+  ['plan', '--json'],
+  ['migrate', '--json'],
+  ['migrate'],
+  ['doctor'],
+  ['doctor', '--json'],
+  ['prune', '--older-than', '30d', '--json'],
+  ['prune', '--older-than', '30d', '--verbose'],
+];
+
+describe('the CLI never prints a password', () => {
+  it('in every command, live, with every URL form given by --db and by TASKFENCE_DATABASE_URL', async () => {
+    for (const [form, url] of Object.entries(forms(live))) {
+      for (const command of COMMANDS) {
+        const byFlag = await runCli([...command, '--db', url]);
+        expectNoMarker(byFlag.out + byFlag.err, `${form}: ${command.join(' ')} --db`);
+        // 0, or a status --check code; never a usage error.
+        expect(byFlag.code, `${form}: ${command.join(' ')}: ${byFlag.err}`).not.toBe(2);
+      }
+      const byEnv = await runCli(['status', '--verbose'], { env: { TASKFENCE_DATABASE_URL: url } });
+      expectNoMarker(byEnv.out + byEnv.err, `${form}: status via TASKFENCE_DATABASE_URL`);
+      expect(byEnv.out).toMatch(/database: postgres:\/\//);
+    }
+  }, 600_000);
+
+  it('in every error: a dead server, a key/value string, an unknown scheme, PGPASSWORD', async () => {
+    const urls = [
+      ...Object.values(forms(live)).map(dead),
+      `host=127.0.0.1 port=1 password=${MARKER} dbname=x`,
+      `mysql://u:${MARKER}@127.0.0.1/x`,
+      `postgres://u:${MARKER}@/nohost`,
+    ];
+    for (const url of urls) {
+      for (const command of [['status', '--verbose'], ['migrate', '--json'], ['doctor', '--json'], ['plan']]) {
+        const result = await runCli([...command, '--db', url]);
+        expectNoMarker(result.out + result.err, `${url}: ${command.join(' ')}`);
+        expect(result.code).not.toBe(0);
+      }
+      const byEnv = await runCli(['migrate', '--verbose'], { env: { TASKFENCE_DATABASE_URL: url } });
+      expectNoMarker(byEnv.out + byEnv.err, `${url}: migrate via TASKFENCE_DATABASE_URL`);
+      expect(byEnv.code).not.toBe(0);
+    }
+    // PGPASSWORD is what pg sends when the URL has none: never echoed, live or dead.
+    for (const url of [live, dead(live)]) {
+      const result = await runCli(['status', '--verbose', '--db', url], { env: { PGPASSWORD: MARKER } });
+      expectNoMarker(result.out + result.err, `PGPASSWORD with ${url}`);
+    }
+  }, 600_000);
+});
+
+describe('the library never reports a password', () => {
+  it("openStore's errors, in message, fields, cause and stack, for every form", async () => {
+    for (const url of [
+      ...Object.values(forms(live)).map(dead),
+      `host=h password=${MARKER}`,
+      `postgres://u:${MARKER}@/x`,
+    ]) {
+      const error = await openStore({ url, connectTimeoutMs: 2_000 }).catch((e: unknown) => e);
+      expect(error, url).toBeInstanceOf(Error);
+      const e = error as Error & Record<string, unknown>;
+      expectNoMarker(`${e.message} ${e.stack} ${JSON.stringify(e)} ${String(e.cause)}`, url);
+    }
+  });
+
+  it('events and errors after the server dropped the store', async () => {
+    for (const form of Object.keys(forms(live))) {
+      const url = forms(await fx.freshUrl())[form]!;
+      const events: TaskfenceEvent[] = [];
+      const store = await openStore({ url, onEvent: (e) => events.push(e) });
+      await store.migrate();
+      await store.org.createCompany({ name: 'acme' });
+      // The server ends every session of the database, then the database itself is gone.
+      const name = new URL(url.replace(/\?.*$/, '')).pathname.slice(1);
+      const admin = new pg.Client({ connectionString: live.replace(/\/[^/?]+(\?.*)?$/, '/postgres') });
+      await admin.connect();
+      await admin.query(`drop database ${name} with (force)`);
+      await admin.end();
+      const error = await store.org.createCompany({ name: 'after' }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(Error);
+      const e = error as Error;
+      expectNoMarker(`${e.message} ${e.stack} ${JSON.stringify(e)}`, `after drop: ${url}`);
+      await store.close().catch(() => {});
+      expect(events.length).toBeGreaterThan(0);
+      expectNoMarker(JSON.stringify(events), `events: ${url}`);
+      expectNoMarker(store.dialect.kind + JSON.stringify(store.stats()), 'stats');
+    }
+  });
+});
