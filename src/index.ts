@@ -25,6 +25,8 @@ export {
   TaskfenceError,
   InvalidDatabaseUrlError,
   DatabaseUnavailableError,
+  StorageFullError,
+  ReadOnlyError,
   CommitOutcomeUnknownError,
   LockTimeoutError,
   StatementTimeoutError,
@@ -37,6 +39,8 @@ export {
   BaselineMismatchError,
   UnknownVersionError,
   MigrationFailedError,
+  ReleaseOutsideWindowError,
+  ReleaseStillRunningError,
   SchemaOutOfDateError,
   InvalidArgumentError,
   NotFoundError,
@@ -53,13 +57,23 @@ export {
 export {
   Migrator,
   type AppliedMigration,
+  type CompatibilityWindow,
   type MigrateOptions,
   type MigrateResult,
   type MigrationEvent,
   type MigrationStatus,
   type PlanStep,
 } from './migrator/migrator.js';
-export { MIGRATIONS, LATEST_VERSION, type MigrationDefinition, type MigrationContext } from './migrations/index.js';
+export {
+  MIGRATIONS,
+  LATEST_VERSION,
+  type MigrationDefinition,
+  type MigrationContext,
+  type BackfillDefinition,
+  type BackfillContext,
+  type BackfillBatch,
+} from './migrations/index.js';
+export { TASKFENCE_RELEASE } from './release.js';
 export { describeSchema } from './schema/describe-schema.js';
 export type {
   SchemaDescription,

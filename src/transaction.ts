@@ -137,6 +137,7 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
     withMigrationLock: () =>
       Promise.reject(new Error('Migrations cannot run inside a host transaction; call store.migrate().')),
     describeSchema: () => dialect.describeSchema(),
+    readSchemaVersion: () => dialect.readSchemaVersion(),
     readUserVersion: () => dialect.readUserVersion(binding.trx),
     close: () => Promise.reject(new Error('Close the store, not a transaction.')),
   });

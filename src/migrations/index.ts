@@ -27,4 +27,10 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
 /** The schema version this code expects. */
 export const LATEST_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
 
-export type { MigrationContext, MigrationDefinition } from './types.js';
+export type {
+  BackfillBatch,
+  BackfillContext,
+  BackfillDefinition,
+  MigrationContext,
+  MigrationDefinition,
+} from './types.js';
