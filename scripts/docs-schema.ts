@@ -43,6 +43,8 @@ const PURPOSES: Record<string, string> = {
   cleanup_snapshots:
     'Durable cleanup inventory (resource, owner task, generation) so teardown resumes after a restart.',
   path_leases: 'Path-scoped write leases; `lease_key` compares bytewise (SPEC §5).',
+  semaphores: 'Counting semaphores: the latest fencing token granted per name (issue 21).',
+  semaphore_holders: 'One row per granted semaphore slot; it counts against the limit while unexpired.',
   taskfence_migrations: 'Migration history: version, name, checksum, applied_at, duration_ms.',
 };
 

@@ -32,8 +32,8 @@ export function defineFenceSuite(makeFixture: () => DialectFixture) {
       store.db,
     );
     companyId = (await store.org.createCompany({ name: 'Fence' })).id;
-    contenders = await Contenders.start(2, { url, ops: OPS });
-  }, 120_000);
+    contenders = await Contenders.start(2, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+  }, 600_000);
   afterAll(async () => {
     await contenders?.close();
     await fx.cleanup();

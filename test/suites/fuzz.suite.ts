@@ -203,6 +203,16 @@ function cases(p: Pools): FuzzCase[] {
     }),
   });
   const tuple = (...a: fc.Arbitrary<unknown>[]): fc.Arbitrary<unknown[]> => fc.tuple(...a);
+  /** A grant as a claim returns it (sometimes of another kind), for renew / release. */
+  const lease = (kind: string, resource: fc.Arbitrary<string>) =>
+    input({
+      kind: fc.oneof({ weight: 4, arbitrary: fc.constant(kind) }, { weight: 1, arbitrary: fc.constant('task_lease') }),
+      resource,
+      holder: id.handle,
+      token,
+      expiresAt: fc.integer(),
+      limit: fc.integer({ min: 1, max: 4 }),
+    });
   const c = (
     name: string,
     args: fc.Arbitrary<unknown[]>,
@@ -363,6 +373,37 @@ function cases(p: Pools): FuzzCase[] {
       s.locks.releaseTaskLease(A(a)[0], A(a)[1]),
     ),
     c('locks.getTaskLease', tuple(arg(id.task)), (s, a) => s.locks.getTaskLease(A(a)[0])),
+    c('locks.renewWorkspaceLock (lease)', tuple(lease('workspace_lock', id.workspace), input({ ttlMs: ttl })), (s, a) =>
+      s.locks.renewWorkspaceLock(A(a)[0], A(a)[1]),
+    ),
+    c('locks.releaseWorkspaceLock (lease)', tuple(lease('workspace_lock', id.workspace)), (s, a) =>
+      s.locks.releaseWorkspaceLock(A(a)[0]),
+    ),
+    c('locks.renewTaskLease (lease)', tuple(lease('task_lease', id.task), input({ ttlMs: ttl })), (s, a) =>
+      s.locks.renewTaskLease(A(a)[0], A(a)[1]),
+    ),
+    c('locks.releaseTaskLease (lease)', tuple(lease('task_lease', id.task)), (s, a) =>
+      s.locks.releaseTaskLease(A(a)[0]),
+    ),
+    c(
+      'semaphores.acquire',
+      tuple(arg(id.handle), input({ holder: id.handle, limit: fc.integer({ min: 1, max: 4 }), ttlMs: ttl })),
+      (s, a) => s.semaphores.acquire(A(a)[0], A(a)[1]),
+    ),
+    c(
+      'semaphores.acquireWait',
+      tuple(
+        arg(id.handle),
+        input({ holder: id.handle, limit: fc.integer({ min: 1, max: 4 }), ttlMs: ttl }),
+        input({ timeoutMs: fc.integer({ min: 0, max: 20 }), maxPollMs: fc.integer({ min: 1, max: 10 }) }),
+      ),
+      (s, a) => s.semaphores.acquireWait(A(a)[0], A(a)[1], A(a)[2]),
+    ),
+    c('semaphores.renew', tuple(lease('semaphore', id.handle), input({ ttlMs: ttl })), (s, a) =>
+      s.semaphores.renew(A(a)[0], A(a)[1]),
+    ),
+    c('semaphores.release', tuple(lease('semaphore', id.handle)), (s, a) => s.semaphores.release(A(a)[0])),
+    c('semaphores.listHolders', tuple(arg(id.handle)), (s, a) => s.semaphores.listHolders(A(a)[0])),
 
     c(
       'scheduler.resolveWorkspaceWithLockMode',

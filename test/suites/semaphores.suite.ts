@@ -170,9 +170,9 @@ export function defineSemaphoreSuite(makeFixture: () => DialectFixture, contende
       await sql`create table sem_inside (name text not null, token bigint not null, holder text not null, primary key (name, token))`.execute(
         raceStore.db,
       );
-      contenders = await Contenders.start(contenderCount, { url, ops: OPS });
-    }, 180_000);
-    afterAll(() => contenders?.close());
+      contenders = await Contenders.start(contenderCount, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+    }, 600_000);
+    afterAll(() => contenders?.close(), 120_000);
 
     it('never lets more than limit holders in at once; abandoned slots are reclaimed after expiry', async () => {
       const limit = 3;

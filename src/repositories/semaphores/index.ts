@@ -73,25 +73,21 @@ async function acquireIn(
   // Reclaim: expired slots are deleted, which waits for a fenced transaction (`tx.assertLease`)
   // that still holds one, so a slot is never counted free while its old holder writes under it.
   await trx.deleteFrom('semaphore_holders').where('name', '=', name).where('expires_at', '<=', now).execute();
-  const counted = await trx
+  // One statement, one snapshot: the live slots, soonest-expiring first, as many as decide the
+  // claim (a release may commit meanwhile without the name's key; it only ever frees slots).
+  const rows = await trx
     .selectFrom('semaphore_holders')
-    .select((eb) => eb.fn.countAll<number | string>().as('n'))
+    .select(['holder', 'token', 'expires_at'])
     .where('name', '=', name)
-    .executeTakeFirstOrThrow();
-  const count = Number(counted.n);
-  if (count >= limit) {
-    const rows = await trx
-      .selectFrom('semaphore_holders')
-      .select(['holder', 'token', 'expires_at'])
-      .where('name', '=', name)
-      .orderBy('expires_at')
-      .orderBy('token')
-      .limit(SEMAPHORE_HOLDER_REPORT_LIMIT)
-      .execute();
-    const holders = rows.map(toHolder);
+    .orderBy('expires_at')
+    .orderBy('token')
+    .limit(Math.max(limit, SEMAPHORE_HOLDER_REPORT_LIMIT))
+    .execute();
+  if (rows.length >= limit) {
+    const holders = rows.slice(0, SEMAPHORE_HOLDER_REPORT_LIMIT).map(toHolder);
     return {
       status: 'busy',
-      heldBy: { holder: holders[0]!.holder, expiresAt: holders[0]!.expiresAt, limit, count, holders },
+      heldBy: { holder: holders[0]!.holder, expiresAt: holders[0]!.expiresAt, limit, count: rows.length, holders },
     };
   }
   // The token rises on every grant of the name and is never reset (the row is never deleted).

@@ -28,7 +28,7 @@ export interface SemaphoreBusy {
   readonly holder: string;
   readonly expiresAt: number;
   readonly limit: number;
-  /** Live slots now (at least `limit`). */
+  /** Live slots counted: at least `limit` (counting stops at the larger of `limit` and `SEMAPHORE_HOLDER_REPORT_LIMIT`). */
   readonly count: number;
   /** Up to `SEMAPHORE_HOLDER_REPORT_LIMIT` live holders, soonest-expiring first. */
   readonly holders: readonly SemaphoreHolder[];
