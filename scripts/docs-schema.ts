@@ -44,6 +44,10 @@ const PURPOSES: Record<string, string> = {
     'Durable cleanup inventory (resource, owner task, generation) so teardown resumes after a restart.',
   path_leases: 'Path-scoped write leases; `lease_key` compares bytewise (SPEC §5).',
   taskfence_migrations: 'Migration history: version, name, checksum, applied_at, duration_ms.',
+  taskfence_migration_state:
+    'Beside the history, per applied version: the compatibility window (oldest release that may write, release that applied it) and the backfill cursor.',
+  taskfence_releases:
+    'Open stores by release and the schema version each needs (`migrate --to` refuses to go below it).',
 };
 
 interface TableHistory {
