@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { HELP, UsageError, parseArgs, type ParsedArgs } from './cli/args.js';
 import { run, type Io } from './cli/commands.js';
 import { errorLine } from './cli/output.js';
+import { runOpsCommand } from './cli/ops.js';
 
 export { CHECK_EXIT, parseArgs } from './cli/args.js';
 export { ProgressRenderer, errorLine } from './cli/output.js';
@@ -34,6 +35,17 @@ export async function main(
   err = (l: string) => console.error(l),
   io: Partial<Pick<Io, 'write' | 'tty' | 'interactive' | 'env'>> = {},
 ): Promise<number> {
+  if (argv[0] === 'inspect') {
+    const write = io.write ?? ((text: string) => void process.stdout.write(text));
+    return runOpsCommand(argv, {
+      out,
+      err,
+      write,
+      tty: io.tty ?? Boolean(process.stdout.isTTY),
+      interactive: io.interactive ?? Boolean(process.stdin.isTTY),
+      env: io.env ?? process.env,
+    });
+  }
   let parsed: ParsedArgs;
   try {
     parsed = parseArgs(argv);

@@ -18,7 +18,7 @@ import type { Database } from './schema/database.js';
 import type { SchemaDescription } from './schema/describe.js';
 import { createStoreContext, type Clock, type StoreContext } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
-import { bindTransaction, type StoreTransaction, type TransactionOptions } from './transaction.js';
+import { bindTransaction, lostLeaseOf, type StoreTransaction, type TransactionOptions } from './transaction.js';
 import { openRegistration } from './migrator/releases.js';
 import { LATEST_VERSION } from './migrations/index.js';
 import { TASKFENCE_RELEASE } from './release.js';
@@ -121,7 +121,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     db: dialect.db,
     dialect,
     location,
-    ...guardSchemaVersion(events.observe(createRepositories(context)), dialect.db),
+    ...guardSchemaVersion(events.observe(createRepositories(context)), () => dialect.readSchemaVersion()),
     migrate: async (migrateOptions?: MigrateOptions) => {
       return migrator.migrate({
         now: context.clock.now(),
@@ -142,7 +142,12 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
         async (trx) => {
           let open = true;
           try {
-            return await fn(bindTransaction(dialect, trx, () => open, context.clock, events));
+            const tx = bindTransaction(dialect, trx, () => open, context.clock, events);
+            const result = await fn(tx);
+            // A lease `tx.assertLease` found lost fails the transaction even if `fn` caught the error.
+            const lost = lostLeaseOf(tx);
+            if (lost) throw lost;
+            return result;
           } finally {
             open = false;
           }

@@ -9,6 +9,8 @@ Usage:
   taskfence plan    [--db URL] [--to V] [--json]
   taskfence doctor  [--db URL] [--json]        (schema drift and guarantee self-test)
   taskfence prune   [--db URL] --older-than D [--dry-run] [--batch-size N] [--json]
+  taskfence inspect [task <id>] [--db URL] [--json]   (who holds what; taskfence inspect --help)
+  taskfence ui      [--db URL] [--port N] [--allow-actions]   (the same, live, in a browser)
   taskfence --version | --help
 
   --db URL              sqlite:<path>, sqlite::memory:, postgres://… or postgresql://…
@@ -50,7 +52,7 @@ export const CHECK_EXIT = { upToDate: 0, pending: 3, baselineRequired: 4, modifi
 /** A command line that cannot run as given: exit 2 with one line. */
 export class UsageError extends Error {}
 
-export type Command = 'migrate' | 'status' | 'plan' | 'doctor' | 'prune' | 'help' | 'version';
+export type Command = 'migrate' | 'status' | 'plan' | 'doctor' | 'prune' | 'inspect' | 'ui' | 'help' | 'version';
 
 export interface ParsedArgs {
   command: Command;
@@ -101,7 +103,7 @@ const ALLOWED: Record<'migrate' | 'status' | 'plan' | 'doctor' | 'prune', readon
 const FLAGS = new Set(['--json', '--check', '--verbose', '--allow-data-loss', '--dry-run', '--force']);
 
 /** `30d`, `12h`, `90m`, `45s` or a number of milliseconds. */
-function parseDuration(flag: string, value: string): number {
+export function parseDuration(flag: string, value: string): number {
   const match = /^(\d+)(ms|s|m|h|d)?$/.exec(value);
   if (!match) throw new UsageError(`${flag} takes a duration like 30d, 12h, 90m, 45s or a number of milliseconds`);
   const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[

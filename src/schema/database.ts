@@ -23,6 +23,8 @@ export interface Database {
   task_cleanup_admissions: TaskCleanupAdmissionsTable;
   cleanup_snapshots: CleanupSnapshotsTable;
   path_leases: PathLeasesTable;
+  semaphores: SemaphoresTable;
+  semaphore_holders: SemaphoreHoldersTable;
   taskfence_migrations: MigrationHistoryTable;
 }
 
@@ -241,6 +243,22 @@ export interface PathLeasesTable {
   lease_key: string;
   holder: string;
   task_id: string | null;
+  acquired_at: EpochMs;
+  expires_at: EpochMs;
+}
+
+/** A counting semaphore: the latest fencing token granted for `name` (0060). */
+export interface SemaphoresTable {
+  name: string;
+  token: number;
+  updated_at: EpochMs;
+}
+
+/** One granted slot of a semaphore; it counts against the limit while `expires_at > now` (0060). */
+export interface SemaphoreHoldersTable {
+  name: string;
+  token: number;
+  holder: string;
   acquired_at: EpochMs;
   expires_at: EpochMs;
 }

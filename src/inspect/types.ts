@@ -1,0 +1,251 @@
+/**
+ * What `taskfence inspect` (and the dashboard) shows: one consistent picture of who holds what,
+ * read in one read transaction. Times are epoch ms on the store's clock; `…LeftMs` and `…AgeMs`
+ * are relative to `at`, the clock reading the snapshot was taken at.
+ */
+import type {
+  CleanupKind,
+  CleanupResourceKind,
+  CleanupSnapshotState,
+  CoordinatorRunStatus,
+  DispatchStatus,
+  GateStatus,
+  TaskStatus,
+} from '../schema/database.js';
+
+/** Options of `inspectStore` and `taskfence inspect`. */
+export interface InspectOptions {
+  /** A running run whose last heartbeat (or start) is older than this is flagged stale (default 60 000 ms). */
+  readonly staleAfterMs?: number;
+  /** At most this many rows per list (default 200); the section's `total` says how many there are. */
+  readonly limit?: number;
+}
+
+/**
+ * The sections of a snapshot; `inspect --json` prints one object with exactly these keys. Each
+ * section carries `at`, the store clock's reading the whole snapshot was taken at.
+ */
+export interface InspectSnapshot {
+  readonly runs: RunsSection;
+  readonly dispatches: DispatchesSection;
+  readonly locks: LocksSection;
+  readonly paths: PathsSection;
+  readonly ownership: OwnershipSection;
+  readonly inbox: InboxSection;
+}
+
+/** A list capped at `limit` rows; `total` counts them all. */
+export interface Capped<T> {
+  readonly total: number;
+  readonly items: readonly T[];
+}
+
+export interface RunView {
+  readonly id: string;
+  readonly targetKey: string | null;
+  readonly coordinatorHandle: string;
+  readonly status: CoordinatorRunStatus;
+  readonly startedAt: number;
+  readonly endedAt: number | null;
+  readonly heartbeatAt: number | null;
+  /** `at` minus the last heartbeat (or the start, before the first heartbeat). */
+  readonly heartbeatAgeMs: number;
+  /** Running, and its heartbeat is older than `staleAfterMs`: `reconcileStaleRuns` would fail it. */
+  readonly stale: boolean;
+  /** Tasks the run owns, by status. */
+  readonly tasks: Readonly<Partial<Record<TaskStatus, number>>>;
+}
+
+/** What every section carries: when it was read (the same reading for the whole snapshot). */
+export interface SectionStamp {
+  readonly at: number;
+}
+
+/** Running runs, one per target, then the most recently ended ones. */
+export interface RunsSection extends SectionStamp {
+  /** The threshold `stale` was judged on. */
+  readonly staleAfterMs: number;
+  readonly running: Capped<RunView>;
+  readonly recentlyEnded: Capped<RunView>;
+}
+
+export interface DispatchView {
+  readonly id: string;
+  readonly terminalHandle: string;
+  readonly taskId: string;
+  readonly taskTitle: string;
+  readonly taskStatus: TaskStatus;
+  readonly coordinatorRunId: string | null;
+  readonly agentId: string | null;
+  readonly createdAt: number;
+  readonly ageMs: number;
+  /** The task lease the dispatch was sent under, if one is held. */
+  readonly lease: {
+    readonly holder: string;
+    readonly token: number;
+    readonly expiresAt: number;
+    readonly leftMs: number;
+  } | null;
+}
+
+/** Active dispatches, by terminal (a terminal has at most one). */
+export interface DispatchesSection extends SectionStamp {
+  readonly active: Capped<DispatchView>;
+}
+
+export interface LeaseView {
+  readonly holder: string;
+  readonly token: number;
+  readonly acquiredAt: number | null;
+  readonly expiresAt: number;
+  /** Negative once expired: the holder lost it, and the next claim takes it (bumping the token). */
+  readonly leftMs: number;
+  readonly expired: boolean;
+}
+
+export interface WorkspaceLockView extends LeaseView {
+  readonly workspaceId: string;
+  readonly runId: string | null;
+}
+
+export interface TaskLeaseView extends LeaseView {
+  readonly taskId: string;
+}
+
+/** Held workspace locks and task leases (released ones are not shown), soonest to expire first. */
+export interface LocksSection extends SectionStamp {
+  readonly workspaces: Capped<WorkspaceLockView>;
+  readonly tasks: Capped<TaskLeaseView>;
+}
+
+/** One live path lease at a node of the tree. */
+export interface PathHolderView {
+  readonly holder: string;
+  readonly taskId: string | null;
+  readonly expiresAt: number;
+  readonly leftMs: number;
+}
+
+/** A node of a workspace's path-lease tree: a path segment, the leases on exactly it, and the paths below. */
+export interface PathNode {
+  /** The segment (`''` at the root, the whole workspace). */
+  readonly name: string;
+  /** The workspace-relative path (`''` at the root). */
+  readonly path: string;
+  readonly leases: readonly PathHolderView[];
+  readonly children: readonly PathNode[];
+}
+
+export interface WorkspacePaths {
+  readonly workspaceId: string;
+  /** Live leases in the workspace. */
+  readonly live: number;
+  /** Expired rows not yet pruned (they block nothing). */
+  readonly expired: number;
+  readonly tree: PathNode;
+}
+
+/** Live path leases per workspace, as a tree. */
+export interface PathsSection extends SectionStamp {
+  readonly workspaces: Capped<WorkspacePaths>;
+}
+
+/** Whether a resource's cleanup claim is live, expired (reclaimable), or absent. */
+export type CleanupClaimState = 'none' | 'claimed' | 'claim-expired';
+
+export interface OwnedResourceView {
+  readonly kind: CleanupResourceKind;
+  readonly id: string;
+  /** The owning task (an environment's task, a group's steward). */
+  readonly ownerTaskId: string;
+  readonly status: 'active' | 'removed';
+  readonly generation: number;
+  readonly cleanup: CleanupClaimState;
+  readonly cleanupClaimedBy: string | null;
+  readonly cleanupClaimLeftMs: number | null;
+}
+
+export interface CleanupSnapshotView {
+  readonly id: string;
+  readonly taskId: string;
+  readonly resourceKind: CleanupResourceKind;
+  readonly resourceId: string;
+  readonly generation: number;
+  readonly state: CleanupSnapshotState;
+  readonly attempts: number;
+  readonly claimedBy: string | null;
+  readonly lastError: string | null;
+}
+
+/** Ownership resources with generation and cleanup state; cleanup admissions and unfinished snapshots. */
+export interface OwnershipSection extends SectionStamp {
+  readonly resources: Capped<OwnedResourceView>;
+  readonly admissions: Capped<{ readonly taskId: string; readonly kind: CleanupKind; readonly admittedAt: number }>;
+  /** Snapshots not completed (pending, claimed, failed, stale). */
+  readonly snapshots: Capped<CleanupSnapshotView>;
+}
+
+export interface InboxView {
+  readonly handle: string;
+  /** Pending (undelivered) messages. */
+  readonly depth: number;
+  readonly oldestAt: number;
+  readonly oldestAgeMs: number;
+}
+
+/** Inboxes with pending messages, deepest first. */
+export interface InboxSection extends SectionStamp {
+  readonly inboxes: Capped<InboxView>;
+  readonly pendingTotal: number;
+}
+
+/** `inspect task <id>`: why a task is where it is. */
+export interface TaskExplanation {
+  readonly at: number;
+  readonly task: {
+    readonly id: string;
+    readonly title: string;
+    readonly status: TaskStatus;
+    readonly workspaceId: string | null;
+    readonly targetKey: string | null;
+    readonly coordinatorRunId: string | null;
+    readonly parentId: string | null;
+    readonly requiresFilesystem: boolean;
+    /** Declared write paths; null = the whole workspace. */
+    readonly writes: readonly string[] | null;
+    readonly createdAt: number;
+    readonly updatedAt: number;
+  };
+  /** The owning run, if any. */
+  readonly run: { readonly id: string; readonly status: CoordinatorRunStatus; readonly heartbeatAgeMs: number } | null;
+  readonly gates: readonly {
+    readonly id: string;
+    readonly question: string;
+    readonly status: GateStatus;
+    readonly resolution: string | null;
+    readonly createdAt: number;
+  }[];
+  /** Every dispatch of the task, oldest first. */
+  readonly dispatches: readonly {
+    readonly id: string;
+    readonly terminalHandle: string;
+    readonly status: DispatchStatus;
+    readonly error: string | null;
+    readonly coordinatorRunId: string | null;
+    readonly createdAt: number;
+    readonly endedAt: number | null;
+  }[];
+  readonly leases: {
+    readonly task: TaskLeaseView | null;
+    /** Held workspace locks on the task's own workspace (whoever holds it) or held for its run. */
+    readonly workspaces: readonly WorkspaceLockView[];
+    /** Path leases held for this task. */
+    readonly paths: readonly (PathHolderView & { readonly workspaceId: string; readonly path: string })[];
+  };
+  readonly ownership: {
+    readonly resources: readonly OwnedResourceView[];
+    readonly cleanupAdmission: CleanupKind | null;
+  };
+  /** Sentences, most decisive first, that say why the task is where it is. */
+  readonly reasons: readonly string[];
+}
