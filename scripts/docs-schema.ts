@@ -46,6 +46,10 @@ const PURPOSES: Record<string, string> = {
   semaphores: 'Counting semaphores: the latest fencing token granted per name (issue 21).',
   semaphore_holders: 'One row per granted semaphore slot; it counts against the limit while unexpired.',
   taskfence_migrations: 'Migration history: version, name, checksum, applied_at, duration_ms.',
+  taskfence_migration_state:
+    'Beside the history, per applied version: the compatibility window (oldest release that may write, release that applied it) and the backfill cursor.',
+  taskfence_releases:
+    'Open stores by release and the schema version each needs (`migrate --to` refuses to go below it).',
 };
 
 interface TableHistory {

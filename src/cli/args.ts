@@ -31,7 +31,8 @@ Usage:
                         (default 10000; 0 = one attempt that waits as long as it takes)
   --batch-size N        migrate: rows per backfill batch, each its own transaction (default 5000);
                         prune: rows per delete batch
-  --pause-ms MS         migrate: pause between backfill batches, to throttle them (default 0)
+  --pause-ms MS         migrate: pause between backfill batches, to throttle them (default: 0 on
+                        PostgreSQL; on SQLite as long as the batch took, so waiting writers get in)
   --force               migrate --to: go down even though open stores of a running release need a
                         higher version (refused otherwise)
   --connect-timeout MS  how long connecting may take (default 10000)

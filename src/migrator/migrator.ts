@@ -108,8 +108,8 @@ export class Migrator {
     const batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
     if (!Number.isSafeInteger(batchSize) || batchSize < 1)
       throw new InvalidArgumentError('batchSize', `must be a positive integer (got ${String(options.batchSize)})`);
-    const pauseMs = options.pauseMs ?? 0;
-    if (!Number.isFinite(pauseMs) || pauseMs < 0)
+    const pauseMs = options.pauseMs ?? null;
+    if (pauseMs !== null && (!Number.isFinite(pauseMs) || pauseMs < 0))
       throw new InvalidArgumentError('pauseMs', `must be a number of ms, 0 or more (got ${String(options.pauseMs)})`);
     if (options.baseline !== undefined) assertKnownVersion(chain, options.baseline);
     const emit = options.onEvent ?? (() => {});

@@ -24,8 +24,12 @@ export interface ChainRun {
   readonly allowDataLoss: boolean;
   /** Rows per backfill batch. */
   readonly batchSize: number;
-  /** Pause between backfill batches, in ms. */
-  readonly pauseMs: number;
+  /**
+   * Pause between backfill batches, in ms; null: none on PostgreSQL (a batch locks only its own
+   * rows), as long as the batch took on SQLite (a batch holds the one write lock, and a writer
+   * waiting in its busy handler only gets it if the lock stays free for a moment).
+   */
+  readonly pauseMs: number | null;
   /** The taskfence release running this migrate (recorded beside each version it applies). */
   readonly release: string;
 }
@@ -179,8 +183,8 @@ async function applyOne(
  * lock, which reads the recorded cursor, runs the batch after it and records the next cursor and
  * the counts in the same transaction. A crash loses at most the batch in flight (rolled back);
  * the next `migrate` resumes after the last committed one, with the `now` recorded at the start.
- * Two deploys backfilling at once take turns batch by batch. Pauses `run.pauseMs` between
- * batches. Nothing to do when the version's backfill is complete (or it is not applied).
+ * Two deploys backfilling at once take turns batch by batch. Pauses between batches (see
+ * `ChainRun.pauseMs`). Nothing to do when the version's backfill is complete (or it is not applied).
  */
 export async function runBackfill(chain: Chain, m: MigrationDefinition, run: ChainRun): Promise<void> {
   const backfill = m.backfill;
@@ -189,6 +193,7 @@ export async function runBackfill(chain: Chain, m: MigrationDefinition, run: Cha
   let total: number | undefined;
   let first = true;
   for (;;) {
+    const batchStarted = Date.now();
     const step = await underMigrationLock(chain, m, 'up', run, async (trx) => {
       const state = await readState(trx, m.version);
       if (!state || state.backfill !== 'running') return null;
@@ -228,7 +233,8 @@ export async function runBackfill(chain: Chain, m: MigrationDefinition, run: Cha
       done,
       ...(total !== undefined ? { total } : {}),
     });
-    if (run.pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, run.pauseMs));
+    const pauseMs = run.pauseMs ?? (dialect.kind === 'sqlite' ? Date.now() - batchStarted : 0);
+    if (pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs));
   }
 }
 

@@ -91,7 +91,11 @@ export interface MigrateOptions {
   readonly ddlLockAttemptMs?: number;
   /** Rows per backfill batch, each batch its own transaction (default 5 000). */
   readonly batchSize?: number;
-  /** Pause between backfill batches, in ms, to leave the database to the application (default 0). */
+  /**
+   * Pause between backfill batches, in ms, to leave the database to the application. Default: 0
+   * on PostgreSQL (a batch locks only its own rows); on SQLite as long as the batch itself took,
+   * since each batch holds the one write lock and a waiting writer needs it free for a moment.
+   */
   readonly pauseMs?: number;
   /** @deprecated The old name of `migrationLockWaitMs`. */
   readonly lockTimeoutMs?: number;
