@@ -15,7 +15,11 @@ import { FaultProxy } from '../support/tcp-proxy.js';
 const fx = postgresFixture();
 afterAll(() => fx.cleanup());
 
-const codeOf = (p: Promise<unknown>) => p.then(() => 'ok', (e: { code?: string }) => e.code ?? String(e));
+const codeOf = (p: Promise<unknown>) =>
+  p.then(
+    () => 'ok',
+    (e: { code?: string }) => e.code ?? String(e),
+  );
 
 describe('connections cut right after COMMIT', () => {
   let proxy: FaultProxy;
@@ -41,7 +45,9 @@ describe('connections cut right after COMMIT', () => {
     expect(await codeOf(store.messages.sendMessage(input))).toBe('COMMIT_OUTCOME_UNKNOWN');
     const sent = await store.messages.sendMessage(input);
     expect(sent).toMatchObject({ id: 'm-commit', status: 'pending' });
-    expect(await direct.db.selectFrom('messages').select('id').where('to_handle', '=', inbox).execute()).toHaveLength(1);
+    expect(await direct.db.selectFrom('messages').select('id').where('to_handle', '=', inbox).execute()).toHaveLength(
+      1,
+    );
 
     const gate = await store.gates.openGate({ question: 'go?', runId: run.id });
     proxy.cutAfterNextCommit();
@@ -74,7 +80,11 @@ describe('connections cut right after COMMIT', () => {
     // An ack is idempotent by its receipt even without a key.
     expect((await store.messages.ackMessages(inbox, [received!.receipt])).acked).toEqual([received!.receipt]);
     expect(proxy.commitCuts).toBe(4);
-    const row = await direct.db.selectFrom('messages').selectAll().where('id', '=', 'm-commit').executeTakeFirstOrThrow();
+    const row = await direct.db
+      .selectFrom('messages')
+      .selectAll()
+      .where('id', '=', 'm-commit')
+      .executeTakeFirstOrThrow();
     expect([row.status, Number(row.attempts)]).toEqual(['delivered', 1]);
   });
 });

@@ -4,12 +4,12 @@ import type { ContenderTools } from '../support/contender.js';
 import { defineOperations } from '../support/operations.js';
 
 /** The host's tables the consumers write (created by the suite). */
-export interface HostTables {
+export type HostTables = {
   /** One row per processed message, inserted in the ack's transaction (primary key: message id). */
   delivery_processed: { message_id: string; attempt: number; consumer: string };
   /** One row per hand-out seen, written on its own right after the receive. */
   delivery_handouts: { message_id: string; attempt: number; received_at: number; visible_again_at: number };
-}
+};
 
 /** Sends `n` messages from `from` to `to` one after another, ids `<prefix>-<i>`, payload `{ sender, i }`. */
 export async function sendMany(store: Store, args: { from: string; to: string; n: number; prefix: string }) {
@@ -48,9 +48,9 @@ export async function resolveKeyed(store: Store, args: { gateId: string; resolut
 
 /**
  * Receives and acks until `total` messages are processed, logging what it sees: each consumer
- * receives a batch (the hand-outs logged on their own), then processes each message in one
- * `store.transaction` that inserts the host row and acks the receipt (a refused ack rolls the
- * insert back). With `crashOdds`, it SIGKILLs itself at random points: after a receive, in the
+ * receives a batch (the hand-outs logged on their own), then processes it in one
+ * `store.transaction` that inserts the host rows and acks the receipts (a refused ack rolls the
+ * inserts back). With `crashOdds`, it SIGKILLs itself at random points: after a receive, in the
  * middle of processing (after the host insert, before the ack), and after an ack committed.
  * Returns each sender's message numbers in the order this consumer processed them.
  */
@@ -86,32 +86,49 @@ export async function consumeAll(
     await host
       .insertInto('delivery_handouts')
       .values(
-        batch.map((m) => ({ message_id: m.id, attempt: m.attempt, received_at: now, visible_again_at: m.visibleAgainAt })),
+        batch.map((m) => ({
+          message_id: m.id,
+          attempt: m.attempt,
+          received_at: now,
+          visible_again_at: m.visibleAgainAt,
+        })),
       )
       .execute();
     crash('after-receive');
-    for (const m of batch) {
-      const acked = await store.transaction(async (tx) => {
-        await tx.db
-          .withTables<HostTables>()
-          .insertInto('delivery_processed')
-          .values({ message_id: m.id, attempt: m.attempt, consumer: String(tools.index) })
-          .execute();
-        crash('mid-processing');
-        const result = await tx.messages.ackMessages(args.inbox, [m.receipt]);
-        if (result.acked.length !== 1) throw new RefusedAck();
-        return true;
-      }).catch((error: unknown) => {
-        if (error instanceof RefusedAck) return false;
-        throw error;
-      });
-      if (!acked) {
-        refused++;
-        continue;
-      }
-      crash('after-ack');
+    // The whole batch in one transaction: host rows and acks commit together. A refused ack
+    // (a lease that lapsed meanwhile) rolls the batch back; its messages are then taken one by one.
+    const process = async (messages: typeof batch) =>
+      store
+        .transaction(async (tx) => {
+          await tx.db
+            .withTables<HostTables>()
+            .insertInto('delivery_processed')
+            .values(messages.map((m) => ({ message_id: m.id, attempt: m.attempt, consumer: String(tools.index) })))
+            .execute();
+          crash('mid-processing');
+          const result = await tx.messages.ackMessages(
+            args.inbox,
+            messages.map((m) => m.receipt),
+          );
+          if (result.refused.length > 0) throw new RefusedAck();
+          return true;
+        })
+        .catch((error: unknown) => {
+          if (error instanceof RefusedAck) return false;
+          throw error;
+        });
+    const record = (m: (typeof batch)[number]) => {
       const p = m.payload as { sender: string; i: number };
       (order[p.sender] ??= []).push(p.i);
+    };
+    if (await process(batch)) {
+      crash('after-ack');
+      batch.forEach(record);
+      continue;
+    }
+    for (const m of batch) {
+      if (await process([m])) record(m);
+      else refused++;
     }
   }
 }

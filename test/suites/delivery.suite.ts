@@ -88,7 +88,10 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
       const { coordinatorHandle: inbox } = await inboxOf(store);
       const [a, b] = await send(store, inbox, 2);
       const [ra, rb] = await store.messages.receiveMessages(inbox, { visibilityMs: 1_000 });
-      const released = await store.messages.releaseMessages(inbox, [ra!.receipt], { delayMs: 500, error: 'tool failed' });
+      const released = await store.messages.releaseMessages(inbox, [ra!.receipt], {
+        delayMs: 500,
+        error: 'tool failed',
+      });
       expect(released).toEqual({ released: [ra!.receipt], deadLettered: [], refused: [] });
       expect((await store.messages.ackMessages(inbox, [ra!.receipt])).refused).toEqual([
         { receipt: ra!.receipt, reason: 'released' },
@@ -213,7 +216,14 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
       const got = await store.messages.receiveMessages(b.coordinatorHandle, { visibilityMs: 5_000 });
       expect(got.map((m) => m.id)).toEqual([m2!.id, m3!.id]);
       expect(got.every((m) => m.to === b.coordinatorHandle)).toBe(true);
-      expect((await store.messages.ackMessages(b.coordinatorHandle, got.map((m) => m.receipt))).acked).toHaveLength(2);
+      expect(
+        (
+          await store.messages.ackMessages(
+            b.coordinatorHandle,
+            got.map((m) => m.receipt),
+          )
+        ).acked,
+      ).toHaveLength(2);
       clock.advance(5_000);
       const redelivered = await store.messages.receiveMessages(b.coordinatorHandle, { visibilityMs: 5_000 });
       expect(redelivered.map((m) => [m.id, m.attempt])).toEqual([[m1!.id, 2]]);
@@ -250,7 +260,9 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
         code: 'RESOLUTION_ALREADY_CONSUMED',
         consumer: 'run-a',
       });
-      await expect(store.gates.consumeResolution(gate.id, { consumer: 'run-b', idempotencyKey: 'x' })).rejects.toMatchObject({
+      await expect(
+        store.gates.consumeResolution(gate.id, { consumer: 'run-b', idempotencyKey: 'x' }),
+      ).rejects.toMatchObject({
         code: 'RESOLUTION_ALREADY_CONSUMED',
         consumer: 'run-a',
       });
@@ -262,7 +274,9 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
       expect(again).toMatchObject({ code: 'RESOLUTION_ALREADY_CONSUMED', consumer: 'run-a', gateId: gate.id });
       expect((again as Error).constructor.name).toBe('ResolutionAlreadyConsumedError');
       // Other input under a used key is a typed conflict.
-      await expect(store.gates.consumeResolution(gate.id, { consumer: 'run-c', idempotencyKey: 'resume-1' })).rejects.toMatchObject({
+      await expect(
+        store.gates.consumeResolution(gate.id, { consumer: 'run-c', idempotencyKey: 'resume-1' }),
+      ).rejects.toMatchObject({
         code: 'IDEMPOTENCY_KEY_CONFLICT',
       });
     });
@@ -274,9 +288,9 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
       const [r1, r2] = await store.messages.receiveMessages(inbox, { visibilityMs: 60_000 });
       const first = await store.messages.ackMessages(inbox, [r1!.receipt], { idempotencyKey: 'ack-1' });
       expect(await store.messages.ackMessages(inbox, [r1!.receipt], { idempotencyKey: 'ack-1' })).toEqual(first);
-      await expect(
-        store.messages.ackMessages(inbox, [r2!.receipt], { idempotencyKey: 'ack-1' }),
-      ).rejects.toMatchObject({ code: 'IDEMPOTENCY_KEY_CONFLICT' });
+      await expect(store.messages.ackMessages(inbox, [r2!.receipt], { idempotencyKey: 'ack-1' })).rejects.toMatchObject(
+        { code: 'IDEMPOTENCY_KEY_CONFLICT' },
+      );
       const rel = await store.messages.releaseMessages(inbox, [r2!.receipt], { idempotencyKey: 'rel-1' });
       expect(await store.messages.releaseMessages(inbox, [r2!.receipt], { idempotencyKey: 'rel-1' })).toEqual(rel);
       expect(rel.released).toEqual([r2!.receipt]);
@@ -328,7 +342,9 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
           expect(o.ok ? null : o.error).toMatchObject({ code: 'RESOLUTION_ALREADY_CONSUMED', consumer: winner });
         }
       }
-      expect(await store.db.selectFrom('messages').select('id').where('to_handle', '=', inbox).execute()).toHaveLength(5);
+      expect(await store.db.selectFrom('messages').select('id').where('to_handle', '=', inbox).execute()).toHaveLength(
+        5,
+      );
     });
   });
 
@@ -346,121 +362,151 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
       return { url, store, host: store.db.withTables<HostTables>() };
     }
 
-    it('N senders, M consumers: no sender’s messages are reordered, none lost, none processed twice', async () => {
-      const { url, store, host } = await hostStore();
-      const { coordinatorHandle: inbox } = await inboxOf(store);
-      const SENDERS = 3;
-      const CONSUMERS = 3;
-      const PER_SENDER = 200;
-      const senders = await Contenders.start(SENDERS, { url, ops: OPS, storeOptions: { poolSize: 2 } });
-      const consumers = await Contenders.start(CONSUMERS, { url, ops: OPS, storeOptions: { poolSize: 2 } });
-      try {
-        const consuming = Array.from({ length: CONSUMERS }, (_, i) =>
-          consumers.start(i, 'consumeAll', {
-            inbox,
-            total: SENDERS * PER_SENDER,
-            visibilityMs: 600_000,
-            crashOdds: 0,
-            limit: 5,
-          }),
-        );
-        const sent = await senders.race('sendMany', (i) => ({ from: `s${i}`, to: inbox, n: PER_SENDER, prefix: `s${i}` }));
-        expect(sent.every((o) => o.ok)).toBe(true);
-        const results = await Promise.all(consuming);
-        for (const r of results) {
-          expect(r.ok, JSON.stringify(r)).toBe(true);
-          if (!r.ok) continue;
-          for (const seen of Object.values(r.value.order)) {
-            expect(seen).toEqual([...seen].sort((a, b) => a - b));
+    it(
+      'N senders, M consumers: no sender’s messages are reordered, none lost, none processed twice',
+      { timeout: 600_000 },
+      async () => {
+        const { url, store, host } = await hostStore();
+        const { coordinatorHandle: inbox } = await inboxOf(store);
+        const SENDERS = 3;
+        const CONSUMERS = 3;
+        const PER_SENDER = 100;
+        const senders = await Contenders.start(SENDERS, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+        const consumers = await Contenders.start(CONSUMERS, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+        try {
+          const consuming = Array.from({ length: CONSUMERS }, (_, i) =>
+            consumers.start(i, 'consumeAll', {
+              inbox,
+              total: SENDERS * PER_SENDER,
+              visibilityMs: 600_000,
+              crashOdds: 0,
+              limit: 10,
+            }),
+          );
+          const sent = await senders.race('sendMany', (i) => ({
+            from: `s${i}`,
+            to: inbox,
+            n: PER_SENDER,
+            prefix: `s${i}`,
+          }));
+          expect(sent.every((o) => o.ok)).toBe(true);
+          const results = await Promise.all(consuming);
+          for (const r of results) {
+            expect(r.ok, JSON.stringify(r)).toBe(true);
+            if (!r.ok) continue;
+            for (const seen of Object.values(r.value.order)) {
+              expect(seen).toEqual([...seen].sort((a, b) => a - b));
+            }
           }
+          const processed = await host.selectFrom('delivery_processed').selectAll().execute();
+          expect(processed).toHaveLength(SENDERS * PER_SENDER);
+          expect(processed.every((p) => p.attempt === 1)).toBe(true);
+          // Within each sender, the store's sequence follows the send order.
+          const rows = await store.db
+            .selectFrom('messages')
+            .select(['id', 'seq', 'from_handle'])
+            .orderBy('seq')
+            .execute();
+          for (let s = 0; s < SENDERS; s++) {
+            const mine = rows.filter((r) => r.from_handle === `s${s}`).map((r) => Number(r.id.split('-')[1]));
+            expect(mine).toEqual([...Array(PER_SENDER).keys()]);
+          }
+        } finally {
+          await senders.close();
+          await consumers.close();
         }
-        const processed = await host.selectFrom('delivery_processed').selectAll().execute();
-        expect(processed).toHaveLength(SENDERS * PER_SENDER);
-        expect(processed.every((p) => p.attempt === 1)).toBe(true);
-        // Within each sender, the store's sequence follows the send order.
-        const rows = await store.db.selectFrom('messages').select(['id', 'seq', 'from_handle']).orderBy('seq').execute();
-        for (let s = 0; s < SENDERS; s++) {
-          const mine = rows.filter((r) => r.from_handle === `s${s}`).map((r) => Number(r.id.split('-')[1]));
-          expect(mine).toEqual([...Array(PER_SENDER).keys()]);
-        }
-      } finally {
-        await senders.close();
-        await consumers.close();
-      }
-    });
+      },
+    );
 
-    it('consumers SIGKILLed at random points while 5,000 messages are sent: each is processed and acked exactly once', async () => {
-      const { url, store, host } = await hostStore();
-      const { coordinatorHandle: inbox } = await inboxOf(store);
-      const SENDERS = 2;
-      const PER_SENDER = 2_500;
-      const TOTAL = SENDERS * PER_SENDER;
-      const VISIBILITY_MS = 1_500;
-      const senders = await Contenders.start(SENDERS, { url, ops: OPS, storeOptions: { poolSize: 2 } });
-      const args = { inbox, total: TOTAL, visibilityMs: VISIBILITY_MS, crashOdds: 0.002, limit: 10 };
-      const crashes: string[] = [];
-      let done = false;
-      // Three consumer slots; a consumer that dies is replaced by a new process.
-      const slot = async () => {
-        while (!done) {
-          const one = await Contenders.start(1, { url, ops: OPS, storeOptions: { poolSize: 2 } });
-          try {
-            const outcome = await one.start(0, 'consumeAll', args);
-            if (outcome.ok) done = true;
-            else throw new Error(JSON.stringify(outcome.error));
-          } catch (error) {
-            if (!(error instanceof ContenderExitedError)) throw error;
-            crashes.push('killed');
-          } finally {
-            await one.close();
+    it(
+      'consumers SIGKILLed at random points while 5,000 messages are sent: each is processed and acked exactly once',
+      { timeout: 900_000 },
+      async () => {
+        const { url, store, host } = await hostStore();
+        const { coordinatorHandle: inbox } = await inboxOf(store);
+        const SENDERS = 2;
+        const PER_SENDER = 2_500;
+        const TOTAL = SENDERS * PER_SENDER;
+        const VISIBILITY_MS = 1_500;
+        const senders = await Contenders.start(SENDERS, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+        const args = { inbox, total: TOTAL, visibilityMs: VISIBILITY_MS, crashOdds: 0.01, limit: 20 };
+        const crashes: string[] = [];
+        let done = false;
+        // Three consumer slots; a consumer that dies is replaced by a new process.
+        const slot = async () => {
+          while (!done) {
+            const one = await Contenders.start(1, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+            try {
+              const outcome = await one.start(0, 'consumeAll', args);
+              if (outcome.ok) done = true;
+              else throw new Error(JSON.stringify(outcome.error));
+            } catch (error) {
+              if (!(error instanceof ContenderExitedError)) throw error;
+              crashes.push('killed');
+            } finally {
+              await one.close();
+            }
           }
+        };
+        try {
+          const slots = [slot(), slot(), slot()];
+          const sent = await senders.race('sendMany', (i) => ({
+            from: `s${i}`,
+            to: inbox,
+            n: PER_SENDER,
+            prefix: `s${i}`,
+          }));
+          expect(sent.every((o) => o.ok)).toBe(true);
+          await Promise.all(slots);
+        } finally {
+          done = true;
+          await senders.close();
         }
-      };
-      try {
-        const slots = [slot(), slot(), slot()];
-        const sent = await senders.race('sendMany', (i) => ({ from: `s${i}`, to: inbox, n: PER_SENDER, prefix: `s${i}` }));
-        expect(sent.every((o) => o.ok)).toBe(true);
-        await Promise.all(slots);
-      } finally {
-        done = true;
-        await senders.close();
-      }
-      expect(crashes.length).toBeGreaterThan(0);
-      // Every message processed exactly once (the host row commits with the ack, keyed by id) ...
-      const processed = await host.selectFrom('delivery_processed').selectAll().execute();
-      expect(processed).toHaveLength(TOTAL);
-      // ... and acked exactly once: every message delivered, its final attempt the one processed.
-      const rows = await store.db
-        .selectFrom('messages')
-        .select(['id', 'status', 'attempts', 'dead_at'])
-        .where('to_handle', '=', inbox)
-        .execute();
-      expect(rows).toHaveLength(TOTAL);
-      expect(rows.filter((r) => r.status !== 'delivered' || r.dead_at !== null)).toEqual([]);
-      const byId = new Map(processed.map((p) => [p.message_id, p.attempt]));
-      expect(rows.filter((r) => byId.get(r.id) !== Number(r.attempts))).toEqual([]);
-      // attempt > 1 exactly for the messages handed out again, and only after the earlier lease lapsed.
-      const handouts = await host.selectFrom('delivery_handouts').selectAll().orderBy('attempt').execute();
-      const seen = new Map<string, { attempt: number; visibleAgainAt: number }[]>();
-      for (const h of handouts)
-        (seen.get(h.message_id) ?? seen.set(h.message_id, []).get(h.message_id)!).push({
-          attempt: h.attempt,
-          visibleAgainAt: Number(h.visible_again_at),
-        });
-      let redelivered = 0;
-      for (const [id, list] of seen) {
-        expect(new Set(list.map((h) => h.attempt)).size, id).toBe(list.length);
-        for (let k = 1; k < list.length; k++) {
-          const leaseStart = list[k]!.visibleAgainAt - VISIBILITY_MS;
-          expect(leaseStart, id).toBeGreaterThanOrEqual(list[k - 1]!.visibleAgainAt);
+        expect(crashes.length).toBeGreaterThan(0);
+        // Every message processed exactly once (the host row commits with the ack, keyed by id) ...
+        const processed = await host.selectFrom('delivery_processed').selectAll().execute();
+        expect(processed).toHaveLength(TOTAL);
+        // ... and acked exactly once: every message delivered, its final attempt the one processed.
+        const rows = await store.db
+          .selectFrom('messages')
+          .select(['id', 'status', 'attempts', 'dead_at'])
+          .where('to_handle', '=', inbox)
+          .execute();
+        expect(rows).toHaveLength(TOTAL);
+        expect(rows.filter((r) => r.status !== 'delivered' || r.dead_at !== null)).toEqual([]);
+        const byId = new Map(processed.map((p) => [p.message_id, p.attempt]));
+        expect(rows.filter((r) => byId.get(r.id) !== Number(r.attempts))).toEqual([]);
+        // attempt > 1 exactly for the messages handed out again, and only after the earlier lease lapsed.
+        const handouts = await host.selectFrom('delivery_handouts').selectAll().orderBy('attempt').execute();
+        const seen = new Map<string, { attempt: number; visibleAgainAt: number }[]>();
+        for (const h of handouts)
+          (seen.get(h.message_id) ?? seen.set(h.message_id, []).get(h.message_id)!).push({
+            attempt: h.attempt,
+            visibleAgainAt: Number(h.visible_again_at),
+          });
+        let redelivered = 0;
+        for (const [id, list] of seen) {
+          expect(new Set(list.map((h) => h.attempt)).size, id).toBe(list.length);
+          for (let k = 1; k < list.length; k++) {
+            const leaseStart = list[k]!.visibleAgainAt - VISIBILITY_MS;
+            expect(leaseStart, id).toBeGreaterThanOrEqual(list[k - 1]!.visibleAgainAt);
+          }
+          if (list.length > 1) redelivered++;
         }
-        if (list.length > 1) redelivered++;
-      }
-      expect(redelivered).toBeGreaterThan(0);
-      // Every hand-out is logged before a consumer can die, so the two counts are the same messages.
-      expect(rows.filter((r) => Number(r.attempts) > 1).map((r) => r.id).sort()).toEqual(
-        [...seen].filter(([, list]) => list.length > 1).map(([id]) => id).sort(),
-      );
-    });
+        expect(redelivered).toBeGreaterThan(0);
+        // Every hand-out is logged before a consumer can die, so the two counts are the same messages.
+        expect(
+          rows
+            .filter((r) => Number(r.attempts) > 1)
+            .map((r) => r.id)
+            .sort(),
+        ).toEqual(
+          [...seen]
+            .filter(([, list]) => list.length > 1)
+            .map(([id]) => id)
+            .sort(),
+        );
+      },
+    );
   });
 }
