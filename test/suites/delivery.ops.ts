@@ -83,17 +83,21 @@ export async function consumeAll(
       continue;
     }
     const now = Date.now();
-    await host
-      .insertInto('delivery_handouts')
-      .values(
-        batch.map((m) => ({
-          message_id: m.id,
-          attempt: m.attempt,
-          received_at: now,
-          visible_again_at: m.visibleAgainAt,
-        })),
-      )
-      .execute();
+    // Through store.transaction: a plain autocommit insert could surface SQLITE_BUSY.
+    await store.transaction((tx) =>
+      tx.db
+        .withTables<HostTables>()
+        .insertInto('delivery_handouts')
+        .values(
+          batch.map((m) => ({
+            message_id: m.id,
+            attempt: m.attempt,
+            received_at: now,
+            visible_again_at: m.visibleAgainAt,
+          })),
+        )
+        .execute(),
+    );
     crash('after-receive');
     // The whole batch in one transaction: host rows and acks commit together. A refused ack
     // (a lease that lapsed meanwhile) rolls the batch back; its messages are then taken one by one.

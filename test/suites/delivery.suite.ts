@@ -58,7 +58,15 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
       clock.advance(1);
       const again = await store.messages.receiveMessages(inbox, { limit: 3, visibilityMs: 1_000 });
       expect(again.map((m) => [m.id, m.attempt])).toEqual(sent.slice(0, 3).map((m) => [m.id, 2]));
-      // The first hand-out's receipt is refused, per receipt (mutant "ack-skips-receipt" fails here).
+      // The first hand-out's receipt is refused and acks nothing (mutant "ack-skips-receipt" fails here).
+      expect(await store.messages.ackMessages(inbox, [first[0]!.receipt])).toEqual({
+        acked: [],
+        refused: [{ receipt: first[0]!.receipt, reason: 'superseded' }],
+      });
+      const statusOf = async (id: string) =>
+        (await store.db.selectFrom('messages').select('status').where('id', '=', id).executeTakeFirstOrThrow()).status;
+      expect(await statusOf(first[0]!.id)).toBe('pending');
+      // Refusals are per receipt, in one batch with a good one.
       const stale = await store.messages.ackMessages(inbox, [first[0]!.receipt, again[0]!.receipt, 'nonsense']);
       expect(stale.acked).toEqual([again[0]!.receipt]);
       expect(stale.refused).toEqual([
@@ -441,7 +449,10 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
               if (outcome.ok) done = true;
               else throw new Error(JSON.stringify(outcome.error));
             } catch (error) {
-              if (!(error instanceof ContenderExitedError)) throw error;
+              if (!(error instanceof ContenderExitedError)) {
+                done = true;
+                throw error;
+              }
               crashes.push('killed');
             } finally {
               await one.close();
