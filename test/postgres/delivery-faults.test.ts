@@ -18,7 +18,7 @@ afterAll(() => fx.cleanup());
 const codeOf = (p: Promise<unknown>) =>
   p.then(
     () => 'ok',
-const codeOf = (p: Promise<unknown>) => p.then(() => 'ok', (e: { code?: string }) => e.code ?? 'no code');
+    (e: { code?: string }) => e.code ?? 'no code',
   );
 
 describe('connections cut right after COMMIT', () => {
