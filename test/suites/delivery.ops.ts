@@ -104,17 +104,19 @@ export async function consumeAll(
     const process = async (messages: typeof batch) =>
       store
         .transaction(async (tx) => {
-          await tx.db
-            .withTables<HostTables>()
-            .insertInto('delivery_processed')
-            .values(messages.map((m) => ({ message_id: m.id, attempt: m.attempt, consumer: String(tools.index) })))
-            .execute();
-          crash('mid-processing');
+          // Ack first: a refused receipt (its lease lapsed, another consumer may hold it now)
+          // stops the batch before any host write; an accepted one holds its row until commit.
           const result = await tx.messages.ackMessages(
             args.inbox,
             messages.map((m) => m.receipt),
           );
           if (result.refused.length > 0) throw new RefusedAck();
+          crash('mid-processing');
+          await tx.db
+            .withTables<HostTables>()
+            .insertInto('delivery_processed')
+            .values(messages.map((m) => ({ message_id: m.id, attempt: m.attempt, consumer: String(tools.index) })))
+            .execute();
           return true;
         })
         .catch((error: unknown) => {
