@@ -43,6 +43,8 @@ const PURPOSES: Record<string, string> = {
   cleanup_snapshots:
     'Durable cleanup inventory (resource, owner task, generation) so teardown resumes after a restart.',
   path_leases: 'Path-scoped write leases; `lease_key` compares bytewise (SPEC §5).',
+  idempotency_keys:
+    'Idempotency keys: per operation, the input fingerprint and the first outcome, written with the effect (issue 23).',
   taskfence_migrations: 'Migration history: version, name, checksum, applied_at, duration_ms.',
 };
 
