@@ -45,6 +45,8 @@ const PURPOSES: Record<string, string> = {
   path_leases: 'Path-scoped write leases; `lease_key` compares bytewise (SPEC §5).',
   semaphores: 'Counting semaphores: the latest fencing token granted per name (issue 21).',
   semaphore_holders: 'One row per granted semaphore slot; it counts against the limit while unexpired.',
+  idempotency_keys:
+    'Idempotency keys: per operation, the input fingerprint and the first outcome, written with the effect (issue 23).',
   taskfence_migrations: 'Migration history: version, name, checksum, applied_at, duration_ms.',
   taskfence_migration_state:
     'Beside the history, per applied version: the compatibility window (oldest release that may write, release that applied it) and the backfill cursor.',

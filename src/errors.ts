@@ -225,6 +225,69 @@ export class AlreadyExistsError extends TaskfenceError {
   }
 }
 
+/**
+ * An idempotency key was used before with other input (for the same operation). Nothing was
+ * changed. A retry passes the same key with the same input; a new request needs a new key.
+ */
+export class IdempotencyKeyConflictError extends TaskfenceError {
+  readonly code = 'IDEMPOTENCY_KEY_CONFLICT';
+  constructor(
+    readonly operation: string,
+    readonly key: string,
+  ) {
+    super(
+      `Idempotency key ${JSON.stringify(key)} of ${operation} was used before with other input. Nothing was changed. ` +
+        'A retry passes the same key with the same input; use a new key for a new request.',
+    );
+  }
+}
+
+/**
+ * A message was sent to a handle no run's coordinator and no dispatch's terminal has: nobody
+ * would ever read it (a misspelt handle, say). Nothing was sent. Pass `allowUnknownRecipient:
+ * true` to send to a handle that will exist later.
+ */
+export class UnknownRecipientError extends TaskfenceError {
+  readonly code = 'UNKNOWN_RECIPIENT';
+  constructor(readonly to: string) {
+    super(
+      `No coordinator run or dispatched terminal has the handle ${JSON.stringify(to)}, so nobody would read this message. ` +
+        'Nothing was sent. Check the handle, or pass allowUnknownRecipient: true for a recipient that will exist later.',
+    );
+  }
+}
+
+/** `gates.consumeResolution` on a gate that is not resolved yet: there is no decision to take. Nothing was changed. */
+export class GateNotResolvedError extends TaskfenceError {
+  readonly code = 'GATE_NOT_RESOLVED';
+  constructor(
+    readonly gateId: string,
+    readonly status: string,
+  ) {
+    super(
+      `Decision gate ${gateId} is ${status}, not resolved: there is no decision to consume yet. Wait for its resolution.`,
+    );
+  }
+}
+
+/**
+ * A resolved gate's decision was already taken by `consumer`: exactly one caller acts on a
+ * decision. Nothing was changed. The consumer's own retry passes the same idempotency key.
+ */
+export class ResolutionAlreadyConsumedError extends TaskfenceError {
+  readonly code = 'RESOLUTION_ALREADY_CONSUMED';
+  constructor(
+    readonly gateId: string,
+    readonly consumer: string,
+    readonly consumedAt: number,
+  ) {
+    super(
+      `The resolution of decision gate ${gateId} was already consumed by ${JSON.stringify(consumer)}. Nothing was changed. ` +
+        'Only one consumer acts on a decision; a consumer retrying its own call passes the same idempotencyKey.',
+    );
+  }
+}
+
 /** A write transaction could not get the write lock (SQLITE_BUSY) or commit before its deadline. */
 export class WriteTimeoutError extends TaskfenceError {
   readonly code = 'WRITE_TIMEOUT';

@@ -31,6 +31,10 @@ export {
   LockTimeoutError,
   StatementTimeoutError,
   AlreadyExistsError,
+  IdempotencyKeyConflictError,
+  UnknownRecipientError,
+  GateNotResolvedError,
+  ResolutionAlreadyConsumedError,
   WriteTimeoutError,
   MigrationLockTimeoutError,
   MigrationChecksumMismatchError,
@@ -199,13 +203,25 @@ export {
   type OpenGateInput,
   type GateRepository,
 } from './repositories/gates.js';
+export type { ConsumedResolution, ConsumeResolutionInput } from './repositories/gate-resume.js';
 export {
   DEFAULT_DELIVERY_LIMIT,
   MAX_DELIVERY_LIMIT,
+  DEFAULT_VISIBILITY_MS,
   type Message,
+  type MessageDeliveryStatus,
+  type ReceivedMessage,
   type SendMessageInput,
+  type ReceiveOptions,
+  type AckResult,
+  type ReleaseOptions,
+  type ReleaseResult,
+  type ReceiptRefusal,
+  type ReceiptRefusalReason,
+  type WaitOptions,
   type MessageRepository,
-} from './repositories/messages.js';
+} from './repositories/messages/index.js';
+export { IDEMPOTENCY_WINDOW_MS, type IdempotencyOptions } from './repositories/idempotent.js';
 export {
   WORKTREE_TARGET_PREFIX,
   UnresolvedTargetError,

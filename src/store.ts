@@ -16,7 +16,13 @@ import {
 } from './migrator/migrator.js';
 import type { Database } from './schema/database.js';
 import type { SchemaDescription } from './schema/describe.js';
-import { createStoreContext, type Clock, type StoreContext } from './repositories/context.js';
+import {
+  createStoreContext,
+  DEFAULT_SETTINGS,
+  type Clock,
+  type StoreContext,
+  type StoreSettings,
+} from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
 import { bindTransaction, lostLeaseOf, type StoreTransaction, type TransactionOptions } from './transaction.js';
 import { openRegistration } from './migrator/releases.js';
@@ -36,6 +42,11 @@ export interface StoreOptions extends DialectOptions {
   readonly clock?: Clock;
   /** Called with every event the store reports (see `TASKFENCE_CHANNELS`); the same events go to `node:diagnostics_channel`. */
   readonly onEvent?: (event: TaskfenceEvent) => void;
+  /**
+   * How many times a message is handed out (`messages.receiveMessages`) before it moves to
+   * `dead` with its last error: an integer from 1 to 1 000, default 5.
+   */
+  readonly maxAttempts?: number;
 }
 
 /** An open database: the typed Kysely instance, the migrator, and the repository groups. */
@@ -99,6 +110,7 @@ export interface Store extends Repositories {
 export async function openStore(urlOrOptions?: string | StoreOptions): Promise<Store> {
   const options: StoreOptions = typeof urlOrOptions === 'string' ? { url: urlOrOptions } : (urlOrOptions ?? {});
   const location = storeLocation(options);
+  const settings = storeSettings(options);
   const dialect =
     location.dialect === 'sqlite'
       ? await openSqliteDialect(location.filename, options)
@@ -111,7 +123,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       throw error;
     },
   );
-  const context: StoreContext = createStoreContext(dialect, options.clock ?? dialect.clock);
+  const context: StoreContext = createStoreContext(dialect, options.clock ?? dialect.clock, settings);
   const events = new EventHub(options.onEvent);
   dialect.stats.onRetry = (kind, attempt, delayMs) =>
     events.emit({ type: 'transaction.retry', kind, attempt, delayMs: Math.round(delayMs) });
@@ -142,7 +154,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
         async (trx) => {
           let open = true;
           try {
-            const tx = bindTransaction(dialect, trx, () => open, context.clock, events);
+            const tx = bindTransaction(dialect, trx, () => open, context.clock, events, settings);
             const result = await fn(tx);
             // A lease `tx.assertLease` found lost fails the transaction even if `fn` caught the error.
             const lost = lostLeaseOf(tx);
@@ -156,7 +168,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       ),
     withTransaction: <DB>(trx: Transaction<DB>) => {
       const joined = dialect.joinTransaction(trx as unknown as Transaction<Database>);
-      return bindTransaction(dialect, joined.db, () => joined.isActive(), context.clock, events);
+      return bindTransaction(dialect, joined.db, () => joined.isActive(), context.clock, events, settings);
     },
     stats: (): StoreStats => ({
       ...events.counters,
@@ -169,6 +181,15 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       await dialect.close();
     },
   });
+}
+
+/** The repositories' settings from `options`, validated before anything opens. */
+function storeSettings(options: StoreOptions): StoreSettings {
+  const maxAttempts = options.maxAttempts ?? DEFAULT_SETTINGS.maxAttempts;
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1_000) {
+    throw new InvalidArgumentError('maxAttempts', 'must be an integer from 1 to 1000');
+  }
+  return Object.freeze({ maxAttempts });
 }
 
 /** Where `options` point: the URL (with its `?schema=`), or the host's pool; `schema` must agree with the URL's. */

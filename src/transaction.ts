@@ -4,7 +4,7 @@ import type { StoreDialect, WriteTransactionFn } from './dialects/types.js';
 import { InvalidArgumentError, TransactionEndedError } from './errors.js';
 import type { EventHub } from './events.js';
 import type { Database } from './schema/database.js';
-import { createStoreContext, type Clock } from './repositories/context.js';
+import { createStoreContext, type Clock, type StoreSettings } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
 import { resourceLockKey } from './repositories/shared/lock-keys.js';
 import { LeaseLostError, requireLease, requireLeaseKind, type Lease } from './repositories/shared/lease.js';
@@ -180,9 +180,10 @@ export function bindTransaction(
   isActive: () => boolean,
   clock: Clock | undefined,
   events: EventHub,
+  settings?: StoreSettings,
 ): StoreTransaction {
   const binding = new Binding(trx, isActive);
-  const context = createStoreContext(boundDialect(dialect, binding), clock);
+  const context = createStoreContext(boundDialect(dialect, binding), clock, settings);
   const repositories = events.observe(createRepositories(context));
   const tx: StoreTransaction = Object.freeze({
     ...repositories,

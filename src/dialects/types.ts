@@ -29,6 +29,11 @@ export interface ColumnTypes {
   readonly bytewiseText: string;
   /** Do `integer` columns already hold 64 bits (SQLite)? Then widening one to `bigint` (0056) has nothing to do. */
   readonly integerIs64Bit: boolean;
+  /**
+   * Does the database have `CREATE SEQUENCE` (PostgreSQL)? Then a monotonic column defaults to
+   * `nextval`; SQLite assigns it in an `AFTER INSERT` trigger (writers are serialized there).
+   */
+  readonly nativeSequences: boolean;
 }
 
 export interface WriteTransactionOptions {

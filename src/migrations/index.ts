@@ -8,6 +8,9 @@ import { migration0054 } from './0054_ownership_generations.js';
 import { migration0055 } from './0055_path_leases.js';
 import { migration0056 } from './0056_bigint_counters.js';
 import { migration0060 } from './0060_semaphores.js';
+import { migration0070 } from './0070_message_delivery.js';
+import { migration0071 } from './0071_idempotency_keys.js';
+import { migration0072 } from './0072_gate_consumption.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -22,6 +25,9 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0055,
   migration0056,
   migration0060,
+  migration0070,
+  migration0071,
+  migration0072,
 ]);
 
 /** The schema version this code expects. */

@@ -8,19 +8,34 @@ export interface Clock {
 
 export const systemClock: Clock = Object.freeze({ now: () => Date.now() });
 
-/** What every repository receives: the dialect primitives, a clock and id generation. */
+/** Store-wide settings repositories read (from `openStore`'s options). */
+export interface StoreSettings {
+  /** Hand-outs of a message before it is dead-lettered (`maxAttempts`, default 5). */
+  readonly maxAttempts: number;
+}
+
+/** The settings of a store opened without options. */
+export const DEFAULT_SETTINGS: StoreSettings = Object.freeze({ maxAttempts: 5 });
+
+/** What every repository receives: the dialect primitives, a clock, settings and id generation. */
 export interface StoreContext {
   readonly dialect: StoreDialect;
   readonly clock: Clock;
+  readonly settings: StoreSettings;
   newId(): string;
   /** `<prefix>-<hex>` with 12 random hex digits, e.g. `coordinator-3f9a0c…`. */
   newHandle(prefix: string): string;
 }
 
-export function createStoreContext(dialect: StoreDialect, clock: Clock = systemClock): StoreContext {
+export function createStoreContext(
+  dialect: StoreDialect,
+  clock: Clock = systemClock,
+  settings: StoreSettings = DEFAULT_SETTINGS,
+): StoreContext {
   return Object.freeze({
     dialect,
     clock,
+    settings,
     newId: () => randomUUID(),
     newHandle: (prefix: string) => `${prefix}-${randomBytes(6).toString('hex')}`,
   });

@@ -2,7 +2,14 @@ import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.j
 import type { DecisionGateRow, GateStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { requireRunningRunIn } from './shared/running-run.js';
-import { optionalId, requireId, requireInput, requireText } from './validate.js';
+import { optionalId, optionalInput, requireId, requireInput, requireText } from './validate.js';
+import { runIdempotent, type IdempotencyOptions } from './idempotent.js';
+import {
+  CONSUME_REFUSALS,
+  consumeResolutionIn,
+  type ConsumedResolution,
+  type ConsumeResolutionInput,
+} from './gate-resume.js';
 
 export interface DecisionGate {
   readonly id: string;
@@ -45,10 +52,22 @@ export interface GateRepository {
   /** The gate with this id, or null; a plain read. */
   getGate(gateId: string): Promise<DecisionGate | null>;
   /**
-   * Resolves an open gate. Of concurrent resolutions exactly one wins; every later one gets
-   * `GateAlreadyResolvedError` carrying the winning resolution.
+   * Resolves an open gate. Of concurrent resolutions exactly one wins; a later call with the same
+   * resolution returns the gate (a retry converges), one with another resolution gets
+   * `GateAlreadyResolvedError` carrying the winning resolution. With an `idempotencyKey`, a retry
+   * returns the first call's outcome.
    */
-  resolveGate(gateId: string, resolution: string): Promise<DecisionGate>;
+  resolveGate(gateId: string, resolution: string, options?: IdempotencyOptions): Promise<DecisionGate>;
+  /**
+   * Lets exactly one caller take a resolved gate's decision: the first call records `consumer`
+   * and returns the resolution; every later call gets `ResolutionAlreadyConsumedError` naming the
+   * consumer (and `GateNotResolvedError` before the gate is resolved). Pass an `idempotencyKey` so
+   * the consumer's own retry (after `COMMIT_OUTCOME_UNKNOWN`) returns its first outcome.
+   *
+   * @example
+   * const taken = await store.gates.consumeResolution(gate.id, { consumer: run.id, idempotencyKey: `resume:${gate.id}` });
+   */
+  consumeResolution(gateId: string, input: ConsumeResolutionInput): Promise<ConsumedResolution>;
   /** The run's open gates, oldest first; never another run's. */
   listOpenGates(runId: string): Promise<DecisionGate[]>;
 }
@@ -127,23 +146,65 @@ export function createGateRepository(ctx: StoreContext): GateRepository {
 
     getGate,
 
-    async resolveGate(gateId, resolution) {
+    async resolveGate(gateId, resolution, options) {
       requireId('gateId', gateId);
       const text = requireText('resolution', resolution);
-      // `status = 'open'` in the WHERE makes the resolution a compare-and-set.
-      const row = await dialect.writeTransaction((trx) =>
-        trx
-          .updateTable('decision_gates')
-          .set({ status: 'resolved', resolution: text, resolved_at: ctx.clock.now() })
-          .where('id', '=', gateId)
-          .where('status', '=', 'open')
-          .returningAll()
-          .executeTakeFirst(),
+      const key = optionalInput('options', options).idempotencyKey;
+      const call =
+        key === undefined
+          ? null
+          : {
+              operation: 'gates.resolveGate',
+              key: requireId('idempotencyKey', key),
+              input: { gateId, resolution: text },
+              refusals: [GateAlreadyResolvedError, NotFoundError],
+            };
+      return runIdempotent(
+        dialect,
+        () => ctx.clock.now(),
+        call,
+        async (trx) => {
+          // `status = 'open'` in the WHERE makes the resolution a compare-and-set.
+          const row = await trx
+            .updateTable('decision_gates')
+            .set({ status: 'resolved', resolution: text, resolved_at: ctx.clock.now() })
+            .where('id', '=', gateId)
+            .where('status', '=', 'open')
+            .returningAll()
+            .executeTakeFirst();
+          if (row) return toDecisionGate(row);
+          const current = await trx
+            .selectFrom('decision_gates')
+            .selectAll()
+            .where('id', '=', gateId)
+            .executeTakeFirst();
+          if (!current) throw new NotFoundError('decision gate', gateId);
+          // The same resolution again is a retry that converged: the gate, as resolved.
+          if (current.status === 'resolved' && current.resolution === text) return toDecisionGate(current);
+          throw new GateAlreadyResolvedError(gateId, current.resolution, current.resolved_at);
+        },
       );
-      if (row) return toDecisionGate(row);
-      const current = await getGate(gateId);
-      if (!current) throw new NotFoundError('decision gate', gateId);
-      throw new GateAlreadyResolvedError(gateId, current.resolution, current.resolvedAt);
+    },
+
+    async consumeResolution(gateId, input) {
+      requireId('gateId', gateId);
+      requireInput('input', input);
+      const consumer = requireId('consumer', input.consumer);
+      const call =
+        input.idempotencyKey === undefined
+          ? null
+          : {
+              operation: 'gates.consumeResolution',
+              key: requireId('idempotencyKey', input.idempotencyKey),
+              input: { gateId, consumer },
+              refusals: CONSUME_REFUSALS,
+            };
+      return runIdempotent(
+        dialect,
+        () => ctx.clock.now(),
+        call,
+        (trx) => consumeResolutionIn(trx, gateId, consumer, ctx.clock.now()),
+      );
     },
 
     async listOpenGates(runId) {

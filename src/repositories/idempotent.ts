@@ -1,5 +1,6 @@
-import type { Kysely, Transaction } from 'kysely';
-import { AlreadyExistsError, NotFoundError } from '../errors.js';
+import { createHash } from 'node:crypto';
+import { sql, type Kysely, type Transaction } from 'kysely';
+import { AlreadyExistsError, IdempotencyKeyConflictError, NotFoundError, type TaskfenceError } from '../errors.js';
 import type { StoreDialect } from '../dialects/types.js';
 import type { Database } from '../schema/database.js';
 
@@ -65,4 +66,147 @@ export async function requireReferences(
     const row = await db.selectFrom(table).select('id').where('id', '=', id).executeTakeFirst();
     if (!row) throw new NotFoundError(entity, id);
   }
+}
+
+/*
+ * Idempotency keys, for mutations without a natural id (issue 23 item 3). A call that passes
+ * `idempotencyKey` records, in the same transaction as its effect, the key, a fingerprint of its
+ * input and its outcome: the result, or one of the call's typed refusals. A retry with the same
+ * key and input (after COMMIT_OUTCOME_UNKNOWN, say) returns that outcome without running again;
+ * other input under the key is `IdempotencyKeyConflictError`. Keys are per operation.
+ *
+ * The key row is inserted first: on PostgreSQL a concurrent call with the same key waits on the
+ * primary key until the first commits (then reads its outcome) or rolls back (then runs itself);
+ * on SQLite writers are serialized. Without a key, a call pays nothing.
+ *
+ * Keys are kept for at least `IDEMPOTENCY_WINDOW_MS` (24 hours); `maintenance.prune` deletes
+ * older ones (those older than its cutoff too).
+ */
+
+/** How long a key (and a message id) is remembered at least: 24 hours. */
+export const IDEMPOTENCY_WINDOW_MS = 24 * 3600_000;
+
+/** An idempotency key for a call without a natural id (see the README: Failure model). */
+export interface IdempotencyOptions {
+  /**
+   * A retry with the same key and the same input returns the first call's outcome (a result or
+   * the same typed refusal); other input under the key is `IDEMPOTENCY_KEY_CONFLICT`. Keys are
+   * per operation and kept at least 24 hours (`IDEMPOTENCY_WINDOW_MS`).
+   */
+  readonly idempotencyKey?: string;
+}
+
+/** A typed refusal a call may record as its outcome (the class, rebuilt on a replay). */
+export type RefusalClass = abstract new (...args: never[]) => TaskfenceError;
+
+/** One keyed call: the operation (keys are per operation), the caller's key, and its input. */
+export interface IdempotentCall {
+  readonly operation: string;
+  readonly key: string;
+  /** The call's input (JSON); a retry must pass the same. */
+  readonly input: unknown;
+  /** The typed refusals that are outcomes (stored and replayed); any other error stores nothing. */
+  readonly refusals: readonly RefusalClass[];
+}
+
+interface StoredRefusal {
+  readonly name: string;
+  readonly message: string;
+  /** Own fields, `code` and `name` included. */
+  readonly fields: Record<string, unknown>;
+}
+
+type StoredOutcome =
+  | { readonly ok: true; readonly value: unknown }
+  | { readonly ok: false; readonly error: StoredRefusal };
+
+const SAVEPOINT = sql.raw('savepoint taskfence_idempotent');
+const ROLLBACK_TO = sql.raw('rollback to savepoint taskfence_idempotent');
+const RELEASE = sql.raw('release savepoint taskfence_idempotent');
+
+/** A stable fingerprint of a JSON input: object keys sorted, undefined dropped. */
+export function fingerprintOf(input: unknown): string {
+  return createHash('sha256').update(stableJson(input)).digest('hex');
+}
+
+function stableJson(value: unknown): string {
+  if (value === undefined || value === null) return 'null';
+  if (Array.isArray(value)) return `[${value.map(stableJson).join(',')}]`;
+  if (typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${stableJson(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+/**
+ * Runs `effect` in one write transaction of `dialect`, under `call`'s key when there is one
+ * (null: no key, exactly `dialect.writeTransaction(effect)`). The result must be JSON data.
+ */
+export async function runIdempotent<T>(
+  dialect: StoreDialect,
+  now: () => number,
+  call: IdempotentCall | null,
+  effect: (trx: Transaction<Database>) => Promise<T>,
+): Promise<T> {
+  if (call === null) return dialect.writeTransaction(effect);
+  const fingerprint = fingerprintOf(call.input);
+  const outcome = await dialect.writeTransaction(async (trx): Promise<StoredOutcome> => {
+    const claimed = await trx
+      .insertInto('idempotency_keys')
+      .values({ operation: call.operation, key: call.key, fingerprint, outcome: '{}', created_at: now() })
+      .onConflict((oc) => oc.columns(['operation', 'key']).doNothing())
+      .returning('key')
+      .executeTakeFirst();
+    if (!claimed) {
+      const stored = await trx
+        .selectFrom('idempotency_keys')
+        .select(['fingerprint', 'outcome'])
+        .where('operation', '=', call.operation)
+        .where('key', '=', call.key)
+        .executeTakeFirstOrThrow();
+      if (stored.fingerprint !== fingerprint) throw new IdempotencyKeyConflictError(call.operation, call.key);
+      return JSON.parse(stored.outcome) as StoredOutcome;
+    }
+    let result: StoredOutcome;
+    await SAVEPOINT.execute(trx);
+    try {
+      result = { ok: true, value: await effect(trx) };
+      await RELEASE.execute(trx);
+    } catch (error) {
+      const refusal = call.refusals.find((cls) => error instanceof cls) !== undefined;
+      if (!refusal) throw error;
+      // Undo whatever the refused effect wrote; the key keeps the refusal.
+      await ROLLBACK_TO.execute(trx);
+      await RELEASE.execute(trx);
+      const refused = error as TaskfenceError;
+      result = { ok: false, error: { name: refused.name, message: refused.message, fields: { ...refused } } };
+    }
+    await trx
+      .updateTable('idempotency_keys')
+      .set({ outcome: JSON.stringify(result) })
+      .where('operation', '=', call.operation)
+      .where('key', '=', call.key)
+      .execute();
+    return result;
+  });
+  if (outcome.ok) return outcome.value as T;
+  throw replayRefusal(call, outcome.error);
+}
+
+/** The stored refusal as an instance of its class again (same fields and message as first thrown). */
+function replayRefusal(call: IdempotentCall, stored: StoredRefusal): Error {
+  const cls = call.refusals.find((c) => c.name === stored.name);
+  if (cls === undefined) return new IdempotencyKeyConflictError(call.operation, call.key);
+  const error = Object.create(cls.prototype as object) as TaskfenceError;
+  Object.assign(error, stored.fields);
+  Object.defineProperty(error, 'stack', {
+    value: `${stored.name}: ${stored.message}\n    (replayed for idempotency key ${JSON.stringify(call.key)})`,
+    configurable: true,
+    writable: true,
+  });
+  Object.defineProperty(error, 'message', { value: stored.message, configurable: true, writable: true });
+  return error;
 }

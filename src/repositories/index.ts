@@ -5,7 +5,7 @@ import { createGateRepository, type GateRepository } from './gates.js';
 import { createLockRepository } from './locks.js';
 import type { LockRepository } from './shared/leases.js';
 import { createMaintenanceRepository, type MaintenanceRepository } from './maintenance.js';
-import { createMessageRepository, type MessageRepository } from './messages.js';
+import { createMessageRepository, type MessageRepository } from './messages/index.js';
 import { createOrgRepository, type OrgRepository } from './org.js';
 import { createOwnershipRepository } from './ownership/index.js';
 import type { OwnershipRepository } from './ownership/types.js';

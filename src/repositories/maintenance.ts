@@ -3,6 +3,7 @@ import { InvalidArgumentError } from '../errors.js';
 import type { Database } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { tableIn } from '../query/schema.js';
+import { IDEMPOTENCY_WINDOW_MS } from './idempotent.js';
 
 /** What `prune` may delete, table by table. */
 export type PrunableTable =
@@ -11,7 +12,8 @@ export type PrunableTable =
   | 'dispatch_contexts'
   | 'coordinator_runs'
   | 'cleanup_snapshots'
-  | 'path_leases';
+  | 'path_leases'
+  | 'idempotency_keys';
 
 export interface PruneOptions {
   /** Only rows finished at least this long ago (ms) are deleted; 0 = everything finished. */
@@ -36,7 +38,11 @@ export interface MaintenanceRepository {
    * Deletes, in bounded batches (one write transaction each), what is finished and older than
    * `olderThanMs`: delivered messages, resolved gates and ended dispatches of runs that are not
    * running, stopped runs with nothing left that points at them, completed or stale cleanup
-   * snapshots, and path leases that expired before the cutoff.
+   * snapshots, path leases that expired before the cutoff, dead messages, pending messages no
+   * run or active dispatch can read any more (see the README: Messages), and idempotency keys.
+   * Idempotency keys are kept at least `IDEMPOTENCY_WINDOW_MS` (24 hours) whatever
+   * `olderThanMs` says; a message id is remembered as long as its message is kept (choose
+   * `olderThanMs` longer than senders retry).
    *
    * Never deleted: anything a live run, lease or claim references (a running run's dispatches and
    * gates, an active dispatch, an open gate, a pending or claimed or retryable snapshot), and no
@@ -64,16 +70,58 @@ const ownedByRunningRun = (
 
 /** For each table: the ids of up to `limit` prunable rows (re-checked in the delete's own transaction). */
 const candidates: Record<
-  Exclude<PrunableTable, 'path_leases'>,
+  Exclude<PrunableTable, 'path_leases' | 'idempotency_keys'>,
   (db: Db, cutoff: number, limit: number, only?: readonly string[]) => Promise<string[]>
 > = {
   async messages(db, cutoff, limit, only) {
+    // Acked messages; dead letters; and pending ones nobody can read any more: addressed to a
+    // handle that is neither a running run's coordinator (or a stopped one's whose target has a
+    // running run, which takes its inbox over) nor an active dispatch's terminal. A message's id
+    // is remembered (a resend with it converges) for as long as the row is kept.
     const rows = await db
-      .selectFrom('messages')
-      .select('id')
-      .where('status', '=', 'delivered')
-      .where('delivered_at', '<', cutoff)
-      .$if(only !== undefined, (qb) => qb.where('id', 'in', only as string[]))
+      .selectFrom('messages as m')
+      .select('m.id')
+      .where((eb) =>
+        eb.or([
+          eb.and([eb('m.status', '=', 'delivered'), eb('m.delivered_at', '<', cutoff)]),
+          eb.and([eb('m.status', '=', 'pending'), eb('m.dead_at', '<', cutoff)]),
+          eb.and([
+            eb('m.status', '=', 'pending'),
+            eb('m.dead_at', 'is', null),
+            eb('m.created_at', '<', cutoff),
+            eb.not(
+              eb.exists(
+                eb
+                  .selectFrom('coordinator_runs as r')
+                  .select('r.id')
+                  .whereRef('r.coordinator_handle', '=', 'm.to_handle')
+                  .where((w) =>
+                    w.or([
+                      w('r.status', '=', 'running'),
+                      w.exists(
+                        w
+                          .selectFrom('coordinator_runs as s')
+                          .select('s.id')
+                          .whereRef('s.target_key', '=', 'r.target_key')
+                          .where('s.status', '=', 'running'),
+                      ),
+                    ]),
+                  ),
+              ),
+            ),
+            eb.not(
+              eb.exists(
+                eb
+                  .selectFrom('dispatch_contexts as d')
+                  .select('d.id')
+                  .whereRef('d.terminal_handle', '=', 'm.to_handle')
+                  .where('d.status', '=', 'active'),
+              ),
+            ),
+          ]),
+        ]),
+      )
+      .$if(only !== undefined, (qb) => qb.where('m.id', 'in', only as string[]))
       .limit(limit)
       .execute();
     return rows.map((r) => r.id);
@@ -144,7 +192,7 @@ const candidates: Record<
 /** Deletes `ids` from `table`, re-checking each row's prunability inside the delete's transaction. */
 async function deleteBatch(
   trx: Transaction<Database>,
-  table: Exclude<PrunableTable, 'path_leases'>,
+  table: Exclude<PrunableTable, 'path_leases' | 'idempotency_keys'>,
   ids: string[],
   cutoff: number,
 ): Promise<number> {
@@ -171,7 +219,11 @@ export function createMaintenanceRepository(ctx: StoreContext): MaintenanceRepos
       if (options.dryRun !== undefined && typeof options.dryRun !== 'boolean')
         throw new InvalidArgumentError('dryRun', 'must be true or false');
       const dryRun = options.dryRun ?? false;
-      const cutoff = ctx.clock.now() - olderThanMs;
+      const now = ctx.clock.now();
+      const cutoff = now - olderThanMs;
+      // Idempotency keys are remembered for at least the window, whatever olderThanMs says.
+      const keptCutoff = Math.min(cutoff, now - IDEMPOTENCY_WINDOW_MS);
+      const cutoffOf = (_table: PrunableTable) => cutoff;
       const deleted: Record<PrunableTable, number> = {
         messages: 0,
         decision_gates: 0,
@@ -179,6 +231,7 @@ export function createMaintenanceRepository(ctx: StoreContext): MaintenanceRepos
         coordinator_runs: 0,
         cleanup_snapshots: 0,
         path_leases: 0,
+        idempotency_keys: 0,
       };
       // Dependents first: a run goes only once its dispatches and gates are gone.
       for (const table of [
@@ -189,19 +242,20 @@ export function createMaintenanceRepository(ctx: StoreContext): MaintenanceRepos
         'cleanup_snapshots',
       ] as const) {
         if (dryRun) {
-          deleted[table] = await countCandidates(dialect.db, table, cutoff);
+          deleted[table] = await countCandidates(dialect.db, table, cutoffOf(table));
           continue;
         }
         for (;;) {
-          const ids = await candidates[table](dialect.db, cutoff, batchSize);
+          const ids = await candidates[table](dialect.db, cutoffOf(table), batchSize);
           if (ids.length === 0) break;
-          const n = await dialect.writeTransaction((trx) => deleteBatch(trx, table, ids, cutoff));
+          const n = await dialect.writeTransaction((trx) => deleteBatch(trx, table, ids, cutoffOf(table)));
           deleted[table] += n;
           if (ids.length < batchSize) break;
           if (n === 0) break; // every candidate changed meanwhile: leave them to the next prune
         }
       }
       deleted.path_leases = await prunePathLeases(ctx, cutoff, batchSize, dryRun);
+      deleted.idempotency_keys = await pruneIdempotencyKeys(ctx, keptCutoff, batchSize, dryRun);
       return { cutoff, dryRun, deleted };
     },
   };
@@ -210,7 +264,7 @@ export function createMaintenanceRepository(ctx: StoreContext): MaintenanceRepos
 /** With `dryRun`: how many rows each table would lose (runs count the dispatches and gates that would go first). */
 async function countCandidates(
   db: Kysely<Database>,
-  table: Exclude<PrunableTable, 'path_leases'>,
+  table: Exclude<PrunableTable, 'path_leases' | 'idempotency_keys'>,
   cutoff: number,
 ): Promise<number> {
   if (table !== 'coordinator_runs') return (await candidates[table](db, cutoff, Number.MAX_SAFE_INTEGER)).length;
@@ -271,6 +325,43 @@ async function prunePathLeases(ctx: StoreContext, cutoff: number, batchSize: num
           .where('lease_key', '=', row.lease_key)
           .where('holder', '=', row.holder)
           .where('expires_at', '<', cutoff)
+          .executeTakeFirst();
+        removed += Number(result.numDeletedRows);
+      }
+      return { removed, seen: rows.length };
+    });
+    total += n.removed;
+    if (n.seen < batchSize) return total;
+  }
+}
+
+/** Idempotency keys created before `cutoff` (at most now − IDEMPOTENCY_WINDOW_MS), in batches. */
+async function pruneIdempotencyKeys(
+  ctx: StoreContext,
+  cutoff: number,
+  batchSize: number,
+  dryRun: boolean,
+): Promise<number> {
+  const { dialect } = ctx;
+  const select = (db: Db, limit: number) =>
+    db
+      .selectFrom('idempotency_keys')
+      .select(['operation', 'key'])
+      .where('created_at', '<', cutoff)
+      .limit(limit)
+      .execute();
+  if (dryRun) return (await select(dialect.db, Number.MAX_SAFE_INTEGER)).length;
+  let total = 0;
+  for (;;) {
+    const n = await dialect.writeTransaction(async (trx) => {
+      const rows = await select(trx, batchSize);
+      let removed = 0;
+      for (const row of rows) {
+        const result = await trx
+          .deleteFrom('idempotency_keys')
+          .where('operation', '=', row.operation)
+          .where('key', '=', row.key)
+          .where('created_at', '<', cutoff)
           .executeTakeFirst();
         removed += Number(result.numDeletedRows);
       }

@@ -25,6 +25,7 @@ export interface Database {
   path_leases: PathLeasesTable;
   semaphores: SemaphoresTable;
   semaphore_holders: SemaphoreHoldersTable;
+  idempotency_keys: IdempotencyKeysTable;
   taskfence_migrations: MigrationHistoryTable;
 }
 
@@ -167,6 +168,10 @@ export interface DecisionGatesTable {
   resolved_at: EpochMs | null;
   /** 0006 */
   coordinator_run_id: string | null;
+  /** 0072 */
+  consumed_by: string | null;
+  /** 0072 */
+  consumed_at: EpochMs | null;
 }
 
 export interface MessagesTable {
@@ -178,6 +183,27 @@ export interface MessagesTable {
   status: MessageStatus;
   created_at: EpochMs;
   delivered_at: EpochMs | null;
+  /** 0070: the send order (a sequence default on PostgreSQL, a trigger on SQLite). */
+  seq: Generated<number>;
+  /** 0070: hand-outs so far. */
+  attempts: Generated<number>;
+  /** 0070: the current hand-out's receipt. */
+  receipt: string | null;
+  /** 0070: when the current hand-out's lease lapses (null: never handed out or released). */
+  visible_at: EpochMs | null;
+  /** 0070: dead-lettered at (the row stays `pending`). */
+  dead_at: EpochMs | null;
+  /** 0070 */
+  last_error: string | null;
+}
+
+/** 0071 */
+export interface IdempotencyKeysTable {
+  operation: string;
+  key: string;
+  fingerprint: string;
+  outcome: string;
+  created_at: EpochMs;
 }
 
 /** 0053 / 0054 */

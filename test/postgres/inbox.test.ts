@@ -18,7 +18,13 @@ describe('parallel inbox consumers', () => {
     const store = await fx.open(url);
     await store.migrate();
     for (let i = 0; i < 10; i++)
-      await store.messages.sendMessage({ from: 'w', to: 'inbox', kind: 'k', payload: { i } });
+      await store.messages.sendMessage({
+        allowUnknownRecipient: true,
+        from: 'w',
+        to: 'inbox',
+        kind: 'k',
+        payload: { i },
+      });
     const admin = new pg.Client({ connectionString: url });
     await admin.connect();
     await useUrlSchema(admin, url);

@@ -61,13 +61,23 @@ describe.runIf(runHere)('wake-ups through PgBouncer in transaction mode, with li
       const sender = await open({ url: pooled });
       const waiting = consumer.messages.waitForMessages('inbox-pooled', { timeoutMs: 600_000 });
       await listenerUp(new URL(direct).pathname.slice(1));
-      const sent = await sender.messages.sendMessage({ from: 'worker', to: 'inbox-pooled', kind: 'done' });
+      const sent = await sender.messages.sendMessage({
+        allowUnknownRecipient: true,
+        from: 'worker',
+        to: 'inbox-pooled',
+        kind: 'done',
+      });
       expect((await waiting).map((m) => m.id)).toEqual([sent.id]);
       // And again on the same listener: its LISTEN is a session of its own, not a pooled server
       // connection some other client now uses.
       const again = consumer.messages.waitForMessages('inbox-pooled', { timeoutMs: 600_000 });
       await new Promise((resolve) => setTimeout(resolve, 100));
-      const second = await sender.messages.sendMessage({ from: 'worker', to: 'inbox-pooled', kind: 'again' });
+      const second = await sender.messages.sendMessage({
+        allowUnknownRecipient: true,
+        from: 'worker',
+        to: 'inbox-pooled',
+        kind: 'again',
+      });
       expect((await again).map((m) => m.id)).toEqual([second.id]);
     },
   );

@@ -45,7 +45,13 @@ export function defineDialectSuite(makeFixture: () => DialectFixture) {
         trx.insertInto('companies').values({ id: 'first', name: 'holder', created_at: 1 }).execute(),
       );
       const retriesBefore = waiter.dialect.stats.retries;
-      const sending = waiter.messages.sendMessage({ from: 'w', to: 'c', kind: 'k', payload: null });
+      const sending = waiter.messages.sendMessage({
+        allowUnknownRecipient: true,
+        from: 'w',
+        to: 'c',
+        kind: 'k',
+        payload: null,
+      });
       const creating = waiter.org.createCompany({ id: 'second', name: 'waiter' });
       await new Promise((resolve) => setTimeout(resolve, 300)); // several busy timeouts
       await lock.release();

@@ -572,7 +572,13 @@ async function seed(store: Store): Promise<Pools> {
   await store.ownership.createEnvironment({ id: 'e2', ownerTaskId: parent.id, rootPath: '/e2', groupId: group.id });
   const dispatch = await store.dispatches.createDispatch({ taskId: 't3', terminalHandle: 'term-1', agentId: agent.id });
   const gate = await store.gates.openGate({ question: 'go?', taskId: parent.id });
-  await store.messages.sendMessage({ from: 'term-1', to: 'coord-1', kind: 'done', payload: { ok: true } });
+  await store.messages.sendMessage({
+    allowUnknownRecipient: true,
+    from: 'term-1',
+    to: 'coord-1',
+    kind: 'done',
+    payload: { ok: true },
+  });
   await store.locks.claimWorkspaceLock('w2', { holder: 'holder-1', runId: run.id, ttlMs: 600_000 });
   await store.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'holder-1', paths: ['docs'], ttlMs: 600_000 });
   const doomed = await store.tasks.createTask({

@@ -64,10 +64,20 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     const liveGate = await store.gates.openGate({ question: 'live?', runId: live.id });
     await store.gates.resolveGate(liveGate.id, 'yes');
     const openGate = await store.gates.openGate({ question: 'open?', runId: live.id });
-    // Messages: one delivered, one pending.
-    await store.messages.sendMessage({ from: 'a', to: 'inbox', kind: 'k' });
+    // Messages: one delivered, one pending nobody can read (no run or terminal has its handle),
+    // one pending for the live run, one dead for the live run.
+    await store.messages.sendMessage({ allowUnknownRecipient: true, from: 'a', to: 'inbox', kind: 'k' });
     await store.messages.deliverPendingMessages('inbox');
-    await store.messages.sendMessage({ from: 'a', to: 'inbox', kind: 'k' });
+    await store.messages.sendMessage({ allowUnknownRecipient: true, from: 'a', to: 'inbox', kind: 'k' });
+    await store.messages.sendMessage({ from: 'a', to: live.coordinatorHandle, kind: 'k' });
+    await store.messages.sendMessage({ from: 'a', to: live.coordinatorHandle, kind: 'dead' });
+    const [toKill] = await store.messages.receiveMessages(live.coordinatorHandle, { limit: 1, visibilityMs: 100 });
+    for (let attempt = 1; attempt < 5; attempt++) {
+      clock.t += 100;
+      await store.messages.receiveMessages(live.coordinatorHandle, { limit: 1, visibilityMs: 100 });
+    }
+    clock.t += 100;
+    expect((await store.messages.listDeadMessages(live.coordinatorHandle)).map((m) => m.id)).toEqual([toKill!.id]);
     // Path leases: one that expires soon, one long-lived.
     await store.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'h1', paths: ['a'], ttlMs: 500 });
     await store.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'h2', paths: ['b'], ttlMs: 1_000_000 });
@@ -97,12 +107,13 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
       snapshots: await count(store, 'cleanup_snapshots'),
     };
     const expected = {
-      messages: 1,
+      messages: 3,
       decision_gates: 1,
       dispatch_contexts: 1,
       coordinator_runs: 1,
       cleanup_snapshots: 1,
       path_leases: 1,
+      idempotency_keys: 0,
     };
     const dry = await store.maintenance.prune({ olderThanMs: 50_000, dryRun: true });
     expect(dry).toEqual({ cutoff: 50_000, dryRun: true, deleted: expected });
@@ -115,7 +126,8 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     expect(await store.gates.getGate(liveGate.id)).not.toBeNull();
     expect(await store.gates.getGate(openGate.id)).not.toBeNull();
     expect(await store.gates.getGate(oldGate.id)).toBeNull();
-    expect(await store.messages.countPendingMessages('inbox')).toBe(1);
+    expect(await store.messages.countPendingMessages('inbox')).toBe(0);
+    expect(await store.messages.countPendingMessages(live.coordinatorHandle)).toBe(1);
     expect((await store.paths.listPathLeases({ workspaceId: ws.id })).map((l) => l.holder)).toEqual(['h2']);
     expect(await count(store, 'workspace_locks')).toBe(1);
     expect(await count(store, 'cleanup_snapshots')).toBe(before.snapshots - 1);

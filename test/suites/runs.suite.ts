@@ -536,6 +536,7 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       for (let i = 0; i < 5; i++) {
         sent.push(
           await store.messages.sendMessage({
+            allowUnknownRecipient: true,
             from: 'worker-1',
             to: 'coordinator-a',
             kind: 'worker_done',
@@ -544,7 +545,12 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
         );
         clock.advance(1);
       }
-      await store.messages.sendMessage({ from: 'worker-1', to: 'coordinator-b', kind: 'heartbeat' });
+      await store.messages.sendMessage({
+        allowUnknownRecipient: true,
+        from: 'worker-1',
+        to: 'coordinator-b',
+        kind: 'heartbeat',
+      });
       const firstBatch = await store.messages.deliverPendingMessages('coordinator-a', { limit: 3 });
       expect(firstBatch.map((m) => m.payload)).toEqual([{ i: 0 }, { i: 1 }, { i: 2 }]);
       expect(firstBatch.every((m) => m.status === 'delivered' && m.deliveredAt !== null)).toBe(true);

@@ -61,6 +61,7 @@ export function defineWakeupSuite(makeFixture: () => DialectFixture) {
     const waiting = consumer.messages.waitForMessages('inbox-wake', { timeoutMs: 600_000 });
     await new Promise((resolve) => setTimeout(resolve, 200));
     const sent = await sender.messages.sendMessage({
+      allowUnknownRecipient: true,
       from: 'worker',
       to: 'inbox-wake',
       kind: 'done',
@@ -75,7 +76,12 @@ export function defineWakeupSuite(makeFixture: () => DialectFixture) {
     const sender = await fx.open(url, { wakeNotifications: false });
     const waiting = consumer.messages.waitForMessages('inbox-lost', { timeoutMs: 600_000 });
     await new Promise((resolve) => setTimeout(resolve, 100));
-    const sent = await sender.messages.sendMessage({ from: 'worker', to: 'inbox-lost', kind: 'done' });
+    const sent = await sender.messages.sendMessage({
+      allowUnknownRecipient: true,
+      from: 'worker',
+      to: 'inbox-lost',
+      kind: 'done',
+    });
     expect((await waiting).map((m) => m.id)).toEqual([sent.id]);
   });
 
@@ -88,7 +94,12 @@ export function defineWakeupSuite(makeFixture: () => DialectFixture) {
         const sender = await fx.open(url);
         const first = consumer.messages.waitForMessages('inbox-reconnect', { timeoutMs: 600_000 });
         await new Promise((resolve) => setTimeout(resolve, 200));
-        await sender.messages.sendMessage({ from: 'w', to: 'inbox-reconnect', kind: 'one' });
+        await sender.messages.sendMessage({
+          allowUnknownRecipient: true,
+          from: 'w',
+          to: 'inbox-reconnect',
+          kind: 'one',
+        });
         expect(await first).toHaveLength(1);
         const admin = new pg.Client({ connectionString: url });
         await admin.connect();
@@ -102,7 +113,12 @@ export function defineWakeupSuite(makeFixture: () => DialectFixture) {
         }
         const second = consumer.messages.waitForMessages('inbox-reconnect', { timeoutMs: 600_000 });
         await new Promise((resolve) => setTimeout(resolve, 500));
-        await sender.messages.sendMessage({ from: 'w', to: 'inbox-reconnect', kind: 'two' });
+        await sender.messages.sendMessage({
+          allowUnknownRecipient: true,
+          from: 'w',
+          to: 'inbox-reconnect',
+          kind: 'two',
+        });
         expect((await second).map((m) => m.kind)).toEqual(['two']);
       },
     );

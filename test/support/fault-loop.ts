@@ -104,6 +104,7 @@ async function round(store: Store, i: number, ids: { companyId: string; workspac
 
   await op(() =>
     store.messages.sendMessage({
+      allowUnknownRecipient: true,
       from: run!.coordinatorHandle,
       to: `inbox-${process.pid}`,
       kind: 'note',

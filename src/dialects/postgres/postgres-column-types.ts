@@ -5,4 +5,5 @@ export const POSTGRES_COLUMN_TYPES: ColumnTypes = Object.freeze({
   epochMs: 'bigint',
   bytewiseText: 'text collate "C"',
   integerIs64Bit: false,
+  nativeSequences: true,
 });

@@ -5,4 +5,5 @@ export const SQLITE_COLUMN_TYPES: ColumnTypes = Object.freeze({
   epochMs: 'integer',
   bytewiseText: 'text',
   integerIs64Bit: true,
+  nativeSequences: false,
 });

@@ -1,0 +1,337 @@
+import { randomBytes } from 'node:crypto';
+import type { Transaction } from 'kysely';
+import { InvalidArgumentError, UnknownRecipientError } from '../../errors.js';
+import type { Database, MessageRow } from '../../schema/database.js';
+import { clampTimerMs } from '../../timers.js';
+import type { StoreContext } from '../context.js';
+import { createOnce, requireSameCreate, runIdempotent, type IdempotentCall } from '../idempotent.js';
+import {
+  optionalInput,
+  optionalText,
+  requireBoolean,
+  requireId,
+  requireInput,
+  requireJson,
+  requireLimit,
+  requirePositiveMs,
+} from '../validate.js';
+import {
+  DEAD_LETTER_LAPSED,
+  DELIVER_SERIALIZED,
+  DELIVER_SKIP_LOCKED,
+  RECEIVE_SERIALIZED,
+  RECEIVE_SKIP_LOCKED,
+  TAKE_OVER,
+} from './statements.js';
+import { ackReceipts, releaseReceipts, requireReceipts } from './receipts.js';
+import {
+  DEFAULT_DELIVERY_LIMIT,
+  DEFAULT_VISIBILITY_MS,
+  MAX_DELIVERY_LIMIT,
+  type Message,
+  type MessageRepository,
+  type ReceivedMessage,
+} from './types.js';
+
+export * from './types.js';
+
+/** Maps a `messages` row to the public shape (payload parsed from JSON). */
+export function toMessage(row: MessageRow): Message {
+  return {
+    id: row.id,
+    seq: Number(row.seq),
+    from: row.from_handle,
+    to: row.to_handle,
+    kind: row.kind,
+    payload: row.payload === null ? null : JSON.parse(row.payload),
+    status: row.dead_at !== null ? 'dead' : row.status,
+    attempts: Number(row.attempts),
+    createdAt: row.created_at,
+    deliveredAt: row.delivered_at,
+    lastError: row.last_error,
+    deadAt: row.dead_at,
+  };
+}
+
+/** A handed-out row as a received message. */
+function toReceived(row: MessageRow): ReceivedMessage {
+  return { ...toMessage(row), receipt: row.receipt!, attempt: Number(row.attempts), visibleAgainAt: row.visible_at! };
+}
+
+/** Oldest first: the send order. */
+const bySeq = (a: MessageRow, b: MessageRow) => Number(a.seq) - Number(b.seq);
+
+/** The wake-up topic of an inbox: announced when a message to it commits. */
+const inboxTopic = (handle: string) => `inbox:${handle}`;
+
+/** A hand-out's lease: the default, or any duration `requirePositiveMs` allows. */
+function visibilityOf(value: unknown): number {
+  return value === undefined ? DEFAULT_VISIBILITY_MS : requirePositiveMs('visibilityMs', value);
+}
+
+/** The key of a call, or null; validated before any statement. */
+function keyed(operation: string, key: unknown, input: unknown, refusals: IdempotentCall['refusals'] = []) {
+  if (key === undefined) return null;
+  return { operation, key: requireId('idempotencyKey', key), input, refusals } satisfies IdempotentCall;
+}
+
+/** The message repository on a store context (wired as `store.messages`). */
+export function createMessageRepository(ctx: StoreContext): MessageRepository {
+  const { dialect } = ctx;
+  const { db } = dialect;
+  const now = () => ctx.clock.now();
+
+  /** Takes over adopted runs' messages, dead-letters lapsed last attempts, hands out the rest. */
+  async function receiveIn(trx: Transaction<Database>, handle: string, limit: number, visibilityMs: number) {
+    await TAKE_OVER.run(trx, { handle });
+    const at = now();
+    const params = {
+      handle,
+      now: at,
+      limit,
+      visibleAt: at + visibilityMs,
+      nonce: randomBytes(6).toString('hex'),
+      maxAttempts: ctx.settings.maxAttempts,
+    };
+    if (dialect.supportsSkipLocked) return RECEIVE_SKIP_LOCKED.execute(trx, params);
+    await DEAD_LETTER_LAPSED.run(trx, params);
+    return RECEIVE_SERIALIZED.execute(trx, params);
+  }
+
+  async function deliverIn(trx: Transaction<Database>, handle: string, limit: number) {
+    await TAKE_OVER.run(trx, { handle });
+    const deliver = dialect.supportsSkipLocked ? DELIVER_SKIP_LOCKED : DELIVER_SERIALIZED;
+    return deliver.execute(trx, { handle, now: now(), limit });
+  }
+
+  /** When the inbox's next leased message becomes visible again, or null. */
+  async function nextVisibleAt(handle: string): Promise<number | null> {
+    const row = await db
+      .selectFrom('messages')
+      .select((eb) => eb.fn.min('visible_at').as('at'))
+      .where('to_handle', '=', handle)
+      .where('status', '=', 'pending')
+      .where('dead_at', 'is', null)
+      .where('visible_at', '>', now())
+      .executeTakeFirst();
+    return row?.at === null || row?.at === undefined ? null : Number(row.at);
+  }
+
+  const repository = {
+    async sendMessage(input) {
+      requireInput('input', input);
+      const id = input.id === undefined ? ctx.newId() : requireId('id', input.id);
+      const payload = requireJson('payload', input.payload);
+      const from = requireId('from', input.from);
+      const to = requireId('to', input.to);
+      const kind = requireId('kind', input.kind);
+      const allowUnknown =
+        input.allowUnknownRecipient === undefined
+          ? false
+          : requireBoolean('allowUnknownRecipient', input.allowUnknownRecipient);
+      const row = await createOnce(dialect, [], () =>
+        // Through the write transaction so SQLITE_BUSY under contention is retried, not surfaced.
+        dialect.writeTransaction(async (trx) => {
+          if (input.id !== undefined) {
+            const stored = await trx.selectFrom('messages').selectAll().where('id', '=', id).executeTakeFirst();
+            if (stored) {
+              requireSameCreate('message', id, {
+                from: [from, stored.from_handle],
+                to: [to, stored.to_handle],
+                kind: [kind, stored.kind],
+                payload: [payload, stored.payload],
+              });
+              return stored;
+            }
+          }
+          const recipient = await trx
+            .selectFrom('coordinator_runs as r')
+            .select((eb) => [
+              'r.status',
+              eb
+                .selectFrom('coordinator_runs as s')
+                .select('s.coordinator_handle')
+                .whereRef('s.target_key', '=', 'r.target_key')
+                .where('s.status', '=', 'running')
+                .limit(1)
+                .as('successor'),
+            ])
+            .where('r.coordinator_handle', '=', to)
+            .executeTakeFirst();
+          if (!recipient && !allowUnknown) {
+            const terminal = await trx
+              .selectFrom('dispatch_contexts')
+              .select('id')
+              .where('terminal_handle', '=', to)
+              .limit(1)
+              .executeTakeFirst();
+            if (!terminal) throw new UnknownRecipientError(to);
+          }
+          await trx
+            .insertInto('messages')
+            .values({
+              id,
+              from_handle: from,
+              to_handle: to,
+              kind,
+              payload,
+              status: 'pending',
+              created_at: now(),
+              delivered_at: null,
+              receipt: null,
+              visible_at: null,
+              dead_at: null,
+              last_error: null,
+            })
+            .execute();
+          // Consumers waiting on the inbox (or on the run that will take it over) wake when this commits.
+          await dialect.wakeups.notify(trx, inboxTopic(to));
+          if (recipient && recipient.successor !== null && recipient.successor !== to) {
+            await dialect.wakeups.notify(trx, inboxTopic(recipient.successor));
+          }
+          // The sequence is assigned by the database (a default, or SQLite's trigger): read it back.
+          return trx.selectFrom('messages').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+        }),
+      );
+      return toMessage(row);
+    },
+
+    async receiveMessages(handle, options) {
+      requireId('handle', handle);
+      const input = optionalInput('options', options);
+      const limit = requireLimit('limit', input.limit, MAX_DELIVERY_LIMIT, DEFAULT_DELIVERY_LIMIT);
+      const visibilityMs = visibilityOf(input.visibilityMs);
+      const rows = await dialect.writeTransaction((trx) => receiveIn(trx, handle, limit, visibilityMs));
+      return rows.sort(bySeq).map(toReceived);
+    },
+
+    async ackMessages(handle, receipts, options) {
+      requireId('handle', handle);
+      const list = requireReceipts(receipts);
+      const key = optionalInput('options', options).idempotencyKey;
+      const call = keyed('messages.ackMessages', key, { handle, receipts: list });
+      return runIdempotent(dialect, now, call, (trx) => ackReceipts(trx, handle, list, now()));
+    },
+
+    async releaseMessages(handle, receipts, options) {
+      requireId('handle', handle);
+      const list = requireReceipts(receipts);
+      const input = optionalInput('options', options);
+      const delayMs = input.delayMs === undefined ? 0 : requirePositiveMs('delayMs', input.delayMs, 0);
+      const error = optionalText('error', input.error);
+      const call = keyed('messages.releaseMessages', input.idempotencyKey, { handle, receipts: list, delayMs, error });
+      return runIdempotent(dialect, now, call, (trx) =>
+        releaseReceipts(trx, handle, list, { now: now(), delayMs, error, maxAttempts: ctx.settings.maxAttempts }),
+      );
+    },
+
+    async listDeadMessages(handle, options) {
+      requireId('handle', handle);
+      const limit = requireLimit(
+        'limit',
+        optionalInput('options', options).limit,
+        MAX_DELIVERY_LIMIT,
+        DEFAULT_DELIVERY_LIMIT,
+      );
+      const rows = await db
+        .selectFrom('messages')
+        .selectAll()
+        .where('to_handle', '=', handle)
+        .where('status', '=', 'pending')
+        .where('dead_at', 'is not', null)
+        .orderBy('seq')
+        .limit(limit)
+        .execute();
+      return rows.map(toMessage);
+    },
+
+    async requeueDeadMessages(handle, ids) {
+      requireId('handle', handle);
+      const list = requireIdList('ids', ids);
+      if (list.length === 0) return [];
+      const rows = await dialect.writeTransaction(async (trx) => {
+        const requeued = await trx
+          .updateTable('messages')
+          .set({ dead_at: null, attempts: 0, receipt: null, visible_at: null })
+          .where('id', 'in', list)
+          .where('to_handle', '=', handle)
+          .where('status', '=', 'pending')
+          .where('dead_at', 'is not', null)
+          .returningAll()
+          .execute();
+        if (requeued.length > 0) await dialect.wakeups.notify(trx, inboxTopic(handle));
+        return requeued;
+      });
+      return rows.sort(bySeq).map(toMessage);
+    },
+
+    async deliverPendingMessages(handle, options) {
+      requireId('handle', handle);
+      const limit = requireLimit(
+        'limit',
+        optionalInput('options', options).limit,
+        MAX_DELIVERY_LIMIT,
+        DEFAULT_DELIVERY_LIMIT,
+      );
+      const rows = await dialect.writeTransaction((trx) => deliverIn(trx, handle, limit));
+      return rows.sort(bySeq).map(toMessage);
+    },
+
+    async waitForMessages(handle: string, options: { timeoutMs: number; limit?: number; visibilityMs?: number }) {
+      requireId('handle', handle);
+      const input = requireInput('options', options);
+      const timeoutMs = requirePositiveMs('timeoutMs', input.timeoutMs);
+      const limit = requireLimit('limit', input.limit, MAX_DELIVERY_LIMIT, DEFAULT_DELIVERY_LIMIT);
+      const leased = input.visibilityMs !== undefined;
+      const visibilityMs = leased ? visibilityOf(input.visibilityMs) : 0;
+      const deadline = performance.now() + timeoutMs;
+      for (;;) {
+        // Subscribe first: a message committed between the check and the wait still wakes us.
+        const wake = dialect.wakeups.subscribe(inboxTopic(handle));
+        let rows: MessageRow[];
+        let visibleAt: number | null = null;
+        try {
+          rows = await dialect.writeTransaction((trx) =>
+            leased ? receiveIn(trx, handle, limit, visibilityMs) : deliverIn(trx, handle, limit),
+          );
+          if (rows.length === 0) visibleAt = await nextVisibleAt(handle);
+        } catch (error) {
+          wake.cancel();
+          throw error;
+        }
+        const left = deadline - performance.now();
+        if (rows.length > 0 || left <= 0) {
+          wake.cancel();
+          rows.sort(bySeq);
+          return leased ? rows.map(toReceived) : rows.map(toMessage);
+        }
+        // A leased message whose lease lapses before the deadline wakes us too.
+        const until = visibleAt === null ? left : Math.min(left, Math.max(1, visibleAt - now() + 1));
+        const timer = setTimeout(() => wake.cancel(), clampTimerMs(until));
+        await wake.woken;
+        clearTimeout(timer);
+      }
+    },
+
+    async countPendingMessages(handle) {
+      requireId('handle', handle);
+      const row = await db
+        .selectFrom('messages')
+        .select((eb) => eb.fn.countAll<number>().as('n'))
+        .where('to_handle', '=', handle)
+        .where('status', '=', 'pending')
+        .where('dead_at', 'is', null)
+        .executeTakeFirstOrThrow();
+      return Number(row.n);
+    },
+  } satisfies Omit<MessageRepository, 'waitForMessages'> & { waitForMessages: unknown };
+  return repository as MessageRepository;
+}
+
+/** A list of ids (message ids to requeue): an array of at most `MAX_DELIVERY_LIMIT` ids. */
+function requireIdList(field: string, value: unknown): string[] {
+  if (!Array.isArray(value) || value.length > MAX_DELIVERY_LIMIT) {
+    throw new InvalidArgumentError(field, `must be an array of at most ${MAX_DELIVERY_LIMIT} ids`);
+  }
+  return [...new Set(value.map((id, i) => requireId(`${field}[${i}]`, id)))];
+}

@@ -1,0 +1,157 @@
+import { sql } from 'kysely';
+import { prepared } from '../../query/prepared.js';
+import { tableIn } from '../../query/schema.js';
+import type { MessageRow } from '../../schema/database.js';
+
+/*
+ * The delivery statements, as named fragments. A message is visible (can be handed out) when it
+ * is pending, not dead, and its lease is absent or lapsed: `visible_at is null or visible_at <=
+ * now`. Every hand-out re-checks that on the row it takes, so a leased message is never handed
+ * out twice while its lease holds.
+ */
+
+interface ReceiveParams {
+  readonly handle: string;
+  readonly now: number;
+  readonly limit: number;
+  readonly visibleAt: number;
+  readonly nonce: string;
+  readonly maxAttempts: number;
+}
+
+interface DeliverParams {
+  readonly handle: string;
+  readonly now: number;
+  readonly limit: number;
+}
+
+/** The reason a dead message died when no consumer reported an error. */
+export const LAPSED_ERROR = 'its lease lapsed on its last attempt';
+
+/**
+ * The coordinator of a running run takes over the pending messages (leased or not) addressed to
+ * the coordinators of its target's stopped runs: the runs whose work it adopted.
+ */
+export const TAKE_OVER = prepared((db, p: { handle: string }) => {
+  const runs = tableIn(db, 'coordinator_runs');
+  return sql<never>`update ${tableIn(db, 'messages')} set to_handle = ${p.handle}
+    where status = 'pending' and to_handle in (
+      select old.coordinator_handle from ${runs} old
+      where old.status <> 'running' and old.target_key = (
+        select me.target_key from ${runs} me where me.coordinator_handle = ${p.handle} and me.status = 'running'))`;
+});
+
+/** Moves the inbox's messages whose last lease lapsed to dead (SQLite; PostgreSQL does it inside RECEIVE_SKIP_LOCKED). */
+export const DEAD_LETTER_LAPSED = prepared((db, p: { handle: string; now: number; maxAttempts: number }) =>
+  db
+    .updateTable('messages')
+    .set((eb) => ({ dead_at: p.now, last_error: eb.fn.coalesce('last_error', sql.lit(LAPSED_ERROR)) }))
+    .where('to_handle', '=', p.handle)
+    .where('status', '=', 'pending')
+    .where('dead_at', 'is', null)
+    .where('visible_at', '<=', p.now)
+    .where('attempts', '>=', p.maxAttempts),
+);
+
+/** The receipt of the hand-out being made: attempt, the call's nonce, the message id. */
+const newReceipt = (nonce: string) => sql<string>`cast(attempts + 1 as text) || '.' || ${nonce} || '.' || id`;
+
+/**
+ * Hands out up to `limit` visible messages where rows cannot be locked one by one (SQLite: every
+ * writer is serialized by BEGIN IMMEDIATE anyway).
+ */
+export const RECEIVE_SERIALIZED = prepared((db, p: ReceiveParams) =>
+  db
+    .updateTable('messages')
+    .set((eb) => ({
+      attempts: eb('attempts', '+', 1),
+      visible_at: p.visibleAt,
+      receipt: newReceipt(p.nonce),
+    }))
+    .where('id', 'in', (eb) =>
+      eb
+        .selectFrom('messages as m')
+        .select('m.id')
+        .where('m.to_handle', '=', p.handle)
+        .where('m.status', '=', 'pending')
+        .where('m.dead_at', 'is', null)
+        .where((w) => w.or([w('m.visible_at', 'is', null), w('m.visible_at', '<=', p.now)]))
+        .where('m.attempts', '<', p.maxAttempts)
+        .orderBy('m.seq')
+        .limit(p.limit),
+    )
+    .where((w) => w.or([w('visible_at', 'is', null), w('visible_at', '<=', p.now)]))
+    .returningAll(),
+);
+
+/**
+ * The same hand-out for PostgreSQL, where consumers of one inbox work in parallel: the oldest
+ * visible rows are locked with `FOR UPDATE SKIP LOCKED` in a materialized CTE, so each consumer
+ * takes rows no other in-flight hand-out holds; the visibility is re-checked on the locked row.
+ * The `dead` CTE dead-letters, in the same statement, the messages whose last lease lapsed.
+ */
+export const RECEIVE_SKIP_LOCKED = prepared((db, p: ReceiveParams) => {
+  const messages = tableIn(db, 'messages');
+  return sql<MessageRow>`
+    with dead as (
+      update ${messages} set dead_at = ${p.now}, last_error = coalesce(last_error, ${LAPSED_ERROR})
+      where to_handle = ${p.handle} and status = 'pending' and dead_at is null
+        and visible_at <= ${p.now} and attempts >= ${p.maxAttempts}
+      returning id
+    ), next as materialized (
+      select id from ${messages}
+      where to_handle = ${p.handle} and status = 'pending' and dead_at is null
+        and (visible_at is null or visible_at <= ${p.now}) and attempts < ${p.maxAttempts}
+      order by seq
+      limit ${p.limit}
+      for update skip locked
+    )
+    update ${messages} set attempts = attempts + 1, visible_at = ${p.visibleAt}, receipt = ${newReceipt(p.nonce)}
+    where id in (select id from next) and (visible_at is null or visible_at <= ${p.now})
+    returning *`;
+});
+
+/** Receive and ack in one statement (`deliverPendingMessages`, at most once), serialized writers. */
+export const DELIVER_SERIALIZED = prepared((db, p: DeliverParams) =>
+  db
+    .updateTable('messages')
+    .set((eb) => ({ status: 'delivered', delivered_at: p.now, attempts: eb('attempts', '+', 1), visible_at: null }))
+    .where('id', 'in', (eb) =>
+      eb
+        .selectFrom('messages as m')
+        .select('m.id')
+        .where('m.to_handle', '=', p.handle)
+        .where('m.status', '=', 'pending')
+        .where('m.dead_at', 'is', null)
+        .where((w) => w.or([w('m.visible_at', 'is', null), w('m.visible_at', '<=', p.now)]))
+        .orderBy('m.seq')
+        .limit(p.limit),
+    )
+    .where('status', '=', 'pending')
+    .returningAll(),
+);
+
+/** The same for PostgreSQL, with `FOR UPDATE SKIP LOCKED`. */
+export const DELIVER_SKIP_LOCKED = prepared((db, p: DeliverParams) =>
+  db
+    .with(
+      (cte) => cte('next').materialized(),
+      (qb) =>
+        qb
+          .selectFrom('messages')
+          .select('id')
+          .where('to_handle', '=', p.handle)
+          .where('status', '=', 'pending')
+          .where('dead_at', 'is', null)
+          .where((w) => w.or([w('visible_at', 'is', null), w('visible_at', '<=', p.now)]))
+          .orderBy('seq')
+          .limit(p.limit)
+          .forUpdate()
+          .skipLocked(),
+    )
+    .updateTable('messages')
+    .set((eb) => ({ status: 'delivered', delivered_at: p.now, attempts: eb('attempts', '+', 1), visible_at: null }))
+    .where('id', 'in', (eb) => eb.selectFrom('next').select('next.id'))
+    .where('status', '=', 'pending')
+    .returningAll(),
+);

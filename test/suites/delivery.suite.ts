@@ -1,0 +1,523 @@
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Store } from '../../src/index.js';
+import type { DialectFixture } from '../support/fixtures.js';
+import { ContenderExitedError, Contenders } from '../support/race.js';
+import { ops as OPS, type HostTables } from './delivery.ops.js';
+
+/** A clock the test moves by hand: leases lapse when the test says, never by sleeping. */
+function manualClock(start = 1_800_000_000_000) {
+  let now = start;
+  return { now: () => now, advance: (ms: number) => (now += ms) };
+}
+
+const CONTENDERS = 6;
+
+/**
+ * Leased delivery (issue 23): hand-outs under a lease with receipts, redelivery after a lapse
+ * with attempt + 1, dead letters after maxAttempts, acks in the host's transaction, idempotent
+ * sends and keys, exactly-once resume of a gate, send order per sender, and crash redelivery with
+ * real processes SIGKILLed at random points.
+ */
+export function defineDeliverySuite(makeFixture: () => DialectFixture) {
+  let fx: DialectFixture;
+  beforeAll(() => {
+    fx = makeFixture();
+  });
+  afterAll(() => fx.cleanup());
+
+  async function inboxOf(store: Store, targetKey = `worktree:d-${Math.random()}`) {
+    const run = await store.runs.startCoordinatorRun({ targetKey });
+    return run;
+  }
+
+  async function send(store: Store, to: string, n: number, from = 'worker') {
+    const sent = [];
+    for (let i = 0; i < n; i++) sent.push(await store.messages.sendMessage({ from, to, kind: 'k', payload: { i } }));
+    return sent;
+  }
+
+  describe('leases and receipts', () => {
+    it('hands out oldest first under a lease; a leased message is not handed out again until its lease lapses', async () => {
+      const clock = manualClock();
+      const store = await fx.freshStore({ clock });
+      const { coordinatorHandle: inbox } = await inboxOf(store);
+      const sent = await send(store, inbox, 5);
+      const first = await store.messages.receiveMessages(inbox, { limit: 3, visibilityMs: 1_000 });
+      expect(first.map((m) => m.id)).toEqual(sent.slice(0, 3).map((m) => m.id));
+      expect(first.map((m) => m.attempt)).toEqual([1, 1, 1]);
+      expect(first.every((m) => m.visibleAgainAt === clock.now() + 1_000)).toBe(true);
+      expect(new Set(first.map((m) => m.receipt)).size).toBe(3);
+      // The other two, then nothing while the leases hold (mutant "receive-skips-visibility" fails here).
+      const second = await store.messages.receiveMessages(inbox, { visibilityMs: 1_000 });
+      expect(second.map((m) => m.id)).toEqual(sent.slice(3).map((m) => m.id));
+      clock.advance(999);
+      expect(await store.messages.receiveMessages(inbox, { visibilityMs: 1_000 })).toEqual([]);
+      expect(await store.messages.countPendingMessages(inbox)).toBe(5);
+      // Lapsed: handed out again, attempt 2, new receipts.
+      clock.advance(1);
+      const again = await store.messages.receiveMessages(inbox, { limit: 3, visibilityMs: 1_000 });
+      expect(again.map((m) => [m.id, m.attempt])).toEqual(sent.slice(0, 3).map((m) => [m.id, 2]));
+      // The first hand-out's receipt is refused and acks nothing (mutant "ack-skips-receipt" fails here).
+      expect(await store.messages.ackMessages(inbox, [first[0]!.receipt])).toEqual({
+        acked: [],
+        refused: [{ receipt: first[0]!.receipt, reason: 'superseded' }],
+      });
+      const statusOf = async (id: string) =>
+        (await store.db.selectFrom('messages').select('status').where('id', '=', id).executeTakeFirstOrThrow()).status;
+      expect(await statusOf(first[0]!.id)).toBe('pending');
+      // Refusals are per receipt, in one batch with a good one.
+      const stale = await store.messages.ackMessages(inbox, [first[0]!.receipt, again[0]!.receipt, 'nonsense']);
+      expect(stale.acked).toEqual([again[0]!.receipt]);
+      expect(stale.refused).toEqual([
+        { receipt: first[0]!.receipt, reason: 'superseded' },
+        { receipt: 'nonsense', reason: 'never_granted' },
+      ]);
+      // An ack is idempotent by receipt; a lapsed lease's receipt is refused as expired.
+      expect(await store.messages.ackMessages(inbox, [again[0]!.receipt])).toEqual({
+        acked: [again[0]!.receipt],
+        refused: [],
+      });
+      clock.advance(1_000);
+      expect((await store.messages.ackMessages(inbox, [again[1]!.receipt])).refused).toEqual([
+        { receipt: again[1]!.receipt, reason: 'expired' },
+      ]);
+      // Another inbox's receipt is never granted here.
+      const other = await inboxOf(store);
+      expect((await store.messages.ackMessages(other.coordinatorHandle, [again[2]!.receipt])).refused).toEqual([
+        { receipt: again[2]!.receipt, reason: 'never_granted' },
+      ]);
+      expect(await store.messages.countPendingMessages(inbox)).toBe(4);
+    });
+
+    it('releases put messages back (after delayMs) with the error; the last attempt dead-letters; dead ones are listed and requeued', async () => {
+      const clock = manualClock();
+      const store = await fx.freshStore({ clock, maxAttempts: 2 });
+      const { coordinatorHandle: inbox } = await inboxOf(store);
+      const [a, b] = await send(store, inbox, 2);
+      const [ra, rb] = await store.messages.receiveMessages(inbox, { visibilityMs: 1_000 });
+      const released = await store.messages.releaseMessages(inbox, [ra!.receipt], {
+        delayMs: 500,
+        error: 'tool failed',
+      });
+      expect(released).toEqual({ released: [ra!.receipt], deadLettered: [], refused: [] });
+      expect((await store.messages.ackMessages(inbox, [ra!.receipt])).refused).toEqual([
+        { receipt: ra!.receipt, reason: 'released' },
+      ]);
+      expect(await store.messages.receiveMessages(inbox)).toEqual([]);
+      clock.advance(500);
+      const [again] = await store.messages.receiveMessages(inbox, { visibilityMs: 1_000 });
+      expect([again!.id, again!.attempt, again!.lastError]).toEqual([a!.id, 2, 'tool failed']);
+      // Its second (last) attempt: a release dead-letters it with the error.
+      expect(await store.messages.releaseMessages(inbox, [again!.receipt], { error: 'failed again' })).toEqual({
+        released: [],
+        deadLettered: [again!.receipt],
+        refused: [],
+      });
+      // b's lease lapses, it is handed out a second time, and lapses again: dead.
+      clock.advance(1_000);
+      const [b2] = await store.messages.receiveMessages(inbox, { visibilityMs: 1_000 });
+      expect([b2!.id, b2!.attempt]).toEqual([b!.id, 2]);
+      expect((await store.messages.ackMessages(inbox, [rb!.receipt])).refused[0]!.reason).toBe('superseded');
+      clock.advance(1_000);
+      expect(await store.messages.receiveMessages(inbox)).toEqual([]);
+      const dead = await store.messages.listDeadMessages(inbox);
+      expect(dead.map((m) => [m.id, m.status, m.attempts, m.lastError])).toEqual([
+        [a!.id, 'dead', 2, 'failed again'],
+        [b!.id, 'dead', 2, 'its lease lapsed on its last attempt'],
+      ]);
+      expect((await store.messages.ackMessages(inbox, [b2!.receipt])).refused[0]!.reason).toBe('dead');
+      expect(await store.messages.countPendingMessages(inbox)).toBe(0);
+      const requeued = await store.messages.requeueDeadMessages(inbox, [a!.id]);
+      expect(requeued.map((m) => [m.id, m.status, m.attempts])).toEqual([[a!.id, 'pending', 0]]);
+      const [fresh] = await store.messages.receiveMessages(inbox);
+      expect([fresh!.id, fresh!.attempt]).toEqual([a!.id, 1]);
+    });
+
+    it('an ack inside store.transaction commits and rolls back with the host insert', async () => {
+      const store = await fx.freshStore();
+      const { coordinatorHandle: inbox } = await inboxOf(store);
+      await sql`create table host_done (message_id text primary key)`.execute(store.db);
+      const [m] = await send(store, inbox, 1);
+      const [r] = await store.messages.receiveMessages(inbox, { visibilityMs: 60_000 });
+      const host = (db: typeof store.db) => db.withTables<{ host_done: { message_id: string } }>();
+      await expect(
+        store.transaction(async (tx) => {
+          await host(tx.db).insertInto('host_done').values({ message_id: m!.id }).execute();
+          await tx.messages.ackMessages(inbox, [r!.receipt]);
+          throw new Error('host fails after the ack');
+        }),
+      ).rejects.toThrow('host fails');
+      expect(await host(store.db).selectFrom('host_done').selectAll().execute()).toEqual([]);
+      expect(await store.messages.countPendingMessages(inbox)).toBe(1);
+      await store.transaction(async (tx) => {
+        await host(tx.db).insertInto('host_done').values({ message_id: m!.id }).execute();
+        expect((await tx.messages.ackMessages(inbox, [r!.receipt])).acked).toEqual([r!.receipt]);
+      });
+      expect(await host(store.db).selectFrom('host_done').selectAll().execute()).toEqual([{ message_id: m!.id }]);
+      expect(await store.messages.countPendingMessages(inbox)).toBe(0);
+    });
+
+    it('deliverPendingMessages hands out and acks at once (at most once), skipping leased messages', async () => {
+      const store = await fx.freshStore();
+      const { coordinatorHandle: inbox } = await inboxOf(store);
+      const sent = await send(store, inbox, 3);
+      await store.messages.receiveMessages(inbox, { limit: 1, visibilityMs: 60_000 });
+      const delivered = await store.messages.deliverPendingMessages(inbox);
+      expect(delivered.map((m) => [m.id, m.status, m.attempts])).toEqual(
+        sent.slice(1).map((m) => [m.id, 'delivered', 1]),
+      );
+    });
+
+    it('waitForMessages wakes when a lease lapses, and when a message arrives', async () => {
+      const store = await fx.freshStore();
+      const { coordinatorHandle: inbox } = await inboxOf(store);
+      await send(store, inbox, 1);
+      const [first] = await store.messages.receiveMessages(inbox, { visibilityMs: 300 });
+      const again = await store.messages.waitForMessages(inbox, { timeoutMs: 30_000, visibilityMs: 60_000 });
+      expect(again.map((m) => [m.id, m.attempt])).toEqual([[first!.id, 2]]);
+      const waiting = store.messages.waitForMessages(inbox, { timeoutMs: 30_000, visibilityMs: 60_000 });
+      const [sent] = await send(store, inbox, 1);
+      expect((await waiting).map((m) => m.id)).toEqual([sent!.id]);
+    });
+  });
+
+  describe('sends', () => {
+    it('an id makes a send idempotent; an unknown recipient is refused unless opted in', async () => {
+      const store = await fx.freshStore();
+      const { coordinatorHandle: inbox } = await inboxOf(store);
+      const input = { id: 'report-1', from: 'w', to: inbox, kind: 'done', payload: { ok: true } };
+      const m = await store.messages.sendMessage(input);
+      expect(await store.messages.sendMessage(input)).toEqual(m);
+      await expect(store.messages.sendMessage({ ...input, payload: { ok: false } })).rejects.toMatchObject({
+        code: 'ALREADY_EXISTS',
+        differences: ['payload'],
+      });
+      await expect(store.messages.sendMessage({ from: 'w', to: 'coordinator-typo', kind: 'k' })).rejects.toMatchObject({
+        code: 'UNKNOWN_RECIPIENT',
+        to: 'coordinator-typo',
+      });
+      const later = await store.messages.sendMessage({
+        from: 'w',
+        to: 'terminal-later',
+        kind: 'k',
+        allowUnknownRecipient: true,
+      });
+      expect(later.to).toBe('terminal-later');
+      expect(await store.db.selectFrom('messages').select('id').where('to_handle', '=', inbox).execute()).toHaveLength(
+        1,
+      );
+    });
+
+    it('reports to a dead coordinator reach the run that took over its target, leased ones after their lease', async () => {
+      const clock = manualClock();
+      const store = await fx.freshStore({ clock });
+      const targetKey = 'worktree:takeover';
+      const a = await store.runs.startCoordinatorRun({ targetKey });
+      const [m1, m2] = await send(store, a.coordinatorHandle, 2);
+      const [leased] = await store.messages.receiveMessages(a.coordinatorHandle, { limit: 1, visibilityMs: 5_000 });
+      expect(leased!.id).toBe(m1!.id);
+      await store.runs.stopCoordinatorRun(a.id, 'failed');
+      const b = await store.runs.startCoordinatorRun({ targetKey });
+      // A worker that has not heard of the restart still reports to the old handle.
+      const [m3] = await send(store, a.coordinatorHandle, 1);
+      const got = await store.messages.receiveMessages(b.coordinatorHandle, { visibilityMs: 5_000 });
+      expect(got.map((m) => m.id)).toEqual([m2!.id, m3!.id]);
+      expect(got.every((m) => m.to === b.coordinatorHandle)).toBe(true);
+      expect(
+        (
+          await store.messages.ackMessages(
+            b.coordinatorHandle,
+            got.map((m) => m.receipt),
+          )
+        ).acked,
+      ).toHaveLength(2);
+      clock.advance(5_000);
+      const redelivered = await store.messages.receiveMessages(b.coordinatorHandle, { visibilityMs: 5_000 });
+      expect(redelivered.map((m) => [m.id, m.attempt])).toEqual([[m1!.id, 2]]);
+      // The dead run's receipt no longer acks anything.
+      expect((await store.messages.ackMessages(a.coordinatorHandle, [leased!.receipt])).refused[0]!.reason).toBe(
+        'never_granted',
+      );
+      const acked = await store.messages.ackMessages(b.coordinatorHandle, [redelivered[0]!.receipt]);
+      expect(acked.acked).toHaveLength(1);
+      expect(await store.messages.countPendingMessages(a.coordinatorHandle)).toBe(0);
+    });
+  });
+
+  describe('exactly-once resume', () => {
+    it('resolveGate with the same resolution returns the gate; consumeResolution has exactly one taker; keys make retries converge', async () => {
+      const store = await fx.freshStore();
+      const gate = await store.gates.openGate({ question: 'ship?' });
+      await expect(store.gates.consumeResolution(gate.id, { consumer: 'run-a' })).rejects.toMatchObject({
+        code: 'GATE_NOT_RESOLVED',
+      });
+      const resolved = await store.gates.resolveGate(gate.id, 'yes');
+      expect(await store.gates.resolveGate(gate.id, 'yes')).toEqual(resolved);
+      await expect(store.gates.resolveGate(gate.id, 'no')).rejects.toMatchObject({
+        code: 'GATE_ALREADY_RESOLVED',
+        resolution: 'yes',
+      });
+      const taken = await store.gates.consumeResolution(gate.id, { consumer: 'run-a', idempotencyKey: 'resume-1' });
+      expect(taken).toMatchObject({ gateId: gate.id, resolution: 'yes', consumer: 'run-a' });
+      // The consumer's own retry with its key gets the first outcome; anyone else is refused, named.
+      expect(await store.gates.consumeResolution(gate.id, { consumer: 'run-a', idempotencyKey: 'resume-1' })).toEqual(
+        taken,
+      );
+      await expect(store.gates.consumeResolution(gate.id, { consumer: 'run-a' })).rejects.toMatchObject({
+        code: 'RESOLUTION_ALREADY_CONSUMED',
+        consumer: 'run-a',
+      });
+      await expect(
+        store.gates.consumeResolution(gate.id, { consumer: 'run-b', idempotencyKey: 'x' }),
+      ).rejects.toMatchObject({
+        code: 'RESOLUTION_ALREADY_CONSUMED',
+        consumer: 'run-a',
+      });
+      // A refusal under a key is the outcome too: the retry gets the same typed refusal.
+      const again = await store.gates
+        .consumeResolution(gate.id, { consumer: 'run-b', idempotencyKey: 'x' })
+        .catch((e: unknown) => e);
+      expect(again).toBeInstanceOf(Error);
+      expect(again).toMatchObject({ code: 'RESOLUTION_ALREADY_CONSUMED', consumer: 'run-a', gateId: gate.id });
+      expect((again as Error).constructor.name).toBe('ResolutionAlreadyConsumedError');
+      // Other input under a used key is a typed conflict.
+      await expect(
+        store.gates.consumeResolution(gate.id, { consumer: 'run-c', idempotencyKey: 'resume-1' }),
+      ).rejects.toMatchObject({
+        code: 'IDEMPOTENCY_KEY_CONFLICT',
+      });
+    });
+
+    it('ack and release take an idempotency key', async () => {
+      const store = await fx.freshStore();
+      const { coordinatorHandle: inbox } = await inboxOf(store);
+      await send(store, inbox, 2);
+      const [r1, r2] = await store.messages.receiveMessages(inbox, { visibilityMs: 60_000 });
+      const first = await store.messages.ackMessages(inbox, [r1!.receipt], { idempotencyKey: 'ack-1' });
+      expect(await store.messages.ackMessages(inbox, [r1!.receipt], { idempotencyKey: 'ack-1' })).toEqual(first);
+      await expect(store.messages.ackMessages(inbox, [r2!.receipt], { idempotencyKey: 'ack-1' })).rejects.toMatchObject(
+        { code: 'IDEMPOTENCY_KEY_CONFLICT' },
+      );
+      const rel = await store.messages.releaseMessages(inbox, [r2!.receipt], { idempotencyKey: 'rel-1' });
+      expect(await store.messages.releaseMessages(inbox, [r2!.receipt], { idempotencyKey: 'rel-1' })).toEqual(rel);
+      expect(rel.released).toEqual([r2!.receipt]);
+    });
+  });
+
+  describe(`${CONTENDERS} processes at once`, () => {
+    let contenders: Contenders<typeof OPS>;
+    let url: string;
+    let store: Store;
+    beforeAll(async () => {
+      url = await fx.freshUrl();
+      store = await fx.open(url);
+      await store.migrate();
+      contenders = await Contenders.start(CONTENDERS, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+    });
+    afterAll(() => contenders?.close());
+
+    it('sending one id, consuming one gate with one key, or resolving under one key: all get the one outcome', async () => {
+      const { coordinatorHandle: inbox } = await inboxOf(store);
+      for (let round = 0; round < 5; round++) {
+        const sends = await contenders.race('sendSame', () => ({ id: `same-${round}`, to: inbox }));
+        expect(new Set(sends.map((o) => (o.ok ? JSON.stringify(o.value) : o.error.code))).size).toBe(1);
+        expect(sends.every((o) => o.ok)).toBe(true);
+
+        const gate = await store.gates.openGate({ question: `q${round}` });
+        const resolutions = await contenders.race('resolveKeyed', () => ({
+          gateId: gate.id,
+          resolution: 'go',
+          idempotencyKey: `resolve-${round}`,
+        }));
+        expect(new Set(resolutions.map((o) => (o.ok ? JSON.stringify(o.value) : o.error.code))).size).toBe(1);
+
+        const keyed = await contenders.race('consume', () => ({
+          gateId: gate.id,
+          consumer: 'coordinator',
+          idempotencyKey: `consume-${round}`,
+        }));
+        expect(keyed.every((o) => o.ok)).toBe(true);
+        expect(new Set(keyed.map((o) => JSON.stringify(o.ok && o.value))).size).toBe(1);
+
+        const other = await store.gates.openGate({ question: `r${round}` });
+        await store.gates.resolveGate(other.id, 'go');
+        const unkeyed = await contenders.race('consume', (i) => ({ gateId: other.id, consumer: `c${i}` }));
+        const winners = unkeyed.filter((o) => o.ok);
+        expect(winners).toHaveLength(1);
+        const winner = `c${winners[0]!.index}`;
+        for (const o of unkeyed.filter((x) => !x.ok)) {
+          expect(o.ok ? null : o.error).toMatchObject({ code: 'RESOLUTION_ALREADY_CONSUMED', consumer: winner });
+        }
+      }
+      expect(await store.db.selectFrom('messages').select('id').where('to_handle', '=', inbox).execute()).toHaveLength(
+        5,
+      );
+    });
+  });
+
+  describe('order and crashes with real processes', () => {
+    async function hostStore() {
+      const url = await fx.freshUrl();
+      const store = await fx.open(url);
+      await store.migrate();
+      await sql`create table delivery_processed (message_id text primary key, attempt integer not null, consumer text not null)`.execute(
+        store.db,
+      );
+      await sql`create table delivery_handouts (message_id text not null, attempt integer not null, received_at bigint not null, visible_again_at bigint not null)`.execute(
+        store.db,
+      );
+      return { url, store, host: store.db.withTables<HostTables>() };
+    }
+
+    it(
+      'N senders, M consumers: no sender’s messages are reordered, none lost, none processed twice',
+      { timeout: 600_000 },
+      async () => {
+        const { url, store, host } = await hostStore();
+        const { coordinatorHandle: inbox } = await inboxOf(store);
+        const SENDERS = 3;
+        const CONSUMERS = 3;
+        const PER_SENDER = 100;
+        const senders = await Contenders.start(SENDERS, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+        const consumers = await Contenders.start(CONSUMERS, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+        try {
+          const consuming = Array.from({ length: CONSUMERS }, (_, i) =>
+            consumers.start(i, 'consumeAll', {
+              inbox,
+              total: SENDERS * PER_SENDER,
+              visibilityMs: 600_000,
+              crashOdds: 0,
+              limit: 10,
+            }),
+          );
+          const sent = await senders.race('sendMany', (i) => ({
+            from: `s${i}`,
+            to: inbox,
+            n: PER_SENDER,
+            prefix: `s${i}`,
+          }));
+          expect(sent.every((o) => o.ok)).toBe(true);
+          const results = await Promise.all(consuming);
+          for (const r of results) {
+            expect(r.ok, JSON.stringify(r)).toBe(true);
+            if (!r.ok) continue;
+            for (const seen of Object.values(r.value.order)) {
+              expect(seen).toEqual([...seen].sort((a, b) => a - b));
+            }
+          }
+          const processed = await host.selectFrom('delivery_processed').selectAll().execute();
+          expect(processed).toHaveLength(SENDERS * PER_SENDER);
+          expect(processed.every((p) => p.attempt === 1)).toBe(true);
+          // Within each sender, the store's sequence follows the send order.
+          const rows = await store.db
+            .selectFrom('messages')
+            .select(['id', 'seq', 'from_handle'])
+            .orderBy('seq')
+            .execute();
+          for (let s = 0; s < SENDERS; s++) {
+            const mine = rows.filter((r) => r.from_handle === `s${s}`).map((r) => Number(r.id.split('-')[1]));
+            expect(mine).toEqual([...Array(PER_SENDER).keys()]);
+          }
+        } finally {
+          await senders.close();
+          await consumers.close();
+        }
+      },
+    );
+
+    it(
+      'consumers SIGKILLed at random points while 5,000 messages are sent: each is processed and acked exactly once',
+      { timeout: 900_000 },
+      async () => {
+        const { url, store, host } = await hostStore();
+        const { coordinatorHandle: inbox } = await inboxOf(store);
+        const SENDERS = 2;
+        const PER_SENDER = 2_500;
+        const TOTAL = SENDERS * PER_SENDER;
+        const VISIBILITY_MS = 1_500;
+        const senders = await Contenders.start(SENDERS, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+        const args = { inbox, total: TOTAL, visibilityMs: VISIBILITY_MS, crashOdds: 0.01, limit: 20 };
+        const crashes: string[] = [];
+        let done = false;
+        // Three consumer slots; a consumer that dies is replaced by a new process.
+        const slot = async () => {
+          while (!done) {
+            const one = await Contenders.start(1, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+            try {
+              const outcome = await one.start(0, 'consumeAll', args);
+              if (outcome.ok) done = true;
+              else throw new Error(JSON.stringify(outcome.error));
+            } catch (error) {
+              if (!(error instanceof ContenderExitedError)) {
+                done = true;
+                throw error;
+              }
+              crashes.push('killed');
+            } finally {
+              await one.close();
+            }
+          }
+        };
+        try {
+          const slots = [slot(), slot(), slot()];
+          const sent = await senders.race('sendMany', (i) => ({
+            from: `s${i}`,
+            to: inbox,
+            n: PER_SENDER,
+            prefix: `s${i}`,
+          }));
+          expect(sent.every((o) => o.ok)).toBe(true);
+          await Promise.all(slots);
+        } finally {
+          done = true;
+          await senders.close();
+        }
+        expect(crashes.length).toBeGreaterThan(0);
+        // Every message processed exactly once (the host row commits with the ack, keyed by id) ...
+        const processed = await host.selectFrom('delivery_processed').selectAll().execute();
+        expect(processed).toHaveLength(TOTAL);
+        // ... and acked exactly once: every message delivered, its final attempt the one processed.
+        const rows = await store.db
+          .selectFrom('messages')
+          .select(['id', 'status', 'attempts', 'dead_at'])
+          .where('to_handle', '=', inbox)
+          .execute();
+        expect(rows).toHaveLength(TOTAL);
+        expect(rows.filter((r) => r.status !== 'delivered' || r.dead_at !== null)).toEqual([]);
+        const byId = new Map(processed.map((p) => [p.message_id, p.attempt]));
+        expect(rows.filter((r) => byId.get(r.id) !== Number(r.attempts))).toEqual([]);
+        // attempt > 1 exactly for the messages handed out again, and only after the earlier lease lapsed.
+        const handouts = await host.selectFrom('delivery_handouts').selectAll().orderBy('attempt').execute();
+        const seen = new Map<string, { attempt: number; visibleAgainAt: number }[]>();
+        for (const h of handouts)
+          (seen.get(h.message_id) ?? seen.set(h.message_id, []).get(h.message_id)!).push({
+            attempt: h.attempt,
+            visibleAgainAt: Number(h.visible_again_at),
+          });
+        let redelivered = 0;
+        for (const [id, list] of seen) {
+          expect(new Set(list.map((h) => h.attempt)).size, id).toBe(list.length);
+          for (let k = 1; k < list.length; k++) {
+            const leaseStart = list[k]!.visibleAgainAt - VISIBILITY_MS;
+            expect(leaseStart, id).toBeGreaterThanOrEqual(list[k - 1]!.visibleAgainAt);
+          }
+          if (list.length > 1) redelivered++;
+        }
+        expect(redelivered).toBeGreaterThan(0);
+        // Every hand-out is logged before a consumer can die, so the two counts are the same messages.
+        expect(
+          rows
+            .filter((r) => Number(r.attempts) > 1)
+            .map((r) => r.id)
+            .sort(),
+        ).toEqual(
+          [...seen]
+            .filter(([, list]) => list.length > 1)
+            .map(([id]) => id)
+            .sort(),
+        );
+      },
+    );
+  });
+}
