@@ -27,7 +27,7 @@ async function cycles({ store, ws }: { store: Store; ws: string }): Promise<numb
   for (let i = 0; i < ITERATIONS; i++) {
     const claim = await store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 60_000 });
     if (claim.status !== 'acquired') throw new Error('the bench lock was busy');
-    await store.locks.releaseWorkspaceLock(ws, { token: claim.token });
+    await store.locks.releaseWorkspaceLock(ws, { token: claim.lease.token });
   }
   // Two write transactions per cycle.
   return (2 * ITERATIONS) / ((performance.now() - started) / 1000);
