@@ -31,7 +31,7 @@ describe('doctor under least privilege', () => {
       const company = (await store.org.createCompany({ name: 'acme' })).id;
       const ws = (await store.org.createWorkspace({ companyId: company, name: 'repo' })).id;
       expect((await store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 60_000 })).status).toBe(
-        'claimed',
+        'acquired',
       );
       // … and doctor says what it could not probe, and why.
       const report = await store.doctor();
