@@ -73,8 +73,14 @@ async function renderStep(
   }
   // A statement that changes with `now` depends on the time migrate starts.
   const unanswered = async () => undefined;
-  const later = await recordMigration(m, direction, dialect.kind, { now: now + 1, answer: unanswered, ...inSchema });
-  const early = await recordMigration(m, direction, dialect.kind, { now, answer: unanswered, ...inSchema });
+  const record = async (at: number) => [
+    ...(await recordMigration(m, direction, dialect.kind, { now: at, answer: unanswered, ...inSchema })),
+    ...(direction === 'up' && m.backfill
+      ? await recordMigration(m, 'backfill', dialect.kind, { now: at, answer: unanswered, batchSize, ...inSchema })
+      : []),
+  ];
+  const later = await record(now + 1);
+  const early = await record(now);
   if (later.some((q, i) => JSON.stringify(q.parameters) !== JSON.stringify(early[i]?.parameters))) {
     notes.push(
       `uses the time migrate starts, known only at run time; shown with the time of this plan, ${new Date(now).toISOString()} (${now})`,

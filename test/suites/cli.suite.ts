@@ -269,7 +269,8 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       );
       const schema = await store.describeSchema();
 
-      const refused = await runCli(['migrate', '--db', url, '--to', '8']);
+      // --force: the store above is open, and this test is about the data-loss guard, not running releases.
+      const refused = await runCli(['migrate', '--db', url, '--to', '8', '--force']);
       expect(refused.code).toBe(1);
       expectOneLine(refused);
       expect(refused.err).toMatch(
@@ -280,7 +281,7 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       expect(await historyVersions(store)).toEqual(VERSIONS);
       expect(await store.describeSchema()).toEqual(schema);
 
-      const zero = await runCli(['migrate', '--db', url, '--to', '0']);
+      const zero = await runCli(['migrate', '--db', url, '--to', '0', '--force']);
       expect(zero.code).toBe(1);
       expect(zero.err).toMatch(/0005 baseline drops .*table tasks \(2 rows\)/);
       expect(zero.err).toMatch(/0005 baseline drops .*table companies \(1 row\)/);
@@ -295,7 +296,7 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       const planJson = JSON.parse((await runCli(['plan', '--db', url, '--to', '8', '--json'])).out);
       expect(planJson.destructive).toBe(true);
 
-      const allowed = await runCli(['migrate', '--db', url, '--to', '8', '--allow-data-loss']);
+      const allowed = await runCli(['migrate', '--db', url, '--to', '8', '--allow-data-loss', '--force']);
       expect(allowed.code).toBe(0);
       expect(await historyVersions(store)).toEqual(VERSIONS.filter((v) => v <= 8));
       // Empty tables and columns are no data loss: down and up again without the flag.
