@@ -43,6 +43,7 @@ const PURPOSES: Record<string, string> = {
   cleanup_snapshots:
     'Durable cleanup inventory (resource, owner task, generation) so teardown resumes after a restart.',
   path_leases: 'Path-scoped write leases; `lease_key` compares bytewise (SPEC §5).',
+  audit_events: "The audit trail: one row per recorded act (operator actions), written in the act's transaction.",
   taskfence_migrations: 'Migration history: version, name, checksum, applied_at, duration_ms.',
 };
 

@@ -35,7 +35,7 @@ export async function main(
   err = (l: string) => console.error(l),
   io: Partial<Pick<Io, 'write' | 'tty' | 'interactive' | 'env'>> = {},
 ): Promise<number> {
-  if (argv[0] === 'inspect') {
+  if (argv[0] === 'inspect' || argv[0] === 'ui') {
     const write = io.write ?? ((text: string) => void process.stdout.write(text));
     return runOpsCommand(argv, {
       out,

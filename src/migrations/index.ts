@@ -7,6 +7,7 @@ import { migration0053 } from './0053_task_environments.js';
 import { migration0054 } from './0054_ownership_generations.js';
 import { migration0055 } from './0055_path_leases.js';
 import { migration0056 } from './0056_bigint_counters.js';
+import { migration0080 } from './0080_audit_events.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -20,6 +21,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0054,
   migration0055,
   migration0056,
+  migration0080,
 ]);
 
 /** The schema version this code expects. */

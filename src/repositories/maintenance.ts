@@ -11,6 +11,7 @@ export type PrunableTable =
   | 'dispatch_contexts'
   | 'coordinator_runs'
   | 'cleanup_snapshots'
+  | 'audit_events'
   | 'path_leases';
 
 export interface PruneOptions {
@@ -36,7 +37,7 @@ export interface MaintenanceRepository {
    * Deletes, in bounded batches (one write transaction each), what is finished and older than
    * `olderThanMs`: delivered messages, resolved gates and ended dispatches of runs that are not
    * running, stopped runs with nothing left that points at them, completed or stale cleanup
-   * snapshots, and path leases that expired before the cutoff.
+   * snapshots, audit events recorded before the cutoff, and path leases that expired before it.
    *
    * Never deleted: anything a live run, lease or claim references (a running run's dispatches and
    * gates, an active dispatch, an open gate, a pending or claimed or retryable snapshot), and no
@@ -139,6 +140,17 @@ const candidates: Record<
       .execute();
     return rows.map((r) => r.id);
   },
+  async audit_events(db, cutoff, limit, only) {
+    // Append-only history: an event is finished when it is recorded.
+    const rows = await db
+      .selectFrom('audit_events')
+      .select('id')
+      .where('at', '<', cutoff)
+      .$if(only !== undefined, (qb) => qb.where('id', 'in', only as string[]))
+      .limit(limit)
+      .execute();
+    return rows.map((r) => r.id);
+  },
 };
 
 /** Deletes `ids` from `table`, re-checking each row's prunability inside the delete's transaction. */
@@ -178,6 +190,7 @@ export function createMaintenanceRepository(ctx: StoreContext): MaintenanceRepos
         dispatch_contexts: 0,
         coordinator_runs: 0,
         cleanup_snapshots: 0,
+        audit_events: 0,
         path_leases: 0,
       };
       // Dependents first: a run goes only once its dispatches and gates are gone.
@@ -187,6 +200,7 @@ export function createMaintenanceRepository(ctx: StoreContext): MaintenanceRepos
         'dispatch_contexts',
         'coordinator_runs',
         'cleanup_snapshots',
+        'audit_events',
       ] as const) {
         if (dryRun) {
           deleted[table] = await countCandidates(dialect.db, table, cutoff);

@@ -102,6 +102,7 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
       dispatch_contexts: 1,
       coordinator_runs: 1,
       cleanup_snapshots: 1,
+      audit_events: 0,
       path_leases: 1,
     };
     const dry = await store.maintenance.prune({ olderThanMs: 50_000, dryRun: true });
