@@ -110,8 +110,8 @@ export const OPS: OpPair[] = [
         runId: 'run',
         ttlMs: 60_000,
       });
-      if (claim.status !== 'claimed') throw new Error('lock busy');
-      await store.locks.releaseWorkspaceLock(fx.lockWorkspaceId, { token: claim.token });
+      if (claim.status !== 'acquired') throw new Error('lock busy');
+      await store.locks.releaseWorkspaceLock(fx.lockWorkspaceId, { token: claim.lease.token });
     },
     raw: (raw, fx) => {
       const p = (s: string) => placeholders(raw.kind, s);

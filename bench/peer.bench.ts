@@ -26,8 +26,8 @@ export async function benchPeer(dbs: BenchDatabases, options: { iterations: numb
   };
   const leaseCycle = async () => {
     const claim = await store.locks.claimTaskLease('t', { holder: 'bench', ttlMs: 60_000 });
-    if (claim.status !== 'claimed') throw new Error('lease busy');
-    await store.locks.releaseTaskLease('t', { token: claim.token });
+    if (claim.status !== 'acquired') throw new Error('lease busy');
+    await store.locks.releaseTaskLease('t', { token: claim.lease.token });
   };
   const tf: number[] = [];
   const pb: number[] = [];

@@ -1,4 +1,5 @@
 import { InvalidDatabaseUrlError } from './errors.js';
+import { parsePostgresHostList, withFirstHost } from './dialects/postgres/hosts.js';
 
 /** Where a store's data lives, parsed from a database URL. */
 export type DatabaseLocation =
@@ -20,6 +21,8 @@ export function defaultDatabaseUrl(env: NodeJS.ProcessEnv = process.env): string
 
 /**
  * Parses `sqlite:<path>`, `sqlite::memory:`, `sqlite://<path>`, `postgres://…` or `postgresql://…`.
+ * A PostgreSQL URL may list several hosts, as libpq does:
+ * `postgres://app@db1:5432,db2:5432/app?target_session_attrs=read-write` (see `parsePostgresHostList`).
  *
  * @example parseDatabaseUrl('sqlite:./data/app.db') // { dialect: 'sqlite', filename: './data/app.db', … }
  */
@@ -41,9 +44,12 @@ export function parseDatabaseUrl(url: string): DatabaseLocation {
     return { dialect: 'sqlite', filename: rest, url: trimmed };
   }
   if (scheme === 'postgres' || scheme === 'postgresql') {
+    // A host list (h1:p1,h2:p2, as libpq takes it) is checked here and parsed as its first host.
+    parsePostgresHostList(trimmed);
+    const oneHost = withFirstHost(trimmed);
     let parsed: URL;
     try {
-      parsed = new URL(trimmed);
+      parsed = new URL(oneHost.url);
     } catch {
       throw new InvalidDatabaseUrlError(url, 'it is not a well-formed URL');
     }
@@ -56,7 +62,12 @@ export function parseDatabaseUrl(url: string): DatabaseLocation {
       throw new InvalidDatabaseUrlError(url, 'give the schema parameter once, with a value');
     // pg would pass an unknown parameter on to the server as a setting: strip it.
     parsed.searchParams.delete('schema');
-    return { dialect: 'postgres', connectionString: parsed.toString(), url: trimmed, schema: schemas[0]! };
+    return {
+      dialect: 'postgres',
+      connectionString: oneHost.restore(parsed.toString()),
+      url: trimmed,
+      schema: schemas[0]!,
+    };
   }
   throw new InvalidDatabaseUrlError(url, `the scheme "${scheme}:" is not supported`);
 }

@@ -25,8 +25,8 @@ export class InvalidDatabaseUrlError extends TaskfenceError {
 }
 
 /**
- * The base of the four database faults (`DatabaseUnavailableError`, `CommitOutcomeUnknownError`,
- * `LockTimeoutError`, `StatementTimeoutError`): the driver's error is the `cause`, its code is
+ * The base of the database faults (`DatabaseUnavailableError`, `StorageFullError`,
+ * `ReadOnlyError`, `CommitOutcomeUnknownError`, `LockTimeoutError`, `StatementTimeoutError`): the driver's error is the `cause`, its code is
  * `driverCode`, and `retrySafe` says whether the failed call is known to have changed nothing.
  */
 export abstract class DatabaseFaultError extends TaskfenceError {
@@ -56,12 +56,95 @@ export class DatabaseUnavailableError extends DatabaseFaultError {
   ) {
     super(
       `Cannot reach the database at ${target} (${operation}): ${describeCause(cause)}. ` +
-        (target.startsWith('sqlite:')
-          ? 'Check the file path, that its directory exists, and its permissions.'
-          : 'Check that the server is running and the URL (host, port, database, credentials) is right; ' +
-            (retrySafe ? 'nothing was changed, so the call is safe to retry.' : 'the outcome is unknown.')),
+        (serverTimeoutOf(cause) !== undefined
+          ? `The server ended the session after its ${serverTimeoutOf(cause)} (${SERVER_TIMEOUTS[driverCodeOf(cause)!]}); ` +
+            (retrySafe
+              ? 'nothing was changed. Keep host code inside a transaction from pausing that long, or ask the DBA to raise the setting.'
+              : 'the outcome is unknown.')
+          : target.startsWith('sqlite:')
+            ? 'Check the file path, that its directory exists, and its permissions.'
+            : 'Check that the server is running and the URL (host, port, database, credentials) is right; ' +
+              (retrySafe ? 'nothing was changed, so the call is safe to retry.' : 'the outcome is unknown.')),
       cause,
       retrySafe,
+    );
+    this.serverTimeout = serverTimeoutOf(cause);
+  }
+  /**
+   * The server setting that ended the session, when that is why the connection is gone:
+   * `idle_in_transaction_session_timeout` (25P03) or `idle_session_timeout` (57P05).
+   */
+  readonly serverTimeout: 'idle_in_transaction_session_timeout' | 'idle_session_timeout' | undefined;
+}
+
+/** The sessions a PostgreSQL server ends by its own timeouts, by SQLSTATE. */
+const SERVER_TIMEOUTS: Readonly<Record<string, string>> = {
+  '25P03': 'SQLSTATE 25P03, an open transaction sat idle too long',
+  '57P05': 'SQLSTATE 57P05, an idle connection was closed',
+};
+
+function serverTimeoutOf(cause: unknown): DatabaseUnavailableError['serverTimeout'] {
+  const code = driverCodeOf(cause);
+  return code === '25P03'
+    ? 'idle_in_transaction_session_timeout'
+    : code === '57P05'
+      ? 'idle_session_timeout'
+      : undefined;
+}
+
+/**
+ * The disk under the database is full (SQLite `SQLITE_FULL`, PostgreSQL 53100 "could not extend
+ * file"): the statement failed and its transaction rolled back, so nothing was changed
+ * (`retrySafe`). Retrying helps only once space is freed.
+ */
+export class StorageFullError extends DatabaseFaultError {
+  readonly code = 'STORAGE_FULL';
+  declare readonly retrySafe: true;
+  constructor(
+    /** The database, redacted (`sqlite:/var/lib/app.db`, `postgres://app@db1:5432/app`). */
+    readonly target: string,
+    readonly operation: string,
+    cause: unknown,
+  ) {
+    super(
+      `The disk under the database at ${target} is full (${operation}): ${describeCause(cause)}. ` +
+        'Nothing was changed. Free space on the volume that holds ' +
+        (target.startsWith('sqlite:') ? 'the file and its -wal file' : "the server's data directory or tablespace") +
+        ' (or grow it), then retry.',
+      cause,
+      true,
+    );
+  }
+}
+
+/**
+ * The database accepts no writes: a PostgreSQL hot standby (in recovery) or a server or database
+ * set to `default_transaction_read_only` (25006), an SQLite file or directory this process may
+ * not write (`SQLITE_READONLY*`). Nothing was changed (`retrySafe`): retry against the primary.
+ */
+export class ReadOnlyError extends DatabaseFaultError {
+  readonly code = 'READ_ONLY';
+  declare readonly retrySafe: true;
+  constructor(
+    /** The database, redacted. */
+    readonly target: string,
+    readonly operation: string,
+    /** PostgreSQL: whether the server is in recovery (a standby); `null` when it could not be asked, or on SQLite. */
+    readonly inRecovery: boolean | null,
+    cause: unknown,
+  ) {
+    super(
+      `The database at ${target} is read-only (${operation}): ${describeCause(cause)}. ` +
+        (inRecovery === true
+          ? 'The server is in recovery (a hot standby): point writers at the primary. '
+          : inRecovery === false
+            ? 'The server is not in recovery, so the session or database is set read-only (default_transaction_read_only, or transaction_read_only): ask the DBA, or point writers at a writable server. '
+            : target.startsWith('sqlite:')
+              ? 'Check the permissions of the file, its -wal and -shm files, and its directory. '
+              : '') +
+        'Nothing was changed.',
+      cause,
+      true,
     );
   }
 }
@@ -251,6 +334,53 @@ export class MigrationFailedError extends TaskfenceError {
       `Migration ${formatVersion(version)} ${migrationName} failed (${direction}): ${describeCause(cause)}. ` +
         'Its transaction was rolled back, so the database is still at the previous version; fix the cause and run migrate again.',
       { cause },
+    );
+  }
+}
+
+/**
+ * This taskfence release is older than the database's compatibility window: a migration applied
+ * since (`version`) records that releases before `oldestRelease` must no longer write.
+ */
+export class ReleaseOutsideWindowError extends TaskfenceError {
+  readonly code = 'RELEASE_OUTSIDE_WINDOW';
+  constructor(
+    readonly release: string,
+    readonly oldestRelease: string,
+    readonly version: number,
+  ) {
+    super(
+      `This is taskfence ${release}, but the database's schema (migration ${formatVersion(version)}) may only be written by taskfence ${oldestRelease} or newer. ` +
+        `Upgrade this application to taskfence ${oldestRelease} or newer; nothing was read or written.`,
+    );
+  }
+}
+
+/**
+ * `migrate --to` would revert versions that stores of a running release still need (they
+ * registered when they opened, and were seen recently). Roll them back first, or pass `force`.
+ */
+export class ReleaseStillRunningError extends TaskfenceError {
+  readonly code = 'RELEASE_STILL_RUNNING';
+  constructor(
+    readonly target: number,
+    readonly running: readonly {
+      readonly release: string;
+      readonly needsVersion: number;
+      readonly host: string;
+      readonly pid: number;
+      readonly seenAt: number;
+    }[],
+  ) {
+    super(
+      `Refusing to migrate down to ${formatVersion(target)}: ${running
+        .map(
+          (r) =>
+            `taskfence ${r.release} (pid ${r.pid} on ${r.host}, seen ${new Date(r.seenAt).toISOString()}) needs ${formatVersion(r.needsVersion)}`,
+        )
+        .join(
+          '; ',
+        )}. Nothing was changed. Roll those processes back to a release that works at ${formatVersion(target)} first, or pass --force (force: true).`,
     );
   }
 }

@@ -25,6 +25,8 @@ export {
   TaskfenceError,
   InvalidDatabaseUrlError,
   DatabaseUnavailableError,
+  StorageFullError,
+  ReadOnlyError,
   CommitOutcomeUnknownError,
   LockTimeoutError,
   StatementTimeoutError,
@@ -37,6 +39,8 @@ export {
   BaselineMismatchError,
   UnknownVersionError,
   MigrationFailedError,
+  ReleaseOutsideWindowError,
+  ReleaseStillRunningError,
   SchemaOutOfDateError,
   InvalidArgumentError,
   NotFoundError,
@@ -53,13 +57,23 @@ export {
 export {
   Migrator,
   type AppliedMigration,
+  type CompatibilityWindow,
   type MigrateOptions,
   type MigrateResult,
   type MigrationEvent,
   type MigrationStatus,
   type PlanStep,
 } from './migrator/migrator.js';
-export { MIGRATIONS, LATEST_VERSION, type MigrationDefinition, type MigrationContext } from './migrations/index.js';
+export {
+  MIGRATIONS,
+  LATEST_VERSION,
+  type MigrationDefinition,
+  type MigrationContext,
+  type BackfillDefinition,
+  type BackfillContext,
+  type BackfillBatch,
+} from './migrations/index.js';
+export { TASKFENCE_RELEASE } from './release.js';
 export { describeSchema } from './schema/describe-schema.js';
 export type {
   SchemaDescription,
@@ -161,7 +175,11 @@ export {
   type ListCoordinatorRunsFilter,
   type RunRepository,
 } from './repositories/runs/types.js';
-export { CoordinatorRunNotRunningError } from './repositories/shared/running-run.js';
+export {
+  CoordinatorRunNotRunningError,
+  coordinatorRunLease,
+  type CoordinatorRunLease,
+} from './repositories/shared/running-run.js';
 export {
   DISPATCH_FAILURE_LIMIT,
   TaskNotDispatchableError,
@@ -197,11 +215,43 @@ export {
   type AsyncWorktreeLookup,
 } from './domain/run-targets.js';
 
+// The one lease protocol every kind follows (README, "Leases").
+export {
+  LeaseLostError,
+  LeaseWaitTimeoutError,
+  type Lease,
+  type LeaseKind,
+  type LeaseClaim,
+  type LeaseHolderInfo,
+  type LeaseLostReason,
+} from './repositories/shared/lease.js';
+
+// Counting semaphores (issue 21).
+export {
+  DEFAULT_SEMAPHORE_TTL_MS,
+  MAX_SEMAPHORE_LIMIT,
+  SEMAPHORE_HOLDER_REPORT_LIMIT,
+  SemaphoreLeaseLostError,
+  SemaphoreTimeoutError,
+  type SemaphoreLease,
+  type SemaphoreHolder,
+  type SemaphoreBusy,
+  type SemaphoreClaim,
+  type AcquireSemaphoreInput,
+  type AcquireSemaphoreWaitOptions,
+  type SemaphoreRepository,
+} from './repositories/semaphores/types.js';
+
 // Workspace lock mode (SPEC §4): locks, leases, the lock-mode decision and dispatch.
 export {
+  DEFAULT_WORKSPACE_LOCK_TTL_MS,
+  DEFAULT_TASK_LEASE_TTL_MS,
   StaleWorkspaceLockError,
   StaleTaskLeaseError,
   type LeaseGrant,
+  type WorkspaceLock,
+  type TaskLease,
+  type RenewLeaseOptions,
   type WorkspaceLockHolder,
   type TaskLeaseHolder,
   type WorkspaceLockClaim,

@@ -18,7 +18,10 @@ import type { Database } from './schema/database.js';
 import type { SchemaDescription } from './schema/describe.js';
 import { createStoreContext, type Clock, type StoreContext } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
-import { bindTransaction, type StoreTransaction, type TransactionOptions } from './transaction.js';
+import { bindTransaction, lostLeaseOf, type StoreTransaction, type TransactionOptions } from './transaction.js';
+import { openRegistration } from './migrator/releases.js';
+import { LATEST_VERSION } from './migrations/index.js';
+import { TASKFENCE_RELEASE } from './release.js';
 import { guardSchemaVersion } from './repositories/schema-guard.js';
 import { EventHub, type StoreStats, type TaskfenceEvent } from './events.js';
 
@@ -101,6 +104,13 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       ? await openSqliteDialect(location.filename, options)
       : await openPostgresDialect(location.connectionString, { ...options, schema: location.schema });
   const migrator = new Migrator(dialect);
+  // The compatibility window (a refusal closes the dialect again), and this store in the registry `migrate --to` reads.
+  const unregister = await openRegistration(dialect, TASKFENCE_RELEASE, LATEST_VERSION).catch(
+    async (error: unknown) => {
+      await dialect.close().catch(() => {});
+      throw error;
+    },
+  );
   const context: StoreContext = createStoreContext(dialect, options.clock ?? dialect.clock);
   const events = new EventHub(options.onEvent);
   dialect.stats.onRetry = (kind, attempt, delayMs) =>
@@ -111,7 +121,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     db: dialect.db,
     dialect,
     location,
-    ...guardSchemaVersion(events.observe(createRepositories(context)), dialect.db),
+    ...guardSchemaVersion(events.observe(createRepositories(context)), () => dialect.readSchemaVersion()),
     migrate: async (migrateOptions?: MigrateOptions) => {
       return migrator.migrate({
         now: context.clock.now(),
@@ -132,7 +142,12 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
         async (trx) => {
           let open = true;
           try {
-            return await fn(bindTransaction(dialect, trx, () => open, context.clock, events));
+            const tx = bindTransaction(dialect, trx, () => open, context.clock, events);
+            const result = await fn(tx);
+            // A lease `tx.assertLease` found lost fails the transaction even if `fn` caught the error.
+            const lost = lostLeaseOf(tx);
+            if (lost) throw lost;
+            return result;
           } finally {
             open = false;
           }
@@ -149,7 +164,10 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       transactions: dialect.stats.transactions ?? 0,
       pool: dialect.connectionStats?.() ?? null,
     }),
-    close: () => dialect.close(),
+    close: async () => {
+      await unregister();
+      await dialect.close();
+    },
   });
 }
 

@@ -7,6 +7,11 @@ import type { Database } from './schema/database.js';
 import { createStoreContext, type Clock } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
 import { resourceLockKey } from './repositories/shared/lock-keys.js';
+import { LeaseLostError, requireLease, requireLeaseKind, type Lease } from './repositories/shared/lease.js';
+import type { LeaseFences } from './repositories/shared/fence.js';
+import { fenceTaskLease, fenceWorkspaceLock } from './repositories/locks.js';
+import { fenceCoordinatorRun } from './repositories/shared/running-run.js';
+import { fenceSemaphore } from './repositories/semaphores/index.js';
 
 /**
  * A transaction shared by the host and taskfence: the host's own statements on `db`, taskfence's
@@ -29,6 +34,25 @@ export interface StoreTransaction extends Repositories {
   lockResources(names: readonly string[]): Promise<void>;
   /** The resource names this transaction holds, sorted. */
   readonly heldResources: readonly string[];
+  /**
+   * Fences the host's writes in this transaction on `lease` (any grant a claim returned, or
+   * `coordinatorRunLease(run)`): checks that it is still the live grant of its resource and holds
+   * it so until the transaction ends, so a takeover (a claim by someone else after expiry, or a
+   * release) waits for this transaction to commit or roll back. PostgreSQL: the lease row is
+   * locked `FOR SHARE`; SQLite: the write transaction already serializes every writer. A lost
+   * lease throws its `LeaseLostError` subclass (`STALE_WORKSPACE_LOCK`, `STALE_TASK_LEASE`, …);
+   * from then on every statement of the transaction (`tx.db`, `tx.*`) throws it too, and
+   * `store.transaction` rolls back even if the callback caught it. Assert before the host's first
+   * fenced write; renew the lease through `tx` (a renewal on another connection waits for this
+   * transaction).
+   *
+   * @example
+   * await store.transaction(async (tx) => {
+   *   await tx.assertLease(claim.lease);
+   *   await tx.db.withTables<Host>().insertInto('results').values({ taskId, token: claim.lease.token }).execute();
+   * });
+   */
+  assertLease(lease: Lease): Promise<void>;
 }
 
 export interface TransactionOptions {
@@ -53,6 +77,8 @@ const INSIDE = new AsyncLocalStorage<Binding>();
 class Binding {
   #queue: Promise<unknown> = Promise.resolve();
   readonly held = new Set<string>();
+  /** Set by a failed `assertLease`: the transaction must not commit host writes any more. */
+  lost: LeaseLostError | null = null;
 
   constructor(
     readonly trx: Transaction<Database>,
@@ -61,6 +87,7 @@ class Binding {
 
   assertActive(): void {
     if (!this.isActive()) throw new TransactionEndedError();
+    if (this.lost) throw this.lost;
   }
 
   /** Runs `fn(trx)` inside a savepoint, after every earlier call on this transaction has finished. */
@@ -110,9 +137,25 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
     withMigrationLock: () =>
       Promise.reject(new Error('Migrations cannot run inside a host transaction; call store.migrate().')),
     describeSchema: () => dialect.describeSchema(),
+    readSchemaVersion: () => dialect.readSchemaVersion(),
     readUserVersion: () => dialect.readUserVersion(binding.trx),
     close: () => Promise.reject(new Error('Close the store, not a transaction.')),
   });
+}
+
+/** The fence of every lease kind `tx.assertLease` accepts. */
+const FENCES: LeaseFences = {
+  workspace_lock: fenceWorkspaceLock,
+  task_lease: fenceTaskLease,
+  coordinator_run: fenceCoordinatorRun,
+  semaphore: fenceSemaphore,
+};
+
+const LOST = new WeakMap<object, Binding>();
+
+/** The lease a `tx.assertLease` on `tx` found lost, if any (`store.transaction` rolls back on it). */
+export function lostLeaseOf(tx: StoreTransaction): LeaseLostError | null {
+  return LOST.get(tx)?.lost ?? null;
 }
 
 /** Makes `db` throw `TransactionEndedError` once the transaction is over, instead of running statements on a reused connection. */
@@ -139,8 +182,9 @@ export function bindTransaction(
   events: EventHub,
 ): StoreTransaction {
   const binding = new Binding(trx, isActive);
-  const repositories = events.observe(createRepositories(createStoreContext(boundDialect(dialect, binding), clock)));
-  return Object.freeze({
+  const context = createStoreContext(boundDialect(dialect, binding), clock);
+  const repositories = events.observe(createRepositories(context));
+  const tx: StoreTransaction = Object.freeze({
     ...repositories,
     db: trx.withPlugin(endGuard(binding)),
     get heldResources() {
@@ -157,7 +201,22 @@ export function bindTransaction(
         // Only now: a failure rolls back to the savepoint, which releases the locks it took.
         for (const name of taken) binding.held.add(name);
       }),
+    assertLease: async (lease: Lease) => {
+      const fence = FENCES[requireLeaseKind(lease)];
+      if (!fence)
+        throw new InvalidArgumentError('lease.kind', `'${lease.kind}' leases cannot be asserted in a transaction yet`);
+      return binding.run(async (t) => {
+        try {
+          await fence(context, t, requireLease(lease.kind, lease));
+        } catch (error) {
+          if (error instanceof LeaseLostError) binding.lost = error;
+          throw error;
+        }
+      });
+    },
   });
+  LOST.set(tx, binding);
+  return tx;
 }
 
 /** Validates resource names and puts them in the one order every transaction takes them in. */

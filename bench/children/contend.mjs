@@ -17,7 +17,7 @@ const ops = {
   startRun: () => store.runs.startCoordinatorRun({ targetKey: `contend:${process.pid}:${++n}` }),
   lockCycle: async () => {
     const claim = await store.locks.claimWorkspaceLock(lockWs, { holder: tag, runId: 'r', ttlMs: 60_000 });
-    if (claim.status !== 'claimed') throw new Error('busy');
+    if (claim.status !== 'acquired') throw new Error('busy');
     await store.locks.releaseWorkspaceLock(lockWs, { token: claim.token });
   },
   pathCycle: async () => {

@@ -3,8 +3,8 @@ import { parseDatabaseUrl } from '../config.js';
 export const HELP = `taskfence — migrate and inspect a taskfence database
 
 Usage:
-  taskfence migrate [--db URL] [--to V] [--baseline V] [--allow-data-loss]
-                    [--lock-wait MS] [--ddl-lock-timeout MS] [--json]
+  taskfence migrate [--db URL] [--to V] [--baseline V] [--allow-data-loss] [--force]
+                    [--lock-wait MS] [--ddl-lock-timeout MS] [--batch-size N] [--pause-ms MS] [--json]
   taskfence status  [--db URL] [--json] [--check]
   taskfence plan    [--db URL] [--to V] [--json]
   taskfence doctor  [--db URL] [--json]        (schema drift and guarantee self-test)
@@ -26,7 +26,14 @@ Usage:
   --allow-data-loss     let down steps drop tables or columns that hold rows (refused otherwise)
   --lock-wait MS        how long to wait for another migrator's migration lock (default 60000);
                         while waiting, who holds it is printed every few seconds
-  --ddl-lock-timeout MS PostgreSQL lock_timeout of migration DDL on busy tables (default 10000; 0 = none)
+  --ddl-lock-timeout MS PostgreSQL: how long migration DDL keeps retrying for a busy table's lock, each
+                        attempt under a 100 ms lock_timeout so the application never queues behind it
+                        (default 10000; 0 = one attempt that waits as long as it takes)
+  --batch-size N        migrate: rows per backfill batch, each its own transaction (default 5000);
+                        prune: rows per delete batch
+  --pause-ms MS         migrate: pause between backfill batches, to throttle them (default 0)
+  --force               migrate --to: go down even though open stores of a running release need a
+                        higher version (refused otherwise)
   --connect-timeout MS  how long connecting may take (default 10000)
   --json                migrate: one JSON object per event (progress included) on stdout;
                         status, plan: one JSON object
@@ -59,7 +66,12 @@ export interface ParsedArgs {
   schema?: string;
   /** prune: how old finished rows must be, in ms. */
   olderThanMs?: number;
+  /** migrate: rows per backfill batch; prune: rows per delete batch. */
   batchSize?: number;
+  /** migrate: pause between backfill batches, in ms. */
+  pauseMs?: number;
+  /** migrate: go down even though a running release needs a higher version. */
+  force: boolean;
   dryRun: boolean;
   allowDataLoss: boolean;
   json: boolean;
@@ -76,7 +88,10 @@ const ALLOWED: Record<'migrate' | 'status' | 'plan' | 'doctor' | 'prune', readon
     '--lock-wait',
     '--lock-timeout',
     '--ddl-lock-timeout',
+    '--batch-size',
+    '--pause-ms',
     '--allow-data-loss',
+    '--force',
     '--json',
   ],
   status: [...COMMON, '--json', '--check'],
@@ -84,7 +99,7 @@ const ALLOWED: Record<'migrate' | 'status' | 'plan' | 'doctor' | 'prune', readon
   doctor: [...COMMON, '--json'],
   prune: [...COMMON, '--older-than', '--batch-size', '--dry-run', '--json'],
 };
-const FLAGS = new Set(['--json', '--check', '--verbose', '--allow-data-loss', '--dry-run']);
+const FLAGS = new Set(['--json', '--check', '--verbose', '--allow-data-loss', '--dry-run', '--force']);
 
 /** `30d`, `12h`, `90m`, `45s` or a number of milliseconds. */
 export function parseDuration(flag: string, value: string): number {
@@ -110,7 +125,7 @@ function parseMs(flag: string, value: string): number {
 /** Parses the command line (without `node` and the script); throws `UsageError` on anything it does not take. */
 export function parseArgs(argv: readonly string[]): ParsedArgs {
   const args = [...argv];
-  const base = { allowDataLoss: false, json: false, check: false, verbose: false, dryRun: false };
+  const base = { allowDataLoss: false, json: false, check: false, verbose: false, dryRun: false, force: false };
   if (args.includes('--version') || args.includes('-V')) return { command: 'version', ...base };
   if (args.length === 0 || args.includes('--help') || args.includes('-h') || args[0] === 'help')
     return { command: 'help', ...base };
@@ -138,6 +153,7 @@ export function parseArgs(argv: readonly string[]): ParsedArgs {
       if (flag === '--verbose') parsed.verbose = true;
       if (flag === '--allow-data-loss') parsed.allowDataLoss = true;
       if (flag === '--dry-run') parsed.dryRun = true;
+      if (flag === '--force') parsed.force = true;
       continue;
     }
     const value = inline ?? args.shift();
@@ -150,7 +166,11 @@ export function parseArgs(argv: readonly string[]): ParsedArgs {
     if (flag === '--connect-timeout') parsed.connectTimeoutMs = parseMs(flag, value);
     if (flag === '--schema') parsed.schema = value;
     if (flag === '--older-than') parsed.olderThanMs = parseDuration(flag, value);
-    if (flag === '--batch-size') parsed.batchSize = parseMs(flag, value);
+    if (flag === '--batch-size') {
+      parsed.batchSize = parseMs(flag, value);
+      if (parsed.batchSize < 1) throw new UsageError('--batch-size takes a number of rows, 1 or more');
+    }
+    if (flag === '--pause-ms') parsed.pauseMs = parseMs(flag, value);
   }
   if (command === 'prune' && parsed.olderThanMs === undefined)
     throw new UsageError('prune needs --older-than, like --older-than 30d');

@@ -5,7 +5,7 @@ import { formatVersion } from '../errors.js';
 import { Migrator, type MigrationStatus } from '../migrator/migrator.js';
 import { CHECK_EXIT, resolveTarget, schemaFor, type ParsedArgs } from './args.js';
 import { openDialect } from './open.js';
-import { ProgressRenderer, describeEvent, printPlan } from './output.js';
+import { ProgressRenderer, describeEvent, describeWindow, printPlan } from './output.js';
 
 /** Where the CLI writes, and what it knows about its surroundings. */
 export interface Io {
@@ -46,11 +46,13 @@ export async function run(parsed: ParsedArgs, io: Io): Promise<number> {
     if (parsed.command === 'migrate') return await migrate(migrator, shown, parsed, io);
     if (parsed.command === 'status') return await status(migrator, where, parsed, out);
     const steps = await migrator.plan(parsed.to !== undefined ? { to: parsed.to } : {});
+    const { window } = await migrator.status();
     if (parsed.json) {
-      out(JSON.stringify({ ...where, destructive: steps.some((s) => s.destructive.length > 0), steps }));
+      out(JSON.stringify({ ...where, destructive: steps.some((s) => s.destructive.length > 0), window, steps }));
       return 0;
     }
     if (schema !== undefined) out(`-- in schema ${schema}: every table below is qualified with it`);
+    out(`-- ${describeWindow(window)}`);
     printPlan(steps, out);
     return 0;
   } finally {
@@ -67,7 +69,10 @@ async function migrate(migrator: Migrator, shown: string, parsed: ParsedArgs, io
     ...(parsed.baseline !== undefined ? { baseline: parsed.baseline } : {}),
     ...(parsed.lockWaitMs !== undefined ? { migrationLockWaitMs: parsed.lockWaitMs } : {}),
     ...(parsed.ddlLockTimeoutMs !== undefined ? { ddlLockTimeoutMs: parsed.ddlLockTimeoutMs } : {}),
+    ...(parsed.batchSize !== undefined ? { batchSize: parsed.batchSize } : {}),
+    ...(parsed.pauseMs !== undefined ? { pauseMs: parsed.pauseMs } : {}),
     allowDataLoss: parsed.allowDataLoss,
+    force: parsed.force,
     onEvent: (event) => {
       if (parsed.json) return out(JSON.stringify({ ...event, at: Date.now() }));
       if (event.type === 'applying') progress.start();
@@ -110,12 +115,17 @@ async function status(
         pending: status.pending,
         modified: status.modified,
         unknown: status.unknown,
+        backfills: status.backfills,
+        window: status.window,
       }),
     );
     return exit;
   }
   out(`database: ${where.database} (${where.dialect}${where.schema === undefined ? '' : `, schema ${where.schema}`})`);
   out(`version:  ${formatVersion(status.currentVersion)} (latest ${formatVersion(status.latestVersion)})`);
+  out(`window:   ${describeWindow(status.window)}`);
+  for (const b of status.backfills)
+    out(`  BACKFILL ${formatVersion(b.version)} ${b.name}: ${b.done} rows done, not finished (migrate resumes it)`);
   if (status.baselineRequired)
     out('baseline required: the database has tables but no taskfence history (see migrate --baseline)');
   for (const a of status.applied)

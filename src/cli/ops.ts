@@ -138,6 +138,7 @@ export function opsTarget(args: OpsArgs, env: NodeJS.ProcessEnv): { url: string;
 export function asParsedArgs(args: OpsArgs): ParsedArgs {
   return {
     command: args.command,
+    force: false,
     ...(args.db === undefined ? {} : { db: args.db }),
     ...(args.schema === undefined ? {} : { schema: args.schema }),
     ...(args.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: args.connectTimeoutMs }),

@@ -1,6 +1,6 @@
 import { TaskfenceError, formatVersion } from '../errors.js';
 import type { MigrationLockHolder } from '../dialects/types.js';
-import type { MigrationEvent, PlanStep } from '../migrator/migrator.js';
+import type { CompatibilityWindow, MigrationEvent, PlanStep } from '../migrator/migrator.js';
 import { FileError } from './open.js';
 
 function describeHolder(holder: MigrationLockHolder | null): string {
@@ -26,6 +26,8 @@ export function describeEvent(event: MigrationEvent): string {
       return `  ${event.message}`;
     case 'waiting':
       return `waiting ${Math.round(event.waitedMs / 1000)} s for the migration lock, held by ${describeHolder(event.holder)}`;
+    case 'lock-retry':
+      return `${formatVersion(event.version)} ${event.name}: a table lock is held by another session (attempt ${event.attempt}, ${event.waitedMs} ms so far); retrying in ${event.delayMs} ms`;
   }
 }
 
@@ -83,6 +85,15 @@ export class ProgressRenderer {
   }
 }
 
+/** The compatibility window in one line (`plan` and `status`). */
+export function describeWindow(window: CompatibilityWindow): string {
+  const writers =
+    window.oldestWriterRelease === null
+      ? 'every taskfence release that knows this schema may write'
+      : `taskfence ${window.oldestWriterRelease} or newer may write (set by ${formatVersion(window.setByVersion ?? 0)}); older releases are refused at openStore`;
+  return `compatibility window: ${writers}${window.newestAppliedByRelease === null ? '' : `; last migrated by taskfence ${window.newestAppliedByRelease}`}`;
+}
+
 /** `taskfence plan` as SQL: a comment per step (direction, data loss, notes), then its statements. */
 export function printPlan(steps: readonly PlanStep[], out: (line: string) => void): void {
   if (steps.length === 0) out('-- nothing to do');
@@ -96,6 +107,12 @@ export function printPlan(steps: readonly PlanStep[], out: (line: string) => voi
     );
     for (const note of step.notes) out(`--   note: ${note}`);
     for (const statement of step.statements) out(`${statement};`);
+    if (step.backfill.length > 0) {
+      out(
+        `-- ${formatVersion(step.version)} backfill, after the DDL above commits (first batch; one transaction per batch):`,
+      );
+      for (const statement of step.backfill) out(`${statement};`);
+    }
   }
 }
 

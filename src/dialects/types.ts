@@ -15,6 +15,10 @@ export type ErrorKind =
   | 'lock_timeout'
   | 'statement_timeout'
   | 'connection_lost'
+  /** The disk under the database is full (`StorageFullError`). */
+  | 'storage_full'
+  /** The database accepts no writes (`ReadOnlyError`). */
+  | 'read_only'
   | 'unknown';
 
 /** Column types that differ per dialect, for migrations (see the type mapping in README). */
@@ -154,6 +158,14 @@ export interface StoreDialect {
 
   /** A normalized description of the schema, comparable across dialects. */
   describeSchema(): Promise<SchemaDescription>;
+
+  /**
+   * The highest applied migration version, for the store's lazy schema check: 0 only when there
+   * is no history table; any other failure throws, typed (never a guessed 0). PostgreSQL reads it
+   * on a new connection of its own, closed after: a pooled one may have been ended by the server
+   * (idle_session_timeout) since the call that failed, and would fail the read the same way.
+   */
+  readSchemaVersion(): Promise<number>;
 
   /** `PRAGMA user_version` on SQLite, `null` on PostgreSQL; on `db` (e.g. an open transaction) if given. */
   readUserVersion(db?: Kysely<Database>): Promise<number | null>;

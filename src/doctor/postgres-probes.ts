@@ -16,6 +16,7 @@ import {
   taskfenceSchema,
 } from './probe-support.js';
 import { doctorProbeLockKey } from '../repositories/shared/lock-keys.js';
+import { replicationCheck } from './replication.js';
 
 export interface PostgresProbeOptions {
   /** How long to wait for the pool's second connection (default 5 000 ms). */
@@ -56,6 +57,7 @@ export async function postgresEnvironmentChecks(
     await runProbe('environment.pooler', () => poolerCheck(db, options)),
     await runProbe('environment.server-version', () => serverVersionCheck(db)),
     await runProbe('environment.clock-skew', () => clockSkewCheck(db, options.clockSkewWarnMs)),
+    await runProbe('environment.replication', () => replicationCheck(db)),
   ];
 }
 

@@ -7,7 +7,6 @@ import type { StoreDialect } from '../dialects/types.js';
 import { InvalidArgumentError, NotFoundError, SchemaOutOfDateError } from '../errors.js';
 import { LATEST_VERSION } from '../migrations/index.js';
 import { DISPATCH_FAILURE_LIMIT } from '../repositories/dispatches/types.js';
-import { readSchemaVersion } from '../repositories/schema-guard.js';
 import { requireId } from '../repositories/validate.js';
 import { decodePathLeaseKey } from '../domain/write-paths.js';
 import { describeDuration } from './format.js';
@@ -51,7 +50,7 @@ function scopeOf(source: InspectSource, options: InspectOptions = {}): SectionSc
 }
 
 async function requireLatestSchema(source: InspectSource): Promise<void> {
-  const version = await readSchemaVersion(source.dialect.db);
+  const version = await source.dialect.readSchemaVersion();
   if (version < LATEST_VERSION) throw new SchemaOutOfDateError(version, LATEST_VERSION);
 }
 

@@ -1,6 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import { FILESYSTEM_DEPARTMENT, roleImpliesFilesystem } from '../domain/filesystem-roles.js';
-import type { MigrationDefinition } from './types.js';
+import type { BackfillBatch, MigrationDefinition } from './types.js';
 import { tableIn } from '../query/schema.js';
 
 const BATCH_SIZE = 50_000;
@@ -29,9 +29,34 @@ export interface BackfillOptions {
 export async function backfillRequiresFilesystem(db: Kysely<any>, options: BackfillOptions): Promise<number> {
   const { now, progress } = options;
   const batchSize = options.batchSize ?? BATCH_SIZE;
-  const roleChunkSize = options.roleChunkSize ?? ROLE_CHUNK;
+  let cursor: string | null = null;
+  let done = 0;
+  let flagged = 0;
+  for (;;) {
+    const batch = await requiresFilesystemBatch(db, { now, batchSize, roleChunkSize: options.roleChunkSize }, cursor);
+    flagged += batch.changed;
+    if (batch.cursor === null) break;
+    done += batch.visited;
+    cursor = batch.cursor;
+    progress(`0052: backfilled ${done} tasks (${flagged} require the filesystem)`, { done });
+  }
+  progress(`0052: backfill complete, ${flagged} tasks require the filesystem`);
+  return flagged;
+}
 
-  // Distinct roles are few (job titles, not tasks): read them once, test each with the one regex.
+/**
+ * One keyset batch of the v52 backfill: the tasks with ids after `cursor` up to the
+ * `batchSize`-th one, set-based. Returns that last id as the next cursor (null for the last batch).
+ * Run again over the same range it changes nothing more (it only sets 0 to 1 where the rule holds).
+ */
+export async function requiresFilesystemBatch(
+  db: Kysely<any>,
+  options: { readonly now: number; readonly batchSize: number; readonly roleChunkSize?: number | undefined },
+  cursor: string | null,
+): Promise<BackfillBatch> {
+  const { now, batchSize } = options;
+  const roleChunkSize = options.roleChunkSize ?? ROLE_CHUNK;
+  // Distinct roles are few (job titles, not tasks): read them once a batch, test each with the one regex.
   const roles = await sql<{
     role: string;
   }>`select distinct role from ${tableIn(db, 'agents')} where role is not null`.execute(db);
@@ -40,23 +65,22 @@ export async function backfillRequiresFilesystem(db: Kysely<any>, options: Backf
   for (let i = 0; i < matching.length; i += roleChunkSize) roleChunks.push(matching.slice(i, i + roleChunkSize));
   if (roleChunks.length === 0) roleChunks.push([]);
 
-  let low: string | null = null;
-  let done = 0;
-  let flagged = 0;
-  for (;;) {
-    // The upper bound of this batch: the batchSize-th id after `low`, or none for the last batch.
-    // ORDER BY and the range predicates use the same collation, so batches tile the id space.
-    const boundary: { rows: { id: string }[] } = await sql<{ id: string }>`
+  const low = cursor;
+  // The upper bound of this batch: the batchSize-th id after `low`, or none for the last batch.
+  // ORDER BY and the range predicates use the same collation, so batches tile the id space.
+  // (The SQL keeps the indentation it had inside 0052's former loop: it is part of the checksum.)
+  const boundary: { rows: { id: string }[] } = await sql<{ id: string }>`
       select id from ${tableIn(db, 'tasks')} where ${low === null ? sql`1 = 1` : sql`id > ${low}`}
       order by id limit 1 offset ${batchSize - 1}`.execute(db);
-    const high: string | null = boundary.rows[0]?.id ?? null;
-    const range = sql`${low === null ? sql`1 = 1` : sql`id > ${low}`} and ${high === null ? sql`1 = 1` : sql`id <= ${high}`}`;
-    for (const chunk of roleChunks) {
-      // Role equality and department equality are exact, byte-for-byte comparisons on both dialects.
-      const roleMatch = chunk.length === 0 ? sql`0 = 1` : sql`a.role in (${sql.join(chunk)})`;
-      // The status tests sit inside CASE so no planner drives the batch from the status index
-      // (which would walk most of the table on every batch); the id range on the primary key does.
-      const result = await sql`
+  const high: string | null = boundary.rows[0]?.id ?? null;
+  const range = sql`${low === null ? sql`1 = 1` : sql`id > ${low}`} and ${high === null ? sql`1 = 1` : sql`id <= ${high}`}`;
+  let changed = 0;
+  for (const chunk of roleChunks) {
+    // Role equality and department equality are exact, byte-for-byte comparisons on both dialects.
+    const roleMatch = chunk.length === 0 ? sql`0 = 1` : sql`a.role in (${sql.join(chunk)})`;
+    // The status tests sit inside CASE so no planner drives the batch from the status index
+    // (which would walk most of the table on every batch); the id range on the primary key does.
+    const result = await sql`
         update ${tableIn(db, 'tasks')} set requires_filesystem = 1
         where ${range} and requires_filesystem = 0 and (case
           when status in ('dispatched', 'in_progress') and exists (
@@ -66,25 +90,21 @@ export async function backfillRequiresFilesystem(db: Kysely<any>, options: Backf
             select 1 from ${tableIn(db, 'agents')} a
             where a.id = tasks.assignee_agent_id and (${roleMatch} or a.department = ${FILESYSTEM_DEPARTMENT})) then 1
           else 0 end) = 1`.execute(db);
-      flagged += Number(result.numAffectedRows ?? 0n);
-    }
-    if (high === null) break;
-    done += batchSize;
-    low = high;
-    progress(`0052: backfilled ${done} tasks (${flagged} require the filesystem)`, { done });
+    changed += Number(result.numAffectedRows ?? 0n);
   }
-  progress(`0052: backfill complete, ${flagged} tasks require the filesystem`);
-  return flagged;
+  return { cursor: high, visited: batchSize, changed };
 }
 
 /**
  * `tasks.requires_filesystem` with the conservative backfill of seed 000 (see
- * `backfillRequiresFilesystem`): 1 only with positive evidence, 0 for everything else.
+ * `backfillRequiresFilesystem`): 1 only with positive evidence, 0 for everything else. The column
+ * (constant default: no table rewrite) commits first; the backfill then runs in batches of their
+ * own transactions (`requiresFilesystemBatch`), resumable from the recorded cursor.
  */
 export const migration0052: MigrationDefinition = {
   version: 52,
   name: 'requires_filesystem',
-  async up({ db, now, progress }) {
+  async up({ db }) {
     await db.schema
       .alterTable('tasks')
       .addColumn('requires_filesystem', 'integer', (c) =>
@@ -94,13 +114,23 @@ export const migration0052: MigrationDefinition = {
           .check(sql`requires_filesystem in (0, 1)`),
       )
       .execute();
-    await backfillRequiresFilesystem(db, { now, progress });
   },
   async down({ db }) {
     await db.schema.alterTable('tasks').dropColumn('requires_filesystem').execute();
   },
-  async workRows(db) {
-    const { rows } = await sql<{ n: number | string }>`select count(*) as n from ${tableIn(db, 'tasks')}`.execute(db);
-    return Number(rows[0]?.n ?? 0);
+  backfill: {
+    batch: ({ db, now, batchSize }, cursor) => requiresFilesystemBatch(db, { now, batchSize }, cursor),
+    async workRows(db) {
+      const { rows } = await sql<{ n: number | string }>`select count(*) as n from ${tableIn(db, 'tasks')}`.execute(db);
+      return Number(rows[0]?.n ?? 0);
+    },
+    summary: (changed) => `0052: backfill complete, ${changed} tasks require the filesystem`,
+  },
+  // Until the online migrator, 0052 ran this same backfill inside its DDL transaction, and its
+  // checksum covered those statements; a database that applied it then has the same schema and
+  // the same rows (test/suites/online.suite.ts applies the old definition and migrates on).
+  acceptedChecksums: {
+    sqlite: ['0115cebc4fb53cf1d0c8a451e9c4ac38a03aefb888faae4db4b3fe79a0ecc5e4'],
+    postgres: ['5d8329d05b37a1d92c799756ee48810f786040fb1cf0e0e65fd78f0b6836d70a'],
   },
 };

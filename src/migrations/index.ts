@@ -7,6 +7,7 @@ import { migration0053 } from './0053_task_environments.js';
 import { migration0054 } from './0054_ownership_generations.js';
 import { migration0055 } from './0055_path_leases.js';
 import { migration0056 } from './0056_bigint_counters.js';
+import { migration0060 } from './0060_semaphores.js';
 import { migration0080 } from './0080_audit_events.js';
 import type { MigrationDefinition } from './types.js';
 
@@ -21,10 +22,17 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0054,
   migration0055,
   migration0056,
+  migration0060,
   migration0080,
 ]);
 
 /** The schema version this code expects. */
 export const LATEST_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
 
-export type { MigrationContext, MigrationDefinition } from './types.js';
+export type {
+  BackfillBatch,
+  BackfillContext,
+  BackfillDefinition,
+  MigrationContext,
+  MigrationDefinition,
+} from './types.js';

@@ -11,10 +11,49 @@ export interface MigrationContext {
   readonly progress: (message: string, counts?: { readonly done: number }) => void;
 }
 
+/** What one batch of a backfill receives. `db` is the batch's own transaction. */
+export interface BackfillContext {
+  readonly db: Kysely<any>;
+  readonly types: ColumnTypes;
+  /**
+   * Epoch ms recorded when the backfill started: the same in every batch, and after a crash and a
+   * resume, so a resumed backfill changes exactly the rows a run without the crash would have.
+   */
+  readonly now: number;
+  /** Rows per batch (`--batch-size`). */
+  readonly batchSize: number;
+}
+
+/** What one backfill batch did. */
+export interface BackfillBatch {
+  /** Where the next batch starts (exclusive), or null when this was the last batch. */
+  readonly cursor: string | null;
+  /** Rows this batch visited (for progress). */
+  readonly visited: number;
+  /** Rows this batch changed. */
+  readonly changed: number;
+}
+
+/**
+ * A data backfill that runs after the migration's DDL has committed, one batch per transaction,
+ * so the running release keeps reading and writing the table in between. The migrator records
+ * the cursor after every batch (in the batch's transaction), so a crash resumes where it stopped.
+ * Each batch must be correct when run again over rows an earlier batch already changed.
+ */
+export interface BackfillDefinition {
+  /** One batch after `cursor` (null: from the start). Deterministic in the SQL it issues for given query results. */
+  batch(ctx: BackfillContext, cursor: string | null): Promise<BackfillBatch>;
+  /** How many rows the backfill will visit, for progress (percent, ETA). Not part of the checksum. */
+  readonly workRows?: (db: Kysely<any>) => Promise<number>;
+  /** The progress line once it is complete, from the rows changed over all batches. */
+  readonly summary?: (changed: number) => string;
+}
+
 /**
  * One schema version. `up` and `down` run inside one transaction together with the history
  * row, on both dialects; both are required. They must be deterministic in the SQL they issue for
- * given query results, since the checksum is computed from that SQL.
+ * given query results, since the checksum is computed from that SQL (and from `backfill`'s first
+ * batch). See docs/development.md for the online rules every migration from 0057 on follows.
  */
 export interface MigrationDefinition {
   readonly version: number;
@@ -26,4 +65,18 @@ export interface MigrationDefinition {
    * migration's transaction before `up`; not part of the checksum.
    */
   readonly workRows?: (db: Kysely<any>) => Promise<number>;
+  /** A data backfill run after `up` commits, in batches of their own transactions (see `BackfillDefinition`). */
+  readonly backfill?: BackfillDefinition;
+  /**
+   * Checksums an earlier taskfence recorded for this same migration when it ran the same change
+   * another way (0052's backfill inside its DDL transaction), by dialect: a database that applied
+   * it then is accepted, not refused as edited. Each entry is documented where it is declared.
+   */
+  readonly acceptedChecksums?: { readonly sqlite?: readonly string[]; readonly postgres?: readonly string[] };
+  /**
+   * The oldest taskfence release that may still write to the database once this version is
+   * applied (the compatibility window; default: any release that knows the previous version).
+   * `openStore` of an older release refuses with `ReleaseOutsideWindowError`.
+   */
+  readonly minWriterRelease?: string;
 }

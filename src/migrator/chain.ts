@@ -10,7 +10,9 @@ import type { Database } from '../schema/database.js';
 import type { MigrationDefinition } from '../migrations/types.js';
 import { readHistory } from './history.js';
 import { expectedTablesAt } from './reference.js';
-import type { MigrationStatus } from './types.js';
+import { compareReleases } from '../release.js';
+import { readStates, type VersionState } from './state.js';
+import type { CompatibilityWindow, MigrationStatus } from './types.js';
 
 /** One chain of migrations against one store's database: what the migrator's modules share. */
 export interface Chain {
@@ -61,7 +63,10 @@ export async function statusIn(
   const byVersion = new Map(chain.migrations.map((m) => [m.version, m]));
   const appliedVersions = new Set(history.map((h) => h.version));
   const modified = history
-    .filter((h) => byVersion.has(h.version) && checksums.get(h.version) !== h.checksum)
+    .filter((h) => {
+      const m = byVersion.get(h.version);
+      return m !== undefined && !checksumMatches(m, chain.dialect.kind, checksums.get(h.version)!, h.checksum);
+    })
     .map((h) => ({
       version: h.version,
       name: h.name,
@@ -72,6 +77,10 @@ export async function statusIn(
   const baselineRequired =
     history.length === 0 &&
     ((await existingTaskfenceTables(chain, db)).length > 0 || ((await chain.dialect.readUserVersion(db)) ?? 0) > 0);
+  const states = await readStates(db);
+  const backfills = states
+    .filter((st) => st.backfill === 'running' && byVersion.get(st.version)?.backfill !== undefined)
+    .map((st) => ({ version: st.version, name: byVersion.get(st.version)!.name, done: st.done, changed: st.changed }));
   return {
     currentVersion: history.at(-1)?.version ?? 0,
     latestVersion: chain.latestVersion,
@@ -82,7 +91,36 @@ export async function statusIn(
     modified,
     unknown,
     baselineRequired,
+    backfills,
+    window: windowOf(states.filter((st) => appliedVersions.has(st.version))),
   };
+}
+
+/**
+ * Is `recorded` this migration's checksum: today's, or one an earlier taskfence recorded for the
+ * same change run another way (`MigrationDefinition.acceptedChecksums`)?
+ */
+export function checksumMatches(
+  m: MigrationDefinition,
+  kind: StoreDialect['kind'],
+  current: string,
+  recorded: string,
+): boolean {
+  return recorded === current || (m.acceptedChecksums?.[kind]?.includes(recorded) ?? false);
+}
+
+/** The compatibility window of the applied versions' recorded states. */
+export function windowOf(states: readonly VersionState[]): CompatibilityWindow {
+  let oldestWriterRelease: string | null = null;
+  let setByVersion: number | null = null;
+  for (const st of states) {
+    if (st.minWriterRelease === null) continue;
+    if (oldestWriterRelease === null || compareReleases(st.minWriterRelease, oldestWriterRelease) > 0) {
+      oldestWriterRelease = st.minWriterRelease;
+      setByVersion = st.version;
+    }
+  }
+  return { oldestWriterRelease, setByVersion, newestAppliedByRelease: states.at(-1)?.appliedByRelease ?? null };
 }
 
 /** Refuses to go on when the history and the code disagree (unknown or edited migrations). */

@@ -14,29 +14,38 @@ import { TaskfenceSchemaPlugin } from '../query/schema.js';
  */
 export async function recordMigration(
   migration: MigrationDefinition,
-  direction: 'up' | 'down',
+  direction: 'up' | 'down' | 'backfill',
   kind: StoreDialect['kind'],
   live?: {
     readonly now: number;
     readonly answer: (query: CompiledQuery) => Promise<QueryResult<any> | undefined>;
     readonly schema?: string;
+    readonly batchSize?: number;
   },
 ): Promise<CompiledQuery[]> {
   const log: CompiledQuery[] = [];
   const recording = createRecordingKysely(kind, log, live?.answer);
   const db = live?.schema === undefined ? recording : recording.withPlugin(new TaskfenceSchemaPlugin(live.schema));
-  await migration[direction]({ db, types: columnTypesFor(kind), now: live?.now ?? 0, progress: () => {} });
+  const types = columnTypesFor(kind);
+  const now = live?.now ?? 0;
+  if (direction !== 'backfill') await migration[direction]({ db, types, now, progress: () => {} });
+  else await migration.backfill?.batch({ db, types, now, batchSize: live?.batchSize ?? CHECKSUM_BATCH_SIZE }, null);
   return log;
 }
 
+/** The batch size a backfill's first batch is recorded with for its checksum. */
+const CHECKSUM_BATCH_SIZE = 5_000;
+
 /**
- * The checksum of a migration on a dialect: SHA-256 of the SQL text and parameters its `up` and
- * `down` issue there. Editing what a migration does changes it; reformatting its source does not.
+ * The checksum of a migration on a dialect: SHA-256 of the SQL text and parameters its `up`,
+ * `down` and (if it has one) its backfill's first batch issue there. Editing what a migration
+ * does changes it; reformatting its source does not.
  */
 export async function migrationChecksum(migration: MigrationDefinition, kind: StoreDialect['kind']): Promise<string> {
   const hash = createHash('sha256');
   hash.update(`${migration.version}\n${migration.name}\n`);
-  for (const direction of ['up', 'down'] as const) {
+  const directions = migration.backfill ? (['up', 'down', 'backfill'] as const) : (['up', 'down'] as const);
+  for (const direction of directions) {
     hash.update(`-- ${direction}\n`);
     for (const query of await recordMigration(migration, direction, kind)) {
       hash.update(query.sql);

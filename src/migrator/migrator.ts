@@ -1,4 +1,5 @@
-import { DataLossError, type DataLoss } from '../errors.js';
+import { DataLossError, InvalidArgumentError, ReleaseStillRunningError, type DataLoss } from '../errors.js';
+import { instanceOf, runningReleasesAbove } from './releases.js';
 import type { StoreDialect } from '../dialects/types.js';
 import { MIGRATIONS } from '../migrations/index.js';
 import type { MigrationDefinition } from '../migrations/types.js';
@@ -9,12 +10,18 @@ import { droppedRowsOf } from './data-loss.js';
 import { ensureConfiguredSchema } from './history.js';
 import { lockSettings } from './lock.js';
 import { planSteps } from './plan.js';
-import { runChain } from './run.js';
+import { runBackfill, runChain, type ChainRun } from './run.js';
+import { TASKFENCE_RELEASE } from '../release.js';
 import type { MigrateOptions, MigrateResult, MigrationStatus, PlanStep } from './types.js';
 
 export { HISTORY_TABLE } from './history.js';
+export { STATE_TABLE } from './state.js';
+
+/** Rows per backfill batch unless `batchSize` says otherwise. */
+const DEFAULT_BATCH_SIZE = 5_000;
 export type {
   AppliedMigration,
+  CompatibilityWindow,
   MigrateOptions,
   MigrateResult,
   MigrationEvent,
@@ -34,9 +41,21 @@ export class Migrator {
   readonly #chain: Chain;
   #checksums: Map<number, string> | undefined;
 
-  constructor(dialect: StoreDialect, migrations: readonly MigrationDefinition[] = MIGRATIONS) {
+  readonly #release: string;
+
+  /**
+   * @param dialect The store's dialect (`store.dialect`).
+   * @param migrations The chain (default: taskfence's own).
+   * @param options `release`: the taskfence release recorded beside each version applied (default: this one's).
+   */
+  constructor(
+    dialect: StoreDialect,
+    migrations: readonly MigrationDefinition[] = MIGRATIONS,
+    options: { readonly release?: string } = {},
+  ) {
     assertWellFormedChain(migrations);
     this.#chain = { dialect, migrations, latestVersion: migrations.at(-1)?.version ?? 0 };
+    this.#release = options.release ?? TASKFENCE_RELEASE;
   }
 
   /** The last version of the chain. */
@@ -69,13 +88,13 @@ export class Migrator {
    * compares with) is named in `notes`. With a configured PostgreSQL schema the statements name it,
    * as `migrate` sends them. Down steps list the rows they would drop. Applies nothing.
    */
-  async plan(options: { to?: number; now?: number } = {}): Promise<PlanStep[]> {
+  async plan(options: { to?: number; now?: number; batchSize?: number } = {}): Promise<PlanStep[]> {
     const status = await this.status();
     verifyHistory(status);
     if (status.baselineRequired) throw await baselineRequiredError(this.#chain);
     const target = options.to ?? this.latestVersion;
     assertKnownVersion(this.#chain, target);
-    return planSteps(this.#chain, status, target, options.now ?? Date.now());
+    return planSteps(this.#chain, status, target, options.now ?? Date.now(), options.batchSize ?? DEFAULT_BATCH_SIZE);
   }
 
   /**
@@ -86,6 +105,12 @@ export class Migrator {
     const chain = this.#chain;
     const target = options.to ?? this.latestVersion;
     assertKnownVersion(chain, target);
+    const batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1)
+      throw new InvalidArgumentError('batchSize', `must be a positive integer (got ${String(options.batchSize)})`);
+    const pauseMs = options.pauseMs ?? 0;
+    if (!Number.isFinite(pauseMs) || pauseMs < 0)
+      throw new InvalidArgumentError('pauseMs', `must be a number of ms, 0 or more (got ${String(options.pauseMs)})`);
     if (options.baseline !== undefined) assertKnownVersion(chain, options.baseline);
     const emit = options.onEvent ?? (() => {});
     // Both dialects' withMigrationLock throw MigrationLockTimeoutError when the wait runs out.
@@ -108,12 +133,17 @@ export class Migrator {
 
     const appliedNow = new Set(status.applied.map((a) => a.version));
     const downSteps = [...chain.migrations].reverse().filter((m) => appliedNow.has(m.version) && m.version > target);
+    if (downSteps.length > 0 && !options.force) {
+      // Stores of a running release registered the version they need: reverting it would break them.
+      const running = await runningReleasesAbove(chain.dialect.db, target, instanceOf(chain.dialect));
+      if (running.length > 0) throw new ReleaseStillRunningError(target, running);
+    }
     if (downSteps.length > 0 && !options.allowDataLoss) {
       // Count before changing anything, so a refusal changes nothing; each down re-checks under the lock.
       const losses = await droppedRowsOf(chain, downSteps);
       if (losses.length > 0) throw new DataLossError(losses);
     }
-    const { applied, reverted } = await runChain(chain, {
+    const run: ChainRun = {
       target,
       history: status.applied,
       checksums,
@@ -121,7 +151,16 @@ export class Migrator {
       emit,
       lock,
       allowDataLoss: options.allowDataLoss === true,
-    });
+      batchSize,
+      pauseMs,
+      release: this.#release,
+    };
+    // Backfills a crash (or a deploy still running) left unfinished go first, from their cursors.
+    for (const pending of status.backfills) {
+      const m = chain.migrations.find((c) => c.version === pending.version);
+      if (m && m.version <= target) await runBackfill(chain, m, run);
+    }
+    const { applied, reverted } = await runChain(chain, run);
     return { fromVersion: status.currentVersion, toVersion: (await this.status()).currentVersion, applied, reverted };
   }
 

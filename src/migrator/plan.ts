@@ -21,15 +21,17 @@ export async function planSteps(
   status: MigrationStatus,
   target: number,
   now: number,
+  batchSize: number,
 ): Promise<PlanStep[]> {
   const applied = new Set(status.applied.map((a) => a.version));
   const steps: PlanStep[] = [];
   for (const m of chain.migrations) {
-    if (!applied.has(m.version) && m.version <= target) steps.push(await renderStep(chain, m, 'up', [], now));
+    if (!applied.has(m.version) && m.version <= target)
+      steps.push(await renderStep(chain, m, 'up', [], now, batchSize));
   }
   const downs = [...chain.migrations].reverse().filter((m) => applied.has(m.version) && m.version > target);
   for (const m of downs) {
-    steps.push(await renderStep(chain, m, 'down', await droppedRowsOf(chain, [m]), now));
+    steps.push(await renderStep(chain, m, 'down', await droppedRowsOf(chain, [m]), now, batchSize));
   }
   return steps;
 }
@@ -40,6 +42,7 @@ async function renderStep(
   direction: 'up' | 'down',
   destructive: readonly DataLoss[],
   now: number,
+  batchSize: number,
 ): Promise<PlanStep> {
   const { dialect } = chain;
   const schema = schemaOf(dialect.db);
@@ -60,6 +63,14 @@ async function renderStep(
   const queries = await recordMigration(m, direction, dialect.kind, { now, answer, ...inSchema });
   const statements = queries.filter((q) => !isRead(q)).map((q) => inlineParameters(dialect.kind, q));
   const notes: string[] = [];
+  let backfill: readonly string[] = [];
+  if (direction === 'up' && m.backfill) {
+    const first = await recordMigration(m, 'backfill', dialect.kind, { now, answer, batchSize, ...inSchema });
+    backfill = first.filter((q) => !isRead(q)).map((q) => inlineParameters(dialect.kind, q));
+    notes.push(
+      `its backfill runs after the DDL commits, in batches of ${batchSize} rows, each its own transaction (resumable); the first batch is shown`,
+    );
+  }
   // A statement that changes with `now` depends on the time migrate starts.
   const unanswered = async () => undefined;
   const later = await recordMigration(m, direction, dialect.kind, { now: now + 1, answer: unanswered, ...inSchema });
@@ -75,5 +86,9 @@ async function renderStep(
     );
   if (failedReads > 0)
     notes.push(`${failedReads} reads need tables that earlier steps create; shown as on empty tables`);
-  return { version: m.version, name: m.name, direction, statements, destructive, notes };
+  if (direction === 'up' && m.minWriterRelease !== undefined)
+    notes.push(
+      `once applied, only taskfence ${m.minWriterRelease} or newer may write: roll every older release out first`,
+    );
+  return { version: m.version, name: m.name, direction, statements, backfill, destructive, notes };
 }

@@ -1,10 +1,15 @@
+import type { Transaction } from 'kysely';
 import { Umzug } from 'umzug';
-import { DataLossError, LockTimeoutError, MigrationFailedError, TaskfenceError } from '../errors.js';
+import { Backoff } from '../dialects/backoff.js';
+import { DataLossError, LockTimeoutError, MigrationFailedError, TaskfenceError, formatVersion } from '../errors.js';
+import type { Database } from '../schema/database.js';
 import type { MigrationDefinition } from '../migrations/types.js';
 import type { Chain } from './chain.js';
 import { droppedRows } from './data-loss.js';
 import { HISTORY_TABLE, HistoryStorage, createHistoryTable, migrationName, type UnitOutcome } from './history.js';
 import type { LockSettings } from './lock.js';
+import { createReleasesTable } from './releases.js';
+import { createStateTable, deleteState, insertState, readState, recordBatch } from './state.js';
 import type { AppliedMigration, MigrationEvent } from './types.js';
 
 /** What `runChain` needs besides the chain: the target, and how this `migrate` call runs. */
@@ -17,7 +22,17 @@ export interface ChainRun {
   readonly emit: (event: MigrationEvent) => void;
   readonly lock: LockSettings;
   readonly allowDataLoss: boolean;
+  /** Rows per backfill batch. */
+  readonly batchSize: number;
+  /** Pause between backfill batches, in ms. */
+  readonly pauseMs: number;
+  /** The taskfence release running this migrate (recorded beside each version it applies). */
+  readonly release: string;
 }
+
+/** The first pause before a DDL retry, and the longest, in ms (jittered, doubling). */
+const RETRY_PAUSE_MS = 50;
+const RETRY_PAUSE_MAX_MS = 1_000;
 
 /**
  * Runs the chain up or down to `run.target` with umzug: umzug reads the applied set from the
@@ -87,7 +102,8 @@ export async function runChain(chain: Chain, run: ChainRun): Promise<{ applied: 
  * Applies or reverts one migration together with its history row, in one transaction holding the
  * migration lock, after re-reading the history inside it: whoever held the lock before committed
  * (or rolled back) everything, so each migration runs exactly once however many deploys race.
- * `done` is false when another migrator already did it.
+ * `done` is false when another migrator already did it. A migration with a backfill then runs
+ * it (`runBackfill`) after that transaction committed, in batches of their own transactions.
  */
 async function applyOne(
   chain: Chain,
@@ -96,71 +112,173 @@ async function applyOne(
   run: ChainRun,
 ): Promise<UnitOutcome> {
   const { dialect } = chain;
-  const { emit, lock } = run;
+  const { emit } = run;
   let done = false;
   const started = Date.now();
-  try {
-    await dialect.withMigrationLock(
-      async (trx) => {
-        done = false;
-        await createHistoryTable(trx, dialect.columnTypes);
-        const recorded = await trx
-          .selectFrom(HISTORY_TABLE)
-          .select('version')
-          .where('version', '=', m.version)
-          .executeTakeFirst();
-        if (direction === 'up' ? recorded !== undefined : recorded === undefined) return;
-        if (direction === 'down' && !run.allowDataLoss) {
-          const losses = await droppedRows(chain, trx, m);
-          if (losses.length > 0) throw new DataLossError(losses);
-        }
-        emit({ type: direction === 'up' ? 'applying' : 'reverting', version: m.version, name: m.name });
-        const total = direction === 'up' && m.workRows ? await m.workRows(trx) : undefined;
-        await m[direction]({
-          db: trx,
-          types: dialect.columnTypes,
-          now: run.now,
-          progress: (message, counts) =>
-            emit({
-              type: 'progress',
-              version: m.version,
-              message,
-              ...(counts ? { done: total === undefined ? counts.done : Math.min(counts.done, total) } : {}),
-              ...(counts && total !== undefined ? { total } : {}),
-            }),
-        });
-        if (direction === 'up') {
-          await trx
-            .insertInto(HISTORY_TABLE)
-            .values({
-              version: m.version,
-              name: m.name,
-              checksum: run.checksums.get(m.version)!,
-              applied_at: Date.now(),
-              duration_ms: Date.now() - started,
-            })
-            .execute();
-        } else {
-          await trx.deleteFrom(HISTORY_TABLE).where('version', '=', m.version).execute();
-        }
-        done = true;
-      },
-      { ...lock, bulk: true },
-    );
-  } catch (error) {
-    if (error instanceof LockTimeoutError) {
-      // The DDL waited for a table another session uses: name the migration's own setting.
-      throw new MigrationFailedError(
-        m.version,
-        m.name,
-        direction,
-        new Error(
-          `its DDL waited longer than ddlLockTimeoutMs (${lock.ddlLockTimeoutMs} ms, --ddl-lock-timeout) for a table lock another session holds; migrate when the table is less busy, or raise it`,
-        ),
-      );
+  await underMigrationLock(chain, m, direction, run, async (trx) => {
+    done = false;
+    await createHistoryTable(trx, dialect.columnTypes);
+    await createStateTable(trx, dialect.columnTypes);
+    await createReleasesTable(trx, dialect.columnTypes);
+    const recorded = await trx
+      .selectFrom(HISTORY_TABLE)
+      .select('version')
+      .where('version', '=', m.version)
+      .executeTakeFirst();
+    if (direction === 'up' ? recorded !== undefined : recorded === undefined) return;
+    if (direction === 'down' && !run.allowDataLoss) {
+      const losses = await droppedRows(chain, trx, m);
+      if (losses.length > 0) throw new DataLossError(losses);
     }
-    if (error instanceof TaskfenceError) throw error;
-    throw new MigrationFailedError(m.version, m.name, direction, error);
-  }
+    emit({ type: direction === 'up' ? 'applying' : 'reverting', version: m.version, name: m.name });
+    const total = direction === 'up' && m.workRows ? await m.workRows(trx) : undefined;
+    await m[direction]({
+      db: trx,
+      types: dialect.columnTypes,
+      now: run.now,
+      progress: (message, counts) =>
+        emit({
+          type: 'progress',
+          version: m.version,
+          message,
+          ...(counts ? { done: total === undefined ? counts.done : Math.min(counts.done, total) } : {}),
+          ...(counts && total !== undefined ? { total } : {}),
+        }),
+    });
+    if (direction === 'up') {
+      await trx
+        .insertInto(HISTORY_TABLE)
+        .values({
+          version: m.version,
+          name: m.name,
+          checksum: run.checksums.get(m.version)!,
+          applied_at: Date.now(),
+          duration_ms: Date.now() - started,
+        })
+        .execute();
+      await insertState(trx, {
+        version: m.version,
+        minWriterRelease: m.minWriterRelease ?? null,
+        appliedByRelease: run.release,
+        backfillNow: m.backfill ? run.now : null,
+        at: Date.now(),
+      });
+    } else {
+      await trx.deleteFrom(HISTORY_TABLE).where('version', '=', m.version).execute();
+      await deleteState(trx, m.version);
+    }
+    done = true;
+  });
+  // Another migrator may have committed the DDL and still be backfilling (or have crashed): join in.
+  if (direction === 'up' && m.backfill) await runBackfill(chain, m, run);
   return { direction, done, durationMs: Date.now() - started };
+}
+
+/**
+ * Runs (or resumes) `m`'s backfill to the end: one batch per transaction under the migration
+ * lock, which reads the recorded cursor, runs the batch after it and records the next cursor and
+ * the counts in the same transaction. A crash loses at most the batch in flight (rolled back);
+ * the next `migrate` resumes after the last committed one, with the `now` recorded at the start.
+ * Two deploys backfilling at once take turns batch by batch. Pauses `run.pauseMs` between
+ * batches. Nothing to do when the version's backfill is complete (or it is not applied).
+ */
+export async function runBackfill(chain: Chain, m: MigrationDefinition, run: ChainRun): Promise<void> {
+  const backfill = m.backfill;
+  if (!backfill) return;
+  const { dialect } = chain;
+  let total: number | undefined;
+  let first = true;
+  for (;;) {
+    const step = await underMigrationLock(chain, m, 'up', run, async (trx) => {
+      const state = await readState(trx, m.version);
+      if (!state || state.backfill !== 'running') return null;
+      if (first && backfill.workRows) total = await backfill.workRows(trx);
+      const batch = await backfill.batch(
+        { db: trx, types: dialect.columnTypes, now: state.backfillNow ?? run.now, batchSize: run.batchSize },
+        state.cursor,
+      );
+      const counts = { done: state.done + batch.visited, changed: state.changed + batch.changed };
+      await recordBatch(trx, m.version, { cursor: batch.cursor, ...counts, at: Date.now() });
+      return { resumedAfter: first ? state.done : 0, last: batch.cursor === null, ...counts };
+    });
+    if (!step) return;
+    if (first && step.resumedAfter > 0) {
+      run.emit({
+        type: 'progress',
+        version: m.version,
+        message: `${formatVersion(m.version)}: resuming the backfill after ${step.resumedAfter} rows`,
+      });
+    }
+    first = false;
+    if (step.last) {
+      run.emit({
+        type: 'progress',
+        version: m.version,
+        message:
+          backfill.summary?.(step.changed) ??
+          `${formatVersion(m.version)}: backfill complete, ${step.changed} rows changed`,
+      });
+      return;
+    }
+    const done = total === undefined ? step.done : Math.min(step.done, total);
+    run.emit({
+      type: 'progress',
+      version: m.version,
+      message: `${formatVersion(m.version)}: backfilled ${done} rows (${step.changed} changed)`,
+      done,
+      ...(total !== undefined ? { total } : {}),
+    });
+    if (run.pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, run.pauseMs));
+  }
+}
+
+/**
+ * Runs `fn` in a transaction holding the migration lock. On PostgreSQL each attempt's DDL waits
+ * at most `ddlLockAttemptMs` (`lock_timeout`) for a table lock: waiting in a table's lock queue
+ * would make every application query on that table wait behind it. When it gives up the
+ * transaction rolls back (nothing done) and, after a jittered pause that lets the queue drain,
+ * tries again, until `ddlLockTimeoutMs` has passed; then `MigrationFailedError` says so. Each
+ * retry is a `lock-retry` event.
+ */
+async function underMigrationLock<T>(
+  chain: Chain,
+  m: MigrationDefinition,
+  direction: 'up' | 'down',
+  run: ChainRun,
+  fn: (trx: Transaction<Database>) => Promise<T>,
+): Promise<T> {
+  const { lock } = run;
+  const started = Date.now();
+  const backoff = new Backoff(RETRY_PAUSE_MS, RETRY_PAUSE_MAX_MS);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await chain.dialect.withMigrationLock(fn, {
+        waitMs: lock.waitMs,
+        ddlLockTimeoutMs: lock.ddlLockAttemptMs,
+        onWaiting: lock.onWaiting,
+        bulk: true,
+      });
+    } catch (error) {
+      const waitedMs = Date.now() - started;
+      if (error instanceof LockTimeoutError) {
+        if (lock.ddlLockTimeoutMs > 0 && waitedMs < lock.ddlLockTimeoutMs) {
+          const delayMs = Math.round(backoff.next(lock.ddlLockTimeoutMs - waitedMs));
+          run.emit({ type: 'lock-retry', version: m.version, name: m.name, attempt, waitedMs, delayMs });
+          await new Promise((resolve) => setTimeout(resolve, delayMs));
+          continue;
+        }
+        // The DDL waited for a table another session uses: name the migration's own setting.
+        throw new MigrationFailedError(
+          m.version,
+          m.name,
+          direction,
+          new Error(
+            `its DDL waited longer than ddlLockTimeoutMs (${lock.ddlLockTimeoutMs} ms, --ddl-lock-timeout) for a table lock another session holds; migrate when the table is less busy, or raise it`,
+          ),
+        );
+      }
+      if (error instanceof TaskfenceError) throw error;
+      throw new MigrationFailedError(m.version, m.name, direction, error);
+    }
+  }
 }

@@ -21,6 +21,21 @@ export interface MigrationStatus {
   readonly unknown: readonly { version: number; name: string }[];
   /** The database has taskfence tables but no history: adopt it with a baseline first. */
   readonly baselineRequired: boolean;
+  /** Applied versions whose backfill has not finished (a crash, or a deploy still running it); `migrate` resumes them. */
+  readonly backfills: readonly { version: number; name: string; done: number; changed: number }[];
+  /** The compatibility window: which releases may write at this schema (see `CompatibilityWindow`). */
+  readonly window: CompatibilityWindow;
+}
+
+/**
+ * Which taskfence releases may write to the database: the newest `minWriterRelease` of the
+ * applied versions (null: any release that knows the schema), the version that set it, and
+ * the release that applied the newest version.
+ */
+export interface CompatibilityWindow {
+  readonly oldestWriterRelease: string | null;
+  readonly setByVersion: number | null;
+  readonly newestAppliedByRelease: string | null;
 }
 
 /** What happened during `migrate`, reported as it happens. */
@@ -42,7 +57,19 @@ export type MigrationEvent =
       readonly done?: number;
       readonly total?: number;
     }
-  | { readonly type: 'waiting'; readonly waitedMs: number; readonly holder: MigrationLockHolder | null };
+  | { readonly type: 'waiting'; readonly waitedMs: number; readonly holder: MigrationLockHolder | null }
+  | {
+      /** PostgreSQL: a migration's transaction gave up waiting for a table lock (`lock_timeout`) and will try again. */
+      readonly type: 'lock-retry';
+      readonly version: number;
+      readonly name: string;
+      /** The attempt that gave up (1 for the first). */
+      readonly attempt: number;
+      /** Since the first attempt, in ms. */
+      readonly waitedMs: number;
+      /** The jittered pause before the next attempt, in ms. */
+      readonly delayMs: number;
+    };
 
 export interface MigrateOptions {
   /** Target version: up or down to it. Default: the latest. 0 reverts everything. */
@@ -51,10 +78,28 @@ export interface MigrateOptions {
   readonly baseline?: number;
   /** How long to wait for another migrator to release the migration lock (default 60 000 ms). */
   readonly migrationLockWaitMs?: number;
-  /** PostgreSQL `lock_timeout` for migration DDL, e.g. waiting for a table a long transaction uses (default 10 000 ms; 0 disables). */
+  /**
+   * PostgreSQL: how long a migration's DDL may keep trying for a table lock that another session
+   * holds (a long application transaction), over all its attempts (default 10 000 ms; 0: one
+   * attempt without `lock_timeout`, waiting as long as it takes).
+   */
   readonly ddlLockTimeoutMs?: number;
+  /**
+   * PostgreSQL `lock_timeout` of one attempt (default 100 ms): while DDL waits in a table's lock
+   * queue, application queries on that table queue behind it, so it gives up this soon and retries.
+   */
+  readonly ddlLockAttemptMs?: number;
+  /** Rows per backfill batch, each batch its own transaction (default 5 000). */
+  readonly batchSize?: number;
+  /** Pause between backfill batches, in ms, to leave the database to the application (default 0). */
+  readonly pauseMs?: number;
   /** @deprecated The old name of `migrationLockWaitMs`. */
   readonly lockTimeoutMs?: number;
+  /**
+   * Migrate down even though open stores of a running release need a version above `to` (they
+   * register at `openStore`; default false: refuse with `ReleaseStillRunningError`, changing nothing).
+   */
+  readonly force?: boolean;
   /** Allow down steps that drop tables or columns holding rows (default false: refuse, changing nothing). */
   readonly allowDataLoss?: boolean;
   readonly onEvent?: (event: MigrationEvent) => void;
@@ -78,6 +123,8 @@ export interface PlanStep {
    * table they name is qualified with it, exactly as `migrate` sends them.
    */
   readonly statements: readonly string[];
+  /** The statements of the backfill's first batch (after the DDL commits, each batch its own transaction); empty without one. */
+  readonly backfill: readonly string[];
   /** Tables and columns holding rows that this (down) step drops. */
   readonly destructive: readonly DataLoss[];
   /** Where a value comes from: read from the database now, or known only at run time. */

@@ -12,6 +12,8 @@ import type { OwnershipRepository } from './ownership/types.js';
 import { createPathLeaseRepository } from './paths/index.js';
 import type { PathLeaseRepository } from './paths/types.js';
 import { createRunRepository } from './runs/index.js';
+import { createSemaphoreRepository } from './semaphores/index.js';
+import type { SemaphoreRepository } from './semaphores/types.js';
 import type { RunRepository } from './runs/types.js';
 import { createSchedulerRepository, type SchedulerRepository } from './scheduler.js';
 import { createTaskRepository, type TaskRepository } from './tasks.js';
@@ -32,6 +34,8 @@ export interface Repositories {
   readonly paths: PathLeaseRepository;
   /** SPEC §6 */
   readonly ownership: OwnershipRepository;
+  /** Counting semaphores (issue 21). */
+  readonly semaphores: SemaphoreRepository;
   /** Retention: pruning what is finished and old. */
   readonly maintenance: MaintenanceRepository;
 }
@@ -50,6 +54,7 @@ export function createRepositories(context: StoreContext): Repositories {
     scheduler: createSchedulerRepository(context, locks),
     paths: createPathLeaseRepository(context),
     ownership: createOwnershipRepository(context),
+    semaphores: createSemaphoreRepository(context),
     maintenance: createMaintenanceRepository(context),
   };
 }

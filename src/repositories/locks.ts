@@ -11,14 +11,20 @@ import { NotFoundError } from '../errors.js';
 import type { StoreContext } from './context.js';
 import { prepared } from '../query/prepared.js';
 import { requireCounter, requireId, requireInput, requirePositiveMs } from './validate.js';
+import { lostReason, requireLease, type LeaseLostError } from './shared/lease.js';
+import { isLiveGrant, readLeaseRowLocked, type LeaseFence } from './shared/fence.js';
 import { tableIn } from '../query/schema.js';
 import {
+  DEFAULT_TASK_LEASE_TTL_MS,
+  DEFAULT_WORKSPACE_LOCK_TTL_MS,
   StaleTaskLeaseError,
   StaleWorkspaceLockError,
   type CurrentLeaseState,
   type LockRepository,
-  type StaleTokenReason,
+  type RenewLeaseOptions,
+  type TaskLease,
   type TaskLeaseClaim,
+  type WorkspaceLock,
   type WorkspaceLockClaim,
 } from './shared/leases.js';
 
@@ -26,13 +32,13 @@ function requireToken(value: unknown): number {
   return requireCounter('token', value, 'token a claim returned');
 }
 
-interface LeaseRow {
+export interface LeaseRow {
   token: number;
   holder: string | null;
   expires_at: number | null;
 }
 
-function currentState(row: LeaseRow | undefined): CurrentLeaseState | null {
+export function currentState(row: LeaseRow | undefined): CurrentLeaseState | null {
   return row
     ? {
         token: Number(row.token),
@@ -40,13 +46,6 @@ function currentState(row: LeaseRow | undefined): CurrentLeaseState | null {
         expiresAt: row.expires_at === null ? null : Number(row.expires_at),
       }
     : null;
-}
-
-/** Why `token` failed against `row` (renew requires a live lease; release does not). */
-function staleReason(row: LeaseRow | undefined, token: number): StaleTokenReason {
-  if (!row || token > Number(row.token)) return 'unknown';
-  if (token < Number(row.token)) return 'superseded';
-  return 'expired';
 }
 
 // The fenced statements, prepared (see prepared.ts). A claim is one upsert: the row is never
@@ -70,10 +69,14 @@ const CLAIM_WORKSPACE_LOCK = prepared(
 );
 
 const RENEW_WORKSPACE_LOCK = prepared(
-  (db, p: { workspaceId: string; token: number; now: number; expiresAt: number }) => sql<{ expires_at: number }>`
+  (db, p: { workspaceId: string; token: number; now: number; expiresAt: number }) => sql<{
+    holder: string;
+    run_id: string;
+    expires_at: number;
+  }>`
     update ${tableIn(db, 'workspace_locks')} set expires_at = ${p.expiresAt}
     where workspace_id = ${p.workspaceId} and token = ${p.token} and holder is not null and expires_at > ${p.now}
-    returning expires_at`,
+    returning holder, run_id, expires_at`,
 );
 
 const RELEASE_WORKSPACE_LOCK = prepared(
@@ -98,10 +101,13 @@ const CLAIM_TASK_LEASE = prepared(
 );
 
 const RENEW_TASK_LEASE = prepared(
-  (db, p: { taskId: string; token: number; now: number; expiresAt: number }) => sql<{ expires_at: number }>`
+  (db, p: { taskId: string; token: number; now: number; expiresAt: number }) => sql<{
+    holder: string;
+    expires_at: number;
+  }>`
     update ${tableIn(db, 'task_leases')} set expires_at = ${p.expiresAt}
     where task_id = ${p.taskId} and token = ${p.token} and holder is not null and expires_at > ${p.now}
-    returning expires_at`,
+    returning holder, expires_at`,
 );
 
 const RELEASE_TASK_LEASE = prepared(
@@ -110,6 +116,62 @@ const RELEASE_TASK_LEASE = prepared(
     where task_id = ${p.taskId} and token = ${p.token} and holder is not null
     returning token`,
 );
+
+/**
+ * The lease a renew or release call names: the lease itself, or (the form kept for one release)
+ * the resource id and `{ token }`. Validated before any statement.
+ */
+function leaseArgument<K extends 'workspace_lock' | 'task_lease'>(
+  kind: K,
+  idField: string,
+  first: unknown,
+  second: unknown,
+): { resource: string; token: number; ttlMs: number | undefined } {
+  if (typeof first === 'string') {
+    const resource = requireId(idField, first);
+    const input = requireInput('input', second) as { token?: unknown; ttlMs?: unknown };
+    return { resource, token: requireToken(input.token), ttlMs: input.ttlMs as number | undefined };
+  }
+  const lease = requireLease(kind, first);
+  const options = second === undefined ? {} : (requireInput('options', second) as RenewLeaseOptions);
+  return { resource: lease.resource, token: lease.token, ttlMs: options.ttlMs };
+}
+
+/**
+ * `tx.assertLease` for a workspace lock: the lock row, read `FOR SHARE` on PostgreSQL, must carry
+ * the lease's token, a holder and an unexpired lease; otherwise `StaleWorkspaceLockError`.
+ */
+export const fenceWorkspaceLock: LeaseFence = async (ctx, trx, lease) => {
+  const row = await readLeaseRowLocked(
+    ctx,
+    trx
+      .selectFrom('workspace_locks')
+      .select(['token', 'holder', 'expires_at'])
+      .where('workspace_id', '=', lease.resource),
+  );
+  if (isLiveGrant(row, lease.token, ctx.clock.now())) return;
+  throw new StaleWorkspaceLockError(
+    lease.resource,
+    lease.token,
+    lostReason(currentState(row), lease.token),
+    currentState(row),
+  );
+};
+
+/** `tx.assertLease` for a task lease (the same fence as `fenceWorkspaceLock`); otherwise `StaleTaskLeaseError`. */
+export const fenceTaskLease: LeaseFence = async (ctx, trx, lease) => {
+  const row = await readLeaseRowLocked(
+    ctx,
+    trx.selectFrom('task_leases').select(['token', 'holder', 'expires_at']).where('task_id', '=', lease.resource),
+  );
+  if (isLiveGrant(row, lease.token, ctx.clock.now())) return;
+  throw new StaleTaskLeaseError(
+    lease.resource,
+    lease.token,
+    lostReason(currentState(row), lease.token),
+    currentState(row),
+  );
+};
 
 /** Builds `store.locks` on a store context; every claim, renew and release is one write transaction. */
 export function createLockRepository(ctx: StoreContext): LockRepository {
@@ -126,19 +188,115 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     }
   }
 
+  const readWorkspaceLock = (trx: typeof db, workspaceId: string) =>
+    trx
+      .selectFrom('workspace_locks')
+      .select(['token', 'holder', 'expires_at'])
+      .where('workspace_id', '=', workspaceId)
+      .executeTakeFirst();
+  const readTaskLease = (trx: typeof db, taskId: string) =>
+    trx
+      .selectFrom('task_leases')
+      .select(['token', 'holder', 'expires_at'])
+      .where('task_id', '=', taskId)
+      .executeTakeFirst();
+
+  /** The lost-lease error for `token` against the row as it is now. */
+  const workspaceLockLost = (workspaceId: string, token: number, row: LeaseRow | undefined): LeaseLostError =>
+    new StaleWorkspaceLockError(workspaceId, token, lostReason(currentState(row), token), currentState(row));
+  const taskLeaseLost = (taskId: string, token: number, row: LeaseRow | undefined): LeaseLostError =>
+    new StaleTaskLeaseError(taskId, token, lostReason(currentState(row), token), currentState(row));
+
+  /** A release that matched nothing: a repeat release of the same token is a no-op; anything else is lost. */
+  const releasedAlready = (row: LeaseRow | undefined, token: number) =>
+    row !== undefined && Number(row.token) === token && row.holder === null;
+
+  async function renewWorkspaceLock(first: unknown, second?: unknown): Promise<WorkspaceLock> {
+    const { resource: workspaceId, token, ttlMs: ttl } = leaseArgument('workspace_lock', 'workspaceId', first, second);
+    const ttlMs = ttl === undefined ? DEFAULT_WORKSPACE_LOCK_TTL_MS : requirePositiveMs('ttlMs', ttl);
+    return dialect.writeTransaction(async (trx) => {
+      const now = ctx.clock.now();
+      // Only the latest grant, still held and not yet expired, may extend its lease.
+      const row = await RENEW_WORKSPACE_LOCK.first(trx, { workspaceId, token, now, expiresAt: now + ttlMs });
+      if (row) {
+        return Object.freeze({
+          kind: 'workspace_lock' as const,
+          resource: workspaceId,
+          holder: row.holder,
+          runId: row.run_id,
+          token,
+          expiresAt: Number(row.expires_at),
+        });
+      }
+      throw workspaceLockLost(workspaceId, token, await readWorkspaceLock(trx, workspaceId));
+    });
+  }
+
+  async function releaseWorkspaceLock(first: unknown, second?: unknown): Promise<void> {
+    const { resource: workspaceId, token } = leaseArgument('workspace_lock', 'workspaceId', first, second);
+    await dialect.writeTransaction(async (trx) => {
+      const now = ctx.clock.now();
+      // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
+      if (await RELEASE_WORKSPACE_LOCK.first(trx, { workspaceId, token, now })) return;
+      const current = await readWorkspaceLock(trx, workspaceId);
+      if (releasedAlready(current, token)) return;
+      throw workspaceLockLost(workspaceId, token, current);
+    });
+  }
+
+  async function renewTaskLease(first: unknown, second?: unknown): Promise<TaskLease> {
+    const { resource: taskId, token, ttlMs: ttl } = leaseArgument('task_lease', 'taskId', first, second);
+    const ttlMs = ttl === undefined ? DEFAULT_TASK_LEASE_TTL_MS : requirePositiveMs('ttlMs', ttl);
+    return dialect.writeTransaction(async (trx) => {
+      const now = ctx.clock.now();
+      const row = await RENEW_TASK_LEASE.first(trx, { taskId, token, now, expiresAt: now + ttlMs });
+      if (row) {
+        return Object.freeze({
+          kind: 'task_lease' as const,
+          resource: taskId,
+          holder: row.holder,
+          token,
+          expiresAt: Number(row.expires_at),
+        });
+      }
+      throw taskLeaseLost(taskId, token, await readTaskLease(trx, taskId));
+    });
+  }
+
+  async function releaseTaskLease(first: unknown, second?: unknown): Promise<void> {
+    const { resource: taskId, token } = leaseArgument('task_lease', 'taskId', first, second);
+    await dialect.writeTransaction(async (trx) => {
+      const now = ctx.clock.now();
+      if (await RELEASE_TASK_LEASE.first(trx, { taskId, token, now })) return;
+      const current = await readTaskLease(trx, taskId);
+      if (releasedAlready(current, token)) return;
+      throw taskLeaseLost(taskId, token, current);
+    });
+  }
+
   return {
     async claimWorkspaceLock(workspaceId, input) {
       requireId('workspaceId', workspaceId);
       requireInput('input', input);
       const holder = requireId('holder', input.holder);
       const runId = requireId('runId', input.runId);
-      const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
+      const ttlMs = input.ttlMs === undefined ? DEFAULT_WORKSPACE_LOCK_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
       return mapMissing('workspace', workspaceId, () =>
         dialect.writeTransaction(async (trx): Promise<WorkspaceLockClaim> => {
           const now = ctx.clock.now();
           const expiresAt = now + ttlMs;
           const row = await CLAIM_WORKSPACE_LOCK.first(trx, { workspaceId, holder, runId, now, expiresAt });
-          if (row) return { status: 'claimed', token: Number(row.token), expiresAt: Number(row.expires_at) };
+          if (row) {
+            const lease = Object.freeze({
+              kind: 'workspace_lock' as const,
+              resource: workspaceId,
+              holder,
+              runId,
+              token: Number(row.token),
+              expiresAt: Number(row.expires_at),
+            });
+            return { status: 'acquired', lease };
+          }
           const held = await trx
             .selectFrom('workspace_locks')
             .select(['holder', 'run_id', 'token', 'expires_at'])
@@ -157,42 +315,8 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       );
     },
 
-    async renewWorkspaceLock(workspaceId, input) {
-      requireId('workspaceId', workspaceId);
-      requireInput('input', input);
-      const token = requireToken(input.token);
-      const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
-      return dialect.writeTransaction(async (trx) => {
-        const now = ctx.clock.now();
-        // Only the latest grant, still held and not yet expired, may extend its lease.
-        const row = await RENEW_WORKSPACE_LOCK.first(trx, { workspaceId, token, now, expiresAt: now + ttlMs });
-        if (row) return { token, expiresAt: Number(row.expires_at) };
-        const current = await trx
-          .selectFrom('workspace_locks')
-          .select(['token', 'holder', 'expires_at'])
-          .where('workspace_id', '=', workspaceId)
-          .executeTakeFirst();
-        throw new StaleWorkspaceLockError(workspaceId, token, staleReason(current, token), currentState(current));
-      });
-    },
-
-    async releaseWorkspaceLock(workspaceId, input) {
-      requireId('workspaceId', workspaceId);
-      requireInput('input', input);
-      const token = requireToken(input.token);
-      await dialect.writeTransaction(async (trx) => {
-        const now = ctx.clock.now();
-        // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
-        if (await RELEASE_WORKSPACE_LOCK.first(trx, { workspaceId, token, now })) return;
-        const current = await trx
-          .selectFrom('workspace_locks')
-          .select(['token', 'holder', 'expires_at'])
-          .where('workspace_id', '=', workspaceId)
-          .executeTakeFirst();
-        if (current && Number(current.token) === token && current.holder === null) return; // already released
-        throw new StaleWorkspaceLockError(workspaceId, token, staleReason(current, token), currentState(current));
-      });
-    },
+    renewWorkspaceLock: renewWorkspaceLock,
+    releaseWorkspaceLock: releaseWorkspaceLock,
 
     async getWorkspaceLock(workspaceId) {
       requireId('workspaceId', workspaceId);
@@ -212,14 +336,23 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       requireId('taskId', taskId);
       requireInput('input', input);
       const holder = requireId('holder', input.holder);
-      const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
+      const ttlMs = input.ttlMs === undefined ? DEFAULT_TASK_LEASE_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
       return mapMissing('task', taskId, () =>
         dialect.writeTransaction(async (trx): Promise<TaskLeaseClaim> => {
           const now = ctx.clock.now();
           const expiresAt = now + ttlMs;
           // Same fenced upsert as the workspace lock: one winner, token + 1, never reset.
           const row = await CLAIM_TASK_LEASE.first(trx, { taskId, holder, now, expiresAt });
-          if (row) return { status: 'claimed', token: Number(row.token), expiresAt: Number(row.expires_at) };
+          if (row) {
+            const lease = Object.freeze({
+              kind: 'task_lease' as const,
+              resource: taskId,
+              holder,
+              token: Number(row.token),
+              expiresAt: Number(row.expires_at),
+            });
+            return { status: 'acquired', lease };
+          }
           const held = await trx
             .selectFrom('task_leases')
             .select(['holder', 'token', 'expires_at'])
@@ -233,40 +366,8 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       );
     },
 
-    async renewTaskLease(taskId, input) {
-      requireId('taskId', taskId);
-      requireInput('input', input);
-      const token = requireToken(input.token);
-      const ttlMs = requirePositiveMs('ttlMs', input.ttlMs);
-      return dialect.writeTransaction(async (trx) => {
-        const now = ctx.clock.now();
-        const row = await RENEW_TASK_LEASE.first(trx, { taskId, token, now, expiresAt: now + ttlMs });
-        if (row) return { token, expiresAt: Number(row.expires_at) };
-        const current = await trx
-          .selectFrom('task_leases')
-          .select(['token', 'holder', 'expires_at'])
-          .where('task_id', '=', taskId)
-          .executeTakeFirst();
-        throw new StaleTaskLeaseError(taskId, token, staleReason(current, token), currentState(current));
-      });
-    },
-
-    async releaseTaskLease(taskId, input) {
-      requireId('taskId', taskId);
-      requireInput('input', input);
-      const token = requireToken(input.token);
-      await dialect.writeTransaction(async (trx) => {
-        const now = ctx.clock.now();
-        if (await RELEASE_TASK_LEASE.first(trx, { taskId, token, now })) return;
-        const current = await trx
-          .selectFrom('task_leases')
-          .select(['token', 'holder', 'expires_at'])
-          .where('task_id', '=', taskId)
-          .executeTakeFirst();
-        if (current && Number(current.token) === token && current.holder === null) return; // already released
-        throw new StaleTaskLeaseError(taskId, token, staleReason(current, token), currentState(current));
-      });
-    },
+    renewTaskLease: renewTaskLease,
+    releaseTaskLease: releaseTaskLease,
 
     async getTaskLease(taskId) {
       requireId('taskId', taskId);

@@ -16,17 +16,19 @@ import {
 } from '../domain/lock-mode.js';
 import type { StoreContext } from './context.js';
 import {
+  DEFAULT_TASK_LEASE_TTL_MS,
   StaleTaskLeaseError,
-  type LeaseGrant,
   type LockRepository,
+  type TaskLease,
   type TaskLeaseHolder,
+  type WorkspaceLock,
   type WorkspaceLockHolder,
 } from './shared/leases.js';
 import { toProject, toTask, toWorkspace, type WorkspaceRecord } from './shared/records.js';
 import { optionalId, requireBoolean, requireId, requireInput, requirePositiveMs } from './validate.js';
 
 /** Lease and lock lifetime of a dispatched run unless the caller says otherwise (renew at about a third of it). */
-export const DEFAULT_DISPATCH_TTL_MS = 5 * 60_000;
+export const DEFAULT_DISPATCH_TTL_MS = DEFAULT_TASK_LEASE_TTL_MS;
 
 /** `heartbeat`: a failed resolution is a skipped beat. `task-runner`: it is an error the UI shows. */
 export type DispatchMode = 'heartbeat' | 'task-runner';
@@ -47,15 +49,15 @@ export type DispatchResult =
       readonly outcome: 'dispatched';
       readonly lockMode: 'none';
       readonly workspace: null;
-      readonly taskLease: LeaseGrant;
+      readonly taskLease: TaskLease;
     }
   | {
       readonly outcome: 'dispatched';
       readonly lockMode: 'exclusive';
       readonly workspace: WorkspaceRecord;
       readonly source: WorkspaceSource;
-      readonly taskLease: LeaseGrant;
-      readonly workspaceLock: LeaseGrant;
+      readonly taskLease: TaskLease;
+      readonly workspaceLock: WorkspaceLock;
     }
   | {
       /** Another run holds the workspace: retry on a later beat. The task lease was released. */
@@ -174,11 +176,11 @@ export function createSchedulerRepository(ctx: StoreContext, locks: LockReposito
 
       const lease = await locks.claimTaskLease(taskId, { holder: runId, ttlMs });
       if (lease.status === 'busy') return { outcome: 'skipped', reason: 'task_leased', heldBy: lease.heldBy };
-      const taskLease: LeaseGrant = { token: lease.token, expiresAt: lease.expiresAt };
+      const taskLease = lease.lease;
       // Gives the task back. If the lease already expired and another run claimed the task, there
       // is nothing left to give back, so a stale token is not an error here.
       const releaseLease = () =>
-        locks.releaseTaskLease(taskId, { token: lease.token }).catch((error: unknown) => {
+        locks.releaseTaskLease(taskLease).catch((error: unknown) => {
           if (!(error instanceof StaleTaskLeaseError)) throw error;
         });
 
@@ -223,7 +225,7 @@ export function createSchedulerRepository(ctx: StoreContext, locks: LockReposito
             workspace: resolution.workspace,
             source: resolution.source,
             taskLease,
-            workspaceLock: { token: claim.token, expiresAt: claim.expiresAt },
+            workspaceLock: claim.lease,
           };
         }
       } catch (error) {

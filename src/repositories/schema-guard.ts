@@ -1,9 +1,6 @@
-import { sql, type Kysely } from 'kysely';
 import { SchemaOutOfDateError, TaskfenceError } from '../errors.js';
 import { LATEST_VERSION } from '../migrations/index.js';
-import type { Database } from '../schema/database.js';
 import type { Repositories } from './index.js';
-import { tableIn } from '../query/schema.js';
 
 /**
  * The schema-version check, done lazily so that opening a store stays one connection (the CLI
@@ -11,12 +8,20 @@ import { tableIn } from '../query/schema.js';
  * an error that is not a `TaskfenceError` (a raw "no such table", "column … does not exist"),
  * the store reads its migration history, and if the database is behind this code's schema the
  * call fails with `SchemaOutOfDateError` ("run taskfence migrate") instead. A database that is up
- * to date gets the original error back. The successful path costs nothing but a `.catch`.
+ * to date gets the original error back, and so does a call whose version read fails too: the
+ * check never guesses a version (an operator told to migrate an up-to-date database loses time in
+ * an incident). `readVersion` is `StoreDialect.readSchemaVersion` (a fresh connection on
+ * PostgreSQL). The successful path costs nothing but a `.catch`.
  */
-export function guardSchemaVersion(repositories: Repositories, db: Kysely<Database>): Repositories {
+export function guardSchemaVersion(repositories: Repositories, readVersion: () => Promise<number>): Repositories {
   const onError = async (error: unknown): Promise<never> => {
     if (error instanceof TaskfenceError) throw error;
-    const version = await readSchemaVersion(db);
+    let version: number;
+    try {
+      version = await readVersion();
+    } catch {
+      throw error;
+    }
     if (version < LATEST_VERSION) throw new SchemaOutOfDateError(version, LATEST_VERSION);
     throw error;
   };
@@ -38,16 +43,4 @@ export function guardSchemaVersion(repositories: Repositories, db: Kysely<Databa
     guarded[area] = Object.freeze(wrapped);
   }
   return guarded as unknown as Repositories;
-}
-
-/** The highest applied migration version, 0 when there is no history table (or it cannot be read). */
-export async function readSchemaVersion(db: Kysely<Database>): Promise<number> {
-  try {
-    const { rows } = await sql<{
-      version: number | string | null;
-    }>`select max(version) as version from ${tableIn(db, 'taskfence_migrations')}`.execute(db);
-    return Number(rows[0]?.version ?? 0);
-  } catch {
-    return 0;
-  }
 }

@@ -24,6 +24,8 @@ export interface Database {
   cleanup_snapshots: CleanupSnapshotsTable;
   path_leases: PathLeasesTable;
   audit_events: AuditEventsTable;
+  semaphores: SemaphoresTable;
+  semaphore_holders: SemaphoreHoldersTable;
   taskfence_migrations: MigrationHistoryTable;
 }
 
@@ -263,6 +265,22 @@ export interface AuditEventsTable {
   generation: number | null;
   /** JSON: anything else worth keeping (the previous holder, the reason). */
   detail: string | null;
+}
+
+/** A counting semaphore: the latest fencing token granted for `name` (0060). */
+export interface SemaphoresTable {
+  name: string;
+  token: number;
+  updated_at: EpochMs;
+}
+
+/** One granted slot of a semaphore; it counts against the limit while `expires_at > now` (0060). */
+export interface SemaphoreHoldersTable {
+  name: string;
+  token: number;
+  holder: string;
+  acquired_at: EpochMs;
+  expires_at: EpochMs;
 }
 
 /** The migration history, kept by the migrator outside the versioned chain. */

@@ -40,7 +40,7 @@ try {
     await tx.lockResources(['box:a']);
     await tx.db.updateTable('companies').set({ name: 'Acme Corp' }).where('id', '=', company.id).execute();
     const claim = await tx.locks.claimWorkspaceLock(ws.id, { holder: 'app', runId: run.id, ttlMs: 60_000 });
-    if (claim.status !== 'claimed') throw new Error('claim busy');
+    if (claim.status !== 'acquired') throw new Error('claim busy');
   });
   if ((await store.locks.getWorkspaceLock(ws.id))?.holder !== 'app') throw new Error('the committed claim is missing');
   const one = await sql<{ one: number }>`select 1 as one`.execute(store.db);

@@ -31,7 +31,7 @@ describe('the database clock', () => {
     const worker = async (store: Store, who: string) => {
       while (Date.now() < until) {
         const claim = await store.locks.claimWorkspaceLock(ws.id, { holder: who, runId: run.id, ttlMs: 1_000 });
-        if (claim.status !== 'claimed') {
+        if (claim.status !== 'acquired') {
           await new Promise((resolve) => setTimeout(resolve, Math.random() * 5));
           continue;
         }
@@ -40,7 +40,7 @@ describe('the database clock', () => {
         const to = performance.now();
         held.push({ who, from, to });
         await store.locks
-          .releaseWorkspaceLock(ws.id, { token: claim.token })
+          .releaseWorkspaceLock(ws.id, { token: claim.lease.token })
           .catch((e: { code?: string }) => staleReleases.push(`${who}: ${e.code}`));
       }
     };

@@ -48,7 +48,10 @@ describe('PostgreSQL: the host pool and the host transaction', () => {
   it('openStore({ pool }) runs on the host pool and leaves it open on close()', async () => {
     const claim = await store.locks.claimWorkspaceLock(ws, { holder: 'p', runId: 'rp', ttlMs: 60_000 });
     // Tokens are numbers even though the host pool parses int8 as strings.
-    expect(claim).toEqual({ status: 'claimed', token: 1, expiresAt: expect.any(Number) });
+    expect(claim).toEqual({
+      status: 'acquired',
+      lease: expect.objectContaining({ token: 1, expiresAt: expect.any(Number) }),
+    });
     await store.locks.releaseWorkspaceLock(ws, { token: 1 });
     const second = await openStore({ pool, url });
     await second.close();
@@ -70,7 +73,10 @@ describe('PostgreSQL: the host pool and the host transaction', () => {
         const claim = await store
           .withTransaction(trx)
           .locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'rh', ttlMs: 60_000 });
-        expect(claim).toEqual({ status: 'claimed', token: 2, expiresAt: expect.any(Number) });
+        expect(claim).toEqual({
+          status: 'acquired',
+          lease: expect.objectContaining({ token: 2, expiresAt: expect.any(Number) }),
+        });
         throw new Error('host rollback');
       }),
     ).rejects.toThrow('host rollback');
@@ -184,8 +190,8 @@ describe('PostgreSQL: schemas', () => {
         const co = await store.org.createCompany({ id: 'co', name: 'Acme' });
         await store.org.createWorkspace({ id: 'ws', companyId: co.id, name: 'main' });
         expect(await store.locks.claimWorkspaceLock('ws', { holder: 'h', runId: 'r', ttlMs: 60_000 })).toMatchObject({
-          status: 'claimed',
-          token: 1,
+          status: 'acquired',
+          lease: { token: 1 },
         });
         await store.transaction(async (tx) => tx.lockResources(['box:shared']));
       }

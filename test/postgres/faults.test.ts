@@ -377,7 +377,7 @@ describe('lock and statement timeouts', () => {
     const { companyId, workspaceId } = await seed(setup);
     const run = await setup.runs.startCoordinatorRun({ targetKey: null });
     const claimed = await setup.locks.claimWorkspaceLock(workspaceId, { holder: 'a', runId: run.id, ttlMs: 60_000 });
-    expect(claimed.status).toBe('claimed');
+    expect(claimed.status).toBe('acquired');
 
     const impatient = await fx.open(url, { lockTimeoutMs: 200, writeDeadlineMs: 2_000 });
     await admin(url, async (c) => {

@@ -46,7 +46,7 @@ describe('workspace lock claims under READ COMMITTED (deterministic interleaving
     const company = (await store.org.createCompany({ name: 'Acme' })).id;
     const ws = (await store.org.createWorkspace({ companyId: company, name: 'repo' })).id;
     const first = await store.locks.claimWorkspaceLock(ws, { holder: 'a', runId: 'ra', ttlMs: 60_000 });
-    expect(first).toMatchObject({ status: 'claimed', token: 1 });
+    expect(first).toMatchObject({ status: 'acquired', lease: { token: 1 } });
 
     const other = new pg.Client({ connectionString: url });
     await other.connect();
@@ -62,7 +62,7 @@ describe('workspace lock claims under READ COMMITTED (deterministic interleaving
       await waitUntilBlocked(other);
       await other.query('commit');
       // Evaluated on the committed version, not on the snapshot from before the wait.
-      expect(await claim).toMatchObject({ status: 'claimed', token: 2 });
+      expect(await claim).toMatchObject({ status: 'acquired', lease: { token: 2 } });
     } finally {
       await other.end();
     }
@@ -75,8 +75,8 @@ describe('workspace lock claims under READ COMMITTED (deterministic interleaving
     const company = (await store.org.createCompany({ name: 'Acme' })).id;
     const ws = (await store.org.createWorkspace({ companyId: company, name: 'repo' })).id;
     const first = await store.locks.claimWorkspaceLock(ws, { holder: 'a', runId: 'ra', ttlMs: 60_000 });
-    if (first.status !== 'claimed') throw new Error('expected a claim');
-    await store.locks.releaseWorkspaceLock(ws, { token: first.token });
+    if (first.status !== 'acquired') throw new Error('expected a claim');
+    await store.locks.releaseWorkspaceLock(ws, { token: first.lease.token });
 
     const other = new pg.Client({ connectionString: url });
     await other.connect();

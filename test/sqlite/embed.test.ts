@@ -60,7 +60,7 @@ describe('SQLite: calls that would wait for their own connection throw instead o
     expect(read).toMatchObject({ settled: true, error: expect.any(TransactionReentryError) });
     // The store still works afterwards.
     expect(await store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 1000 })).toMatchObject({
-      status: 'claimed',
+      status: 'acquired',
     });
     await store.locks.releaseWorkspaceLock(ws, { token: 1 });
   });
@@ -80,7 +80,7 @@ describe('SQLite: calls that would wait for their own connection throw instead o
         const claim = await store
           .withTransaction(trx)
           .locks.claimWorkspaceLock(ws, { holder: 'j', runId: 'rj', ttlMs: 60_000 });
-        expect(claim).toMatchObject({ status: 'claimed' });
+        expect(claim).toMatchObject({ status: 'acquired' });
         throw new Error('host rollback');
       }),
     ).rejects.toThrow('host rollback');

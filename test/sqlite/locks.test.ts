@@ -16,8 +16,8 @@ describe('workspace lock claims behind an open SQLite writer (deterministic inte
     const company = (await store.org.createCompany({ name: 'Acme' })).id;
     const ws = (await store.org.createWorkspace({ companyId: company, name: 'repo' })).id;
     expect(await store.locks.claimWorkspaceLock(ws, { holder: 'a', runId: 'ra', ttlMs: 60_000 })).toMatchObject({
-      status: 'claimed',
-      token: 1,
+      status: 'acquired',
+      lease: { token: 1 },
     });
 
     // Another connection holds the write lock with the holder's release not yet committed.
@@ -32,7 +32,7 @@ describe('workspace lock claims behind an open SQLite writer (deterministic inte
       // Commit only after the claim has met the write lock at least once (SQLITE_BUSY, then retried).
       while (store.dialect.stats.retries === retriesBefore) await new Promise((resolve) => setTimeout(resolve, 5));
       other.exec('COMMIT');
-      expect(await claim).toMatchObject({ status: 'claimed', token: 2 });
+      expect(await claim).toMatchObject({ status: 'acquired', lease: { token: 2 } });
     } finally {
       other.close();
     }

@@ -36,9 +36,9 @@ export async function orderAndClaim(
         runId: `r${tools.index}`,
         ttlMs: 600_000,
       });
-      if (claim.status !== 'claimed') throw new Rollback('busy');
+      if (claim.status !== 'acquired') throw new Rollback('busy');
       if (args.fail) throw new Rollback('failed after both writes');
-      return { committed: true, token: claim.token };
+      return { committed: true, token: claim.lease.token };
     });
   } catch (error) {
     if (error instanceof Rollback) return { committed: false, reason: error.message };

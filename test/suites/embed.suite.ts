@@ -82,10 +82,10 @@ export function defineEmbedSuite(makeFixture: () => DialectFixture) {
           .values({ id: `${ws}:a`, contender: 1 })
           .execute();
         const claim = await tx.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 60_000 });
-        if (claim.status !== 'claimed') throw new Error('expected a claim');
+        if (claim.status !== 'acquired') throw new Error('expected a claim');
         // Inside, the transaction's own reads see its writes.
-        expect(await tx.locks.getWorkspaceLock(ws)).toMatchObject({ holder: 'h', token: claim.token });
-        return claim.token;
+        expect(await tx.locks.getWorkspaceLock(ws)).toMatchObject({ holder: 'h', token: claim.lease.token });
+        return claim.lease.token;
       });
       expect(token).toBe(1);
       expect(await store.locks.getWorkspaceLock(ws)).toMatchObject({ holder: 'h', token: 1 });
@@ -112,8 +112,8 @@ export function defineEmbedSuite(makeFixture: () => DialectFixture) {
       );
       // The lock is free for the next claimer, with token 1: the rolled-back claim left no trace.
       expect(await store.locks.claimWorkspaceLock(ws, { holder: 'k', runId: 'rk', ttlMs: 60_000 })).toMatchObject({
-        status: 'claimed',
-        token: 1,
+        status: 'acquired',
+        lease: { token: 1 },
       });
     });
 
@@ -143,7 +143,7 @@ export function defineEmbedSuite(makeFixture: () => DialectFixture) {
           [a, b, a].map((ws, i) => tx.locks.claimWorkspaceLock(ws, { holder: `h${i}`, runId: `r${i}`, ttlMs: 60_000 })),
         ),
       );
-      expect(claims.map((c) => c.status)).toEqual(['claimed', 'claimed', 'busy']);
+      expect(claims.map((c) => c.status)).toEqual(['acquired', 'acquired', 'busy']);
     });
 
     it('refuses use of tx after the transaction ended', async () => {

@@ -37,17 +37,19 @@ export function defineEventsSuite(makeFixture: () => DialectFixture) {
     const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:events' });
 
     const first = await store.locks.claimWorkspaceLock(ws.id, { holder: 'a', runId: run.id, ttlMs: 1_000 });
-    if (first.status !== 'claimed') throw new Error('not claimed');
+    if (first.status !== 'acquired') throw new Error('not claimed');
     expect((await store.locks.claimWorkspaceLock(ws.id, { holder: 'b', runId: run.id, ttlMs: 1_000 })).status).toBe(
       'busy',
     );
     clock.t += 5_000; // a's lock expired; b takes it
     const second = await store.locks.claimWorkspaceLock(ws.id, { holder: 'b', runId: run.id, ttlMs: 1_000 });
-    if (second.status !== 'claimed') throw new Error('not claimed');
-    await expect(store.locks.renewWorkspaceLock(ws.id, { token: first.token, ttlMs: 1_000 })).rejects.toMatchObject({
+    if (second.status !== 'acquired') throw new Error('not claimed');
+    await expect(
+      store.locks.renewWorkspaceLock(ws.id, { token: first.lease.token, ttlMs: 1_000 }),
+    ).rejects.toMatchObject({
       code: 'STALE_WORKSPACE_LOCK',
     });
-    await expect(store.locks.releaseWorkspaceLock(ws.id, { token: first.token })).rejects.toMatchObject({
+    await expect(store.locks.releaseWorkspaceLock(ws.id, { token: first.lease.token })).rejects.toMatchObject({
       code: 'STALE_WORKSPACE_LOCK',
     });
     await expect(store.runs.startCoordinatorRun({ targetKey: 'worktree:events' })).rejects.toMatchObject({
@@ -91,21 +93,21 @@ export function defineEventsSuite(makeFixture: () => DialectFixture) {
     // store.transaction: a busy claim (conflict), a refused start (conflict, caught), a stale renewal (lease lost).
     const stale = await store.transaction(async (tx) => {
       const first = await tx.locks.claimWorkspaceLock(ws.id, { holder: 'a', runId: run.id, ttlMs: 1_000 });
-      if (first.status !== 'claimed') throw new Error('not claimed');
+      if (first.status !== 'acquired') throw new Error('not claimed');
       expect((await tx.locks.claimWorkspaceLock(ws.id, { holder: 'b', runId: run.id, ttlMs: 1_000 })).status).toBe(
         'busy',
       );
       await expect(tx.runs.startCoordinatorRun({ targetKey: 'worktree:tx-events' })).rejects.toMatchObject({
         code: 'COORDINATOR_RUN_CONFLICT',
       });
-      return first.token;
+      return first.lease.token;
     });
     clock.t += 5_000;
     // store.withTransaction on a transaction the host opened: b takes the expired lock, a's renewal is refused.
     await store.db.transaction().execute(async (trx) => {
       const tx = store.withTransaction(trx);
       expect((await tx.locks.claimWorkspaceLock(ws.id, { holder: 'b', runId: run.id, ttlMs: 1_000 })).status).toBe(
-        'claimed',
+        'acquired',
       );
       await expect(tx.locks.renewWorkspaceLock(ws.id, { token: stale, ttlMs: 1_000 })).rejects.toMatchObject({
         code: 'STALE_WORKSPACE_LOCK',

@@ -74,22 +74,22 @@ export async function churn(
       runId: `${holder}-${i}`,
       ttlMs: 60_000,
     });
-    if (lock.status === 'claimed') {
-      lockTokens.push(lock.token);
-      await store.locks.renewWorkspaceLock(args.workspaceId, { token: lock.token, ttlMs: 60_000 });
-      await store.locks.releaseWorkspaceLock(args.workspaceId, { token: lock.token });
+    if (lock.status === 'acquired') {
+      lockTokens.push(lock.lease.token);
+      await store.locks.renewWorkspaceLock(args.workspaceId, { token: lock.lease.token, ttlMs: 60_000 });
+      await store.locks.releaseWorkspaceLock(args.workspaceId, { token: lock.lease.token });
       try {
-        await store.locks.renewWorkspaceLock(args.workspaceId, { token: lock.token, ttlMs: 60_000 });
+        await store.locks.renewWorkspaceLock(args.workspaceId, { token: lock.lease.token, ttlMs: 60_000 });
       } catch (error) {
         if ((error as { code?: string }).code === 'STALE_WORKSPACE_LOCK') staleRefusals++;
         else throw error;
       }
     }
     const lease = await store.locks.claimTaskLease(args.taskId, { holder, ttlMs: 60_000 });
-    if (lease.status === 'claimed') {
-      leaseTokens.push(lease.token);
-      await store.locks.renewTaskLease(args.taskId, { token: lease.token, ttlMs: 60_000 });
-      await store.locks.releaseTaskLease(args.taskId, { token: lease.token });
+    if (lease.status === 'acquired') {
+      leaseTokens.push(lease.lease.token);
+      await store.locks.renewTaskLease(args.taskId, { token: lease.lease.token, ttlMs: 60_000 });
+      await store.locks.releaseTaskLease(args.taskId, { token: lease.lease.token });
     }
   }
   return { lockTokens, leaseTokens, staleRefusals };
@@ -107,7 +107,7 @@ export async function claimAndHang(
     ttlMs: args.ttlMs,
   });
   const lease = await store.locks.claimTaskLease(args.taskId, { holder: args.holder, ttlMs: args.ttlMs });
-  if (lock.status !== 'claimed' || lease.status !== 'claimed')
+  if (lock.status !== 'acquired' || lease.status !== 'acquired')
     throw new Error(`expected free locks, got ${lock.status}/${lease.status}`);
   tools.signal('claimed');
   await new Promise(() => {}); // never resolves: SIGKILLed here
@@ -128,11 +128,11 @@ export async function claimWhenFree(
         runId: `${args.holder}-run`,
         ttlMs: 60_000,
       });
-      if (lock.status === 'claimed') lockToken = lock.token;
+      if (lock.status === 'acquired') lockToken = lock.lease.token;
     }
     if (leaseToken === null) {
       const lease = await store.locks.claimTaskLease(args.taskId, { holder: args.holder, ttlMs: 60_000 });
-      if (lease.status === 'claimed') leaseToken = lease.token;
+      if (lease.status === 'acquired') leaseToken = lease.lease.token;
     }
     if (lockToken !== null && leaseToken !== null) return { lockToken, leaseToken, busy };
     busy++;

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import {
   DEFAULT_DISPATCH_TTL_MS,
+  LeaseLostError,
   type Agent,
   type Clock,
   type MigrationEvent,
@@ -68,7 +69,10 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
     it('grants token 1 to the first claim and reports the holder to a second claimer', async () => {
       const ws = await freshWorkspace();
       const first = await store.locks.claimWorkspaceLock(ws, { holder: 'h1', runId: 'r1', ttlMs: 1000 });
-      expect(first).toEqual({ status: 'claimed', token: 1, expiresAt: clock.t + 1000 });
+      expect(first).toEqual({
+        status: 'acquired',
+        lease: expect.objectContaining({ token: 1, expiresAt: clock.t + 1000 }),
+      });
       const second = await store.locks.claimWorkspaceLock(ws, { holder: 'h2', runId: 'r2', ttlMs: 1000 });
       expect(second).toEqual({
         status: 'busy',
@@ -87,9 +91,9 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const tokens: number[] = [];
       for (let i = 0; i < 5; i++) {
         const claim = await store.locks.claimWorkspaceLock(ws, { holder: `h${i}`, runId: `r${i}`, ttlMs: 1000 });
-        if (claim.status !== 'claimed') throw new Error('expected a claim');
-        tokens.push(claim.token);
-        await store.locks.releaseWorkspaceLock(ws, { token: claim.token });
+        if (claim.status !== 'acquired') throw new Error('expected a claim');
+        tokens.push(claim.lease.token);
+        await store.locks.releaseWorkspaceLock(ws, { token: claim.lease.token });
         expect(await store.locks.getWorkspaceLock(ws)).toBeNull();
       }
       expect(tokens).toEqual([1, 2, 3, 4, 5]);
@@ -102,7 +106,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const ws = await freshWorkspace();
       const start = clock.t;
       const first = await store.locks.claimWorkspaceLock(ws, { holder: 'crashed', runId: 'r1', ttlMs: 1000 });
-      expect(first).toMatchObject({ status: 'claimed', token: 1 });
+      expect(first).toMatchObject({ status: 'acquired', lease: { token: 1 } });
       clock.t = start + 999;
       expect(await store.locks.claimWorkspaceLock(ws, { holder: 'next', runId: 'r2', ttlMs: 1000 })).toMatchObject({
         status: 'busy',
@@ -110,7 +114,10 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       clock.t = start + 1000; // expires_at <= now: expired
       expect(await store.locks.getWorkspaceLock(ws)).toBeNull();
       const next = await store.locks.claimWorkspaceLock(ws, { holder: 'next', runId: 'r2', ttlMs: 1000 });
-      expect(next).toEqual({ status: 'claimed', token: 2, expiresAt: start + 2000 });
+      expect(next).toEqual({
+        status: 'acquired',
+        lease: expect.objectContaining({ token: 2, expiresAt: start + 2000 }),
+      });
       // The crashed holder comes back: its token is refused for renew and release.
       await expect(store.locks.renewWorkspaceLock(ws, { token: 1, ttlMs: 1000 })).rejects.toMatchObject({
         code: 'STALE_WORKSPACE_LOCK',
@@ -127,22 +134,24 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const ws = await freshWorkspace();
       const start = clock.t;
       const claim = await store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 1000 });
-      if (claim.status !== 'claimed') throw new Error('expected a claim');
+      if (claim.status !== 'acquired') throw new Error('expected a claim');
       clock.t = start + 900;
-      expect(await store.locks.renewWorkspaceLock(ws, { token: claim.token, ttlMs: 1000 })).toEqual({
+      expect(await store.locks.renewWorkspaceLock(ws, { token: claim.lease.token, ttlMs: 1000 })).toMatchObject({
         token: 1,
         expiresAt: start + 1900,
       });
       clock.t = start + 1900;
-      await expect(store.locks.renewWorkspaceLock(ws, { token: claim.token, ttlMs: 1000 })).rejects.toMatchObject({
-        code: 'STALE_WORKSPACE_LOCK',
-        reason: 'expired',
-      });
+      await expect(store.locks.renewWorkspaceLock(ws, { token: claim.lease.token, ttlMs: 1000 })).rejects.toMatchObject(
+        {
+          code: 'STALE_WORKSPACE_LOCK',
+          reason: 'expired',
+        },
+      );
       // Nobody claimed since, so the holder may still release (and releasing twice is harmless).
-      await store.locks.releaseWorkspaceLock(ws, { token: claim.token });
-      await store.locks.releaseWorkspaceLock(ws, { token: claim.token });
+      await store.locks.releaseWorkspaceLock(ws, { token: claim.lease.token });
+      await store.locks.releaseWorkspaceLock(ws, { token: claim.lease.token });
       expect(await store.locks.claimWorkspaceLock(ws, { holder: 'h2', runId: 'r2', ttlMs: 1000 })).toMatchObject({
-        token: 2,
+        lease: { token: 2 },
       });
     });
 
@@ -150,13 +159,13 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       const ws = await freshWorkspace();
       await expect(store.locks.releaseWorkspaceLock(ws, { token: 7 })).rejects.toMatchObject({
         code: 'STALE_WORKSPACE_LOCK',
-        reason: 'unknown',
+        reason: 'never_granted',
         current: null,
       });
       await store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 1000 });
       await expect(store.locks.renewWorkspaceLock(ws, { token: 2, ttlMs: 1000 })).rejects.toMatchObject({
         code: 'STALE_WORKSPACE_LOCK',
-        reason: 'unknown',
+        reason: 'never_granted',
       });
     });
 
@@ -189,6 +198,81 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
     });
   });
 
+  describe('one lease protocol: claim, renew and release agree across kinds', () => {
+    let n = 0;
+    /** Each kind's claim, as the protocol's table: claim → acquired | busy, renew(lease), release(lease). */
+    async function kinds() {
+      const { ws } = await seedOrg(store, `lp${++n}`);
+      const task = await store.tasks.createTask({
+        companyId: ws.companyId,
+        title: 'protocol',
+        requiresFilesystem: false,
+      });
+      return [
+        {
+          name: 'workspace lock',
+          code: 'STALE_WORKSPACE_LOCK',
+          claim: (holder: string) =>
+            store.locks.claimWorkspaceLock(ws.id, { holder, runId: `${holder}-run`, ttlMs: 1000 }),
+          renew: (lease: never) => store.locks.renewWorkspaceLock(lease, { ttlMs: 1000 }),
+          release: (lease: never) => store.locks.releaseWorkspaceLock(lease),
+        },
+        {
+          name: 'task lease',
+          code: 'STALE_TASK_LEASE',
+          claim: (holder: string) => store.locks.claimTaskLease(task.id, { holder, ttlMs: 1000 }),
+          renew: (lease: never) => store.locks.renewTaskLease(lease, { ttlMs: 1000 }),
+          release: (lease: never) => store.locks.releaseTaskLease(lease),
+        },
+      ] as const;
+    }
+
+    it('a repeat release of the same token is a no-op; a superseded or never-granted token throws its LeaseLostError', async () => {
+      for (const kind of await kinds()) {
+        const first = await kind.claim('a');
+        if (first.status !== 'acquired') throw new Error(`${kind.name}: expected a grant`);
+        const lease = first.lease as never;
+        expect(await kind.claim('b')).toMatchObject({ status: 'busy', heldBy: { holder: 'a' } });
+        expect(await kind.renew(lease)).toMatchObject({ token: first.lease.token, holder: 'a' });
+        await kind.release(lease);
+        await kind.release(lease); // the repeat: same token, nobody claimed since
+        await expect(kind.renew(lease)).rejects.toMatchObject({ code: kind.code, reason: 'released' });
+        await expect(kind.renew(lease)).rejects.toBeInstanceOf(LeaseLostError);
+        const second = await kind.claim('b');
+        if (second.status !== 'acquired') throw new Error(`${kind.name}: expected a grant`);
+        expect(second.lease.token).toBe(first.lease.token + 1);
+        await expect(kind.release(lease)).rejects.toMatchObject({ code: kind.code, reason: 'superseded' });
+        const never = { ...second.lease, token: second.lease.token + 5 } as never;
+        await expect(kind.release(never)).rejects.toMatchObject({ code: kind.code, reason: 'never_granted' });
+        await kind.release(second.lease as never);
+      }
+    });
+
+    it('an expired token may still be released while nobody claimed after it, but never renewed', async () => {
+      for (const kind of await kinds()) {
+        const claim = await kind.claim('a');
+        if (claim.status !== 'acquired') throw new Error(`${kind.name}: expected a grant`);
+        const before = clock.t;
+        clock.t = claim.lease.expiresAt;
+        try {
+          await expect(kind.renew(claim.lease as never)).rejects.toMatchObject({ code: kind.code, reason: 'expired' });
+          await kind.release(claim.lease as never);
+          await kind.release(claim.lease as never);
+        } finally {
+          clock.t = before;
+        }
+      }
+    });
+
+    it('refuses a lease of another kind before any statement', async () => {
+      const [lock, lease] = await kinds();
+      const claim = await lock.claim('a');
+      if (claim.status !== 'acquired') throw new Error('expected a grant');
+      await expect(lease.release(claim.lease as never)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      await lock.release(claim.lease as never);
+    });
+  });
+
   describe('task leases', () => {
     let n = 0;
     async function freshTask() {
@@ -204,7 +288,10 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
     it('grants one holder at a time with strictly increasing tokens', async () => {
       const task = await freshTask();
       const a = await store.locks.claimTaskLease(task, { holder: 'a', ttlMs: 1000 });
-      expect(a).toEqual({ status: 'claimed', token: 1, expiresAt: clock.t + 1000 });
+      expect(a).toEqual({
+        status: 'acquired',
+        lease: expect.objectContaining({ token: 1, expiresAt: clock.t + 1000 }),
+      });
       expect(await store.locks.claimTaskLease(task, { holder: 'b', ttlMs: 1000 })).toEqual({
         status: 'busy',
         heldBy: { holder: 'a', token: 1, expiresAt: clock.t + 1000 },
@@ -212,8 +299,8 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       await store.locks.releaseTaskLease(task, { token: 1 });
       expect(await store.locks.getTaskLease(task)).toBeNull();
       expect(await store.locks.claimTaskLease(task, { holder: 'b', ttlMs: 1000 })).toMatchObject({
-        status: 'claimed',
-        token: 2,
+        status: 'acquired',
+        lease: { token: 2 },
       });
       const rows = await store.db.selectFrom('task_leases').selectAll().where('task_id', '=', task).execute();
       expect(rows).toEqual([expect.objectContaining({ holder: 'b', token: 2 })]);
@@ -225,14 +312,14 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       await store.locks.claimTaskLease(task, { holder: 'old', ttlMs: 500 });
       clock.t = start + 499;
       expect(await store.locks.claimTaskLease(task, { holder: 'new', ttlMs: 500 })).toMatchObject({ status: 'busy' });
-      expect(await store.locks.renewTaskLease(task, { token: 1, ttlMs: 500 })).toEqual({
+      expect(await store.locks.renewTaskLease(task, { token: 1, ttlMs: 500 })).toMatchObject({
         token: 1,
         expiresAt: start + 999,
       });
       clock.t = start + 999;
       expect(await store.locks.claimTaskLease(task, { holder: 'new', ttlMs: 500 })).toMatchObject({
-        status: 'claimed',
-        token: 2,
+        status: 'acquired',
+        lease: { token: 2 },
       });
       await expect(store.locks.renewTaskLease(task, { token: 1, ttlMs: 500 })).rejects.toMatchObject({
         code: 'STALE_TASK_LEASE',
@@ -485,8 +572,8 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       ).toEqual([{ holder: null, token: 1 }]);
       expect(await store.db.selectFrom('workspace_locks').selectAll().execute()).toEqual(locksBefore);
       expect(await store.locks.claimTaskLease(task.id, { holder: 'next-beat', ttlMs: 1000 })).toMatchObject({
-        status: 'claimed',
-        token: 2,
+        status: 'acquired',
+        lease: { token: 2 },
       });
     });
 
@@ -871,7 +958,7 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
       // Earlier grants, so the dead holder's token is not simply 1.
       for (let i = 0; i < 3; i++) {
         const c = await store.locks.claimWorkspaceLock(ws, { holder: 'warmup', runId: 'warmup', ttlMs: 1000 });
-        if (c.status === 'claimed') await store.locks.releaseWorkspaceLock(ws, { token: c.token });
+        if (c.status === 'acquired') await store.locks.releaseWorkspaceLock(ws, { token: c.lease.token });
       }
       const hanging = contenders.start(6, 'claimAndHang', {
         workspaceId: ws,

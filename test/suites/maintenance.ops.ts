@@ -16,15 +16,15 @@ export async function churn(store: Store, args: { workspaceId: string; tag: stri
       runId: run.id,
       ttlMs: 60_000,
     });
-    if (claim.status !== 'claimed') throw new Error(`lock busy: ${JSON.stringify(claim)}`);
-    tokens.push(claim.token);
+    if (claim.status !== 'acquired') throw new Error(`lock busy: ${JSON.stringify(claim)}`);
+    tokens.push(claim.lease.token);
     await store.messages.sendMessage({ from: args.tag, to: run.coordinatorHandle, kind: 'note', payload: { i } });
     const got = await store.messages.deliverPendingMessages(run.coordinatorHandle);
     if (got.length !== 1) throw new Error(`expected 1 message, got ${got.length}`);
     const gate = await store.gates.openGate({ question: `q${i}`, runId: run.id });
     await store.gates.resolveGate(gate.id, 'ok');
     await store.runs.heartbeatCoordinatorRun(run.id);
-    await store.locks.releaseWorkspaceLock(args.workspaceId, { token: claim.token });
+    await store.locks.releaseWorkspaceLock(args.workspaceId, { token: claim.lease.token });
     await store.runs.stopCoordinatorRun(run.id, 'completed');
   }
   return tokens;

@@ -73,8 +73,8 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     await store.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'h2', paths: ['b'], ttlMs: 1_000_000 });
     // A workspace lock granted and released: its row carries the fencing token and must stay.
     const claim = await store.locks.claimWorkspaceLock(ws.id, { holder: 'x', runId: live.id, ttlMs: 100 });
-    if (claim.status !== 'claimed') throw new Error('not claimed');
-    await store.locks.releaseWorkspaceLock(ws.id, { token: claim.token });
+    if (claim.status !== 'acquired') throw new Error('not claimed');
+    await store.locks.releaseWorkspaceLock(ws.id, { token: claim.lease.token });
     // A completed cleanup and a pending one.
     const doomed = await store.tasks.createTask({ companyId: company.id, title: 'doomed', requiresFilesystem: true });
     await store.ownership.createEnvironment({ ownerTaskId: doomed.id, rootPath: '/w/doomed' });
@@ -126,7 +126,7 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     expect(next.adoptedTaskCount).toBe(1);
     // The fencing token goes on increasing.
     const again = await store.locks.claimWorkspaceLock(ws.id, { holder: 'y', runId: live.id, ttlMs: 100 });
-    expect(again).toMatchObject({ status: 'claimed', token: claim.token + 1 });
+    expect(again).toMatchObject({ status: 'acquired', lease: { token: claim.lease.token + 1 } });
     // A second prune finds nothing more.
     expect(Object.values((await store.maintenance.prune({ olderThanMs: 50_000 })).deleted).every((n) => n === 0)).toBe(
       true,

@@ -44,9 +44,13 @@ async function historyVersions(store: Store): Promise<number[]> {
   return rows.map((r) => Number(r.version));
 }
 
-/** Describes the schema without the history table (which exists at "version 0" too). */
+/** Describes the schema without the history and state tables (which exist at "version 0" too). */
 async function describeTables(store: Store): Promise<SchemaDescription> {
-  const { taskfence_migrations: _history, ...tables } = (await store.describeSchema()).tables;
+  const {
+    taskfence_migrations: _history,
+    taskfence_migration_state: _state,
+    ...tables
+  } = (await store.describeSchema()).tables;
   return { tables };
 }
 

@@ -135,12 +135,12 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
       it('grants, renews and releases fencing tokens beyond 32 bits (64-bit columns on both dialects)', async () => {
         const ws = (await store.org.createWorkspace({ companyId, name: 'wide' })).id;
         const first = await store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 60_000 });
-        expect(first.status).toBe('claimed');
-        await store.locks.releaseWorkspaceLock(ws, { token: (first as { token: number }).token });
+        expect(first.status).toBe('acquired');
+        await store.locks.releaseWorkspaceLock(ws, { token: (first as { lease: { token: number } }).lease.token });
         const big = 2 ** 40;
         await store.db.updateTable('workspace_locks').set({ token: big }).where('workspace_id', '=', ws).execute();
         const claim = await store.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 60_000 });
-        expect(claim).toMatchObject({ status: 'claimed', token: big + 1 });
+        expect(claim).toMatchObject({ status: 'acquired', lease: { token: big + 1 } });
         await store.locks.renewWorkspaceLock(ws, { token: big + 1, ttlMs: 60_000 });
         await store.locks.releaseWorkspaceLock(ws, { token: big + 1 });
       });

@@ -92,7 +92,7 @@ async function round(store: Store, i: number, ids: { companyId: string; workspac
     store.locks.claimWorkspaceLock(ids.workspaceId, { holder, runId: run!.id, ttlMs: 60_000 }),
   );
   let token: number | undefined;
-  if (claim?.status === 'claimed') token = claim.token;
+  if (claim?.status === 'acquired') token = claim.lease.token;
   else if (claim?.status === 'busy' && claim.heldBy.holder === holder) token = claim.heldBy.token; // our own earlier claim
   if (token !== undefined)
     await op(() => store.locks.releaseWorkspaceLock(ids.workspaceId, { token: token }), ['STALE_WORKSPACE_LOCK']);

@@ -57,13 +57,25 @@ export class SqliteFixture extends BaseFixture {
   }
 }
 
+/** What a PostgreSQL fixture's databases are configured with, as a DBA might configure them. */
+export interface PostgresFixtureOptions {
+  /**
+   * `ALTER DATABASE <the fixture's own database> SET default_transaction_isolation = …` right
+   * after creating it (never on the server or another database), so every session of the test,
+   * and of its contender processes, starts with that default.
+   */
+  readonly defaultIsolation?: 'read committed' | 'repeatable read' | 'serializable';
+}
+
 export class PostgresFixture extends BaseFixture {
   readonly kind = 'postgres' as const;
   readonly #adminUrl: string;
   readonly #created: string[] = [];
-  constructor(adminUrl: string) {
+  readonly #options: PostgresFixtureOptions;
+  constructor(adminUrl: string, options: PostgresFixtureOptions = {}) {
     super();
     this.#adminUrl = adminUrl;
+    this.#options = options;
   }
   async #admin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
     const client = new pg.Client({ connectionString: this.#adminUrl });
@@ -76,7 +88,12 @@ export class PostgresFixture extends BaseFixture {
   }
   async freshUrl(): Promise<string> {
     const name = `tf_${randomBytes(6).toString('hex')}`;
-    await this.#admin((c) => c.query(`create database ${name}`));
+    await this.#admin(async (c) => {
+      await c.query(`create database ${name}`);
+      if (this.#options.defaultIsolation !== undefined) {
+        await c.query(`alter database ${name} set default_transaction_isolation = '${this.#options.defaultIsolation}'`);
+      }
+    });
     this.#created.push(name);
     const url = new URL(this.#adminUrl);
     url.pathname = `/${name}`;

@@ -16,8 +16,11 @@ import {
   InvalidArgumentError,
   LockTimeoutError,
   MigrationLockTimeoutError,
+  ReadOnlyError,
   StatementTimeoutError,
+  StorageFullError,
   TaskfenceError,
+  driverCodeOf,
 } from '../../errors.js';
 import {
   FaultTolerantPostgresDriver,
@@ -29,6 +32,7 @@ import {
 import { parseDatabaseUrl, redactDatabaseUrl } from '../../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
 import { hostPool, int8AsNumbers } from './host-pool.js';
+import { HostRouter, parsePostgresHostList } from './hosts.js';
 import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from '../../query/schema.js';
 import { POSTGRES_COLUMN_TYPES } from './postgres-column-types.js';
 import { Backoff } from '../backoff.js';
@@ -57,6 +61,10 @@ const migrationKey = (schema: string | undefined) =>
 /** Retried as a whole within the write deadline: each of these guarantees the transaction changed nothing. */
 const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['serialization', 'deadlock', 'connection_lost']);
 const INT8_OID = 20;
+/** The level every write transaction states in its BEGIN (see `writeTransaction`). */
+const WRITE_ISOLATION = 'read committed';
+/** Reads that must agree with each other run on one snapshot, and write nothing. */
+const READ_ISOLATION = 'repeatable read';
 
 /** Reads bigint (int8) columns back as numbers: epoch milliseconds and counts stay far below 2^53. */
 const types = {
@@ -114,6 +122,9 @@ async function checkedListenConfig(
   if (location.dialect !== 'postgres') {
     throw new InvalidArgumentError('listenUrl', "it must be a postgres:// URL to the store's database");
   }
+  if (parsePostgresHostList(location.connectionString) !== undefined) {
+    throw new InvalidArgumentError('listenUrl', 'it must name one host (a host list is for the store URL)');
+  }
   const config = postgresClientConfig(location.connectionString, options);
   const client = new pg.Client(config);
   client.on('error', () => {});
@@ -146,8 +157,13 @@ export async function openPostgresDialect(
   connectionString: string,
   options: DialectOptions = {},
 ): Promise<StoreDialect> {
+  // A host list (hosts.ts) routes every connection of taskfence's own pool to the acceptable host.
+  const hostList = options.pool ? undefined : parsePostgresHostList(connectionString);
   // With the host's pool, sessions of taskfence's own (the migration lock) use the pool's settings.
-  const config = options.pool ? { ...options.pool.options, types } : postgresClientConfig(connectionString, options);
+  const config = options.pool
+    ? { ...options.pool.options, types }
+    : postgresClientConfig(hostList?.connectionString ?? connectionString, options);
+  const router = hostList ? new HostRouter(hostList, config) : undefined;
   const target = options.pool ? 'postgres (host pool)' : redactDatabaseUrl(connectionString);
   const stats: DialectStats = { retries: 0 };
   // An idle client that loses its server must not crash the process: pg-pool emits that on the
@@ -157,7 +173,7 @@ export async function openPostgresDialect(
   const onIdleError = (error: Error) => stats.onIdleConnectionLost?.(error);
   const pool = options.pool
     ? hostPool(options.pool, types, onIdleError)
-    : new pg.Pool({ ...config, max: options.poolSize ?? 10 });
+    : new pg.Pool({ ...config, max: options.poolSize ?? 10, ...(router ? { Client: router.clientClass() } : {}) });
   if (!options.pool) {
     pool.on('error', onIdleError);
     // And every client carries a listener from the moment the pool connects it, so a fault can never
@@ -170,6 +186,7 @@ export async function openPostgresDialect(
     pool,
     target,
     offset,
+    ...(router ? { hosts: router } : {}),
     limits: { lockTimeoutMs: options.lockTimeoutMs ?? 10_000, statementTimeoutMs: statementTimeoutOf(options) },
   });
   try {
@@ -219,8 +236,11 @@ export async function openPostgresDialect(
       options.wakeFallbackMs ?? DEFAULT_WAKE_FALLBACK_MS,
       options.wakeNotifications ?? true,
       schema,
+      // The LISTEN connection follows the host list too, unless listenUrl names its own server.
+      router && options.listenUrl === undefined ? router.clientClass() : pg.Client,
     ),
     stats,
+    target,
     schema,
   );
   const counted = options.pool ?? pool;
@@ -247,14 +267,20 @@ class PostgresStoreDialect implements StoreDialect {
     readonly clock: ServerClockOffset,
     readonly wakeups: PostgresWakeups,
     readonly stats: DialectStats,
+    /** The server, redacted, for the typed errors. */
+    private readonly target: string,
     /** The configured schema; lock keys and introspection are confined to it. */
     private readonly schema?: string,
   ) {}
 
   /**
-   * Retried whole within the deadline on serialization failures, deadlocks and connection loss
-   * before COMMIT was sent (each left nothing behind), each attempt on a fresh connection. Loss
-   * while COMMIT was in flight is `CommitOutcomeUnknownError` and is never retried.
+   * Always `BEGIN ISOLATION LEVEL READ COMMITTED`, whatever the database's
+   * `default_transaction_isolation` says: every guarantee is proven at READ COMMITTED, where a
+   * statement after an advisory-lock wait sees what the lock's previous holder committed (under
+   * REPEATABLE READ the snapshot taken by BEGIN's own SELECT would hide it, and path leases
+   * overlapped). Retried whole within the deadline on serialization failures, deadlocks and
+   * connection loss before COMMIT was sent (each left nothing behind), each attempt on a fresh
+   * connection. Loss while COMMIT was in flight is `CommitOutcomeUnknownError` and is never retried.
    */
   writeTransaction<T>(fn: WriteTransactionFn<T>, options?: WriteTransactionOptions): Promise<T> {
     const run: WriteTransactionFn<T> = options?.bulk
@@ -264,7 +290,7 @@ class PostgresStoreDialect implements StoreDialect {
         }
       : fn;
     return retryTransient(
-      () => this.db.transaction().execute(run),
+      () => this.db.transaction().setIsolationLevel(WRITE_ISOLATION).execute(run),
       (e) => this.classifyError(e),
       RETRYABLE,
       options?.deadlineMs ?? this.writeDeadlineMs,
@@ -274,7 +300,7 @@ class PostgresStoreDialect implements StoreDialect {
 
   readTransaction<T>(fn: WriteTransactionFn<T>): Promise<T> {
     return retryTransient(
-      () => this.db.transaction().setIsolationLevel('repeatable read').setAccessMode('read only').execute(fn),
+      () => this.db.transaction().setIsolationLevel(READ_ISOLATION).setAccessMode('read only').execute(fn),
       (e) => this.classifyError(e),
       RETRYABLE,
       this.writeDeadlineMs,
@@ -306,6 +332,8 @@ class PostgresStoreDialect implements StoreDialect {
     if (error instanceof DatabaseUnavailableError) return error.retrySafe ? 'connection_lost' : 'unknown';
     if (error instanceof LockTimeoutError) return 'lock_timeout';
     if (error instanceof StatementTimeoutError) return 'statement_timeout';
+    if (error instanceof StorageFullError) return 'storage_full';
+    if (error instanceof ReadOnlyError) return 'read_only';
     if (error instanceof TaskfenceError) return 'unknown';
     return classifyPostgresError(error);
   }
@@ -369,6 +397,32 @@ class PostgresStoreDialect implements StoreDialect {
     return describePostgresSchema(this.db, this.schema);
   }
 
+  async readSchemaVersion(): Promise<number> {
+    const client = new pg.Client(this.config);
+    client.on('error', () => {});
+    try {
+      await client.connect();
+    } catch (error) {
+      await client.end().catch(() => {});
+      throw new DatabaseUnavailableError(this.target, error, 'connect', true);
+    }
+    const table =
+      this.schema === undefined ? 'taskfence_migrations' : `${quoteIdentifier(this.schema)}.taskfence_migrations`;
+    try {
+      const { rows } = await client.query<{ version: number | null }>(`select max(version) as version from ${table}`);
+      return Number(rows[0]?.version ?? 0);
+    } catch (error) {
+      const code = driverCodeOf(error);
+      // No history table (or no schema yet): a database taskfence never migrated.
+      if (code === '42P01' || code === '3F000') return 0;
+      const kind = classifyPostgresError(error);
+      if (kind === 'connection_lost') throw new DatabaseUnavailableError(this.target, error, 'the schema version read');
+      throw error;
+    } finally {
+      await client.end().catch(() => {});
+    }
+  }
+
   async readUserVersion(): Promise<number | null> {
     return null;
   }
@@ -377,4 +431,8 @@ class PostgresStoreDialect implements StoreDialect {
     await this.wakeups.close();
     await this.db.destroy();
   }
+}
+
+function quoteIdentifier(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
 }

@@ -9,11 +9,15 @@ import {
 import {
   CommitOutcomeUnknownError,
   DatabaseUnavailableError,
+  driverCodeOf,
   LockTimeoutError,
+  ReadOnlyError,
   StatementTimeoutError,
+  StorageFullError,
   TaskfenceError,
 } from '../../errors.js';
 import type { ErrorKind } from '../types.js';
+import type { HostRouter } from './hosts.js';
 
 /** Server-side limits set with `SET LOCAL` at the start of every transaction (never as startup parameters). */
 export interface TransactionLimits {
@@ -34,8 +38,11 @@ export function clientQueryTimeoutMs(statementTimeoutMs: number): number {
 
 /**
  * Classifies a pg error. Connection loss covers the server terminating the backend (57P01–57P03),
- * every class-08 error, socket errors, pg's own "terminated"/"not queryable" errors, and the
- * client-side query and connect timeouts (after which the connection is discarded).
+ * the server's idle killers (25P03 idle_in_transaction_session_timeout, 57P05
+ * idle_session_timeout), every class-08 error, socket errors, pg's own "terminated"/"not
+ * queryable" errors, and the client-side query and connect timeouts (after which the connection
+ * is discarded). 53100 is a full disk, 25006 a read-only transaction (standby or
+ * default_transaction_read_only).
  */
 export function classifyPostgresError(error: unknown): ErrorKind {
   const code = (error as { code?: unknown } | null)?.code;
@@ -47,7 +54,11 @@ export function classifyPostgresError(error: unknown): ErrorKind {
     if (code === '23514' || code === '23502') return 'check_violation';
     if (code === '55P03') return 'lock_timeout';
     if (code === '57014') return 'statement_timeout';
+    if (code === '53100') return 'storage_full';
+    if (code === '25006') return 'read_only';
     if (
+      code === '25P03' ||
+      code === '57P05' ||
       code.startsWith('08') ||
       code === '57P01' ||
       code === '57P02' ||
@@ -102,36 +113,74 @@ export class FaultTolerantPostgresDriver implements Driver {
   readonly #target: string;
   readonly #limits: TransactionLimits;
   readonly #listened = new WeakSet<pg.PoolClient>();
+  /** The error the server ended a client's session with, if it did. */
+  readonly #endedBy = new WeakMap<pg.PoolClient, Error>();
   /** The server's clock minus the host's (ms), measured in the BEGIN round trip of every transaction. */
   readonly #offset: ServerClockOffset;
+  /** With a host list (hosts.ts): where connections go, told when a host lost its connections or refused a write. */
+  readonly #hosts: HostRouter | undefined;
 
-  constructor(options: { pool: pg.Pool; target: string; limits: TransactionLimits; offset: ServerClockOffset }) {
+  constructor(options: {
+    pool: pg.Pool;
+    target: string;
+    limits: TransactionLimits;
+    offset: ServerClockOffset;
+    hosts?: HostRouter;
+  }) {
     this.#pool = options.pool;
     this.#target = options.target;
     this.#limits = options.limits;
     this.#offset = options.offset;
+    this.#hosts = options.hosts;
   }
 
   async init(): Promise<void> {}
 
   async acquireConnection(): Promise<DatabaseConnection> {
     let client: pg.PoolClient;
-    try {
-      client = await this.#pool.connect();
-    } catch (error) {
-      throw new DatabaseUnavailableError(this.#target, error, 'connect', true);
+    for (;;) {
+      try {
+        client = await this.#pool.connect();
+      } catch (error) {
+        throw new DatabaseUnavailableError(this.#target, error, 'connect', true);
+      }
+      // An idle client of a host the router has since left (a failover) is closed, not reused.
+      if (!this.#hosts || this.#hosts.serves(client)) break;
+      client.release(new Error('taskfence: connection to a host that is no longer the current one'));
     }
     if (!this.#listened.has(client)) {
       this.#listened.add(client);
       // For the client's whole life, idle or checked out: a fault is reported by the failing query.
-      client.on('error', () => {});
+      // What the server said when it ended the session (25P03, 57P05, 57P01 …) arrives here, not
+      // on the next query (pg then only says "not queryable"), so it is kept for that query's error.
+      client.on('error', (error) => {
+        if (driverCodeOf(error) !== undefined) this.#endedBy.set(client, error);
+      });
     }
     return new FaultTolerantPostgresConnection(
       client,
       this.#target,
       clientQueryTimeoutMs(this.#limits.statementTimeoutMs),
       this.#offset,
+      () => this.#endedBy.get(client),
+      () => this.#inRecovery(),
+      this.#hosts,
     );
+  }
+
+  /** Whether the server is in recovery (a standby), asked on another connection; null if it cannot be asked. */
+  async #inRecovery(): Promise<boolean | null> {
+    try {
+      const client = await this.#pool.connect();
+      try {
+        const { rows } = await client.query<{ r: boolean }>('select pg_is_in_recovery() as r');
+        return rows[0]?.r === true;
+      } finally {
+        client.release();
+      }
+    } catch {
+      return null;
+    }
   }
 
   async beginTransaction(connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
@@ -183,9 +232,23 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
   #broken = false;
 
   readonly #offset: ServerClockOffset;
+  readonly #endedBy: () => Error | undefined;
+  readonly #inRecovery: () => Promise<boolean | null>;
+  readonly #hosts: HostRouter | undefined;
 
-  constructor(client: pg.PoolClient, target: string, queryTimeoutMs: number, offset: ServerClockOffset) {
+  constructor(
+    client: pg.PoolClient,
+    target: string,
+    queryTimeoutMs: number,
+    offset: ServerClockOffset,
+    endedBy: () => Error | undefined,
+    inRecovery: () => Promise<boolean | null>,
+    hosts?: HostRouter,
+  ) {
     this.#offset = offset;
+    this.#endedBy = endedBy;
+    this.#inRecovery = inRecovery;
+    this.#hosts = hosts;
     this.#client = client;
     this.#target = target;
     this.#defaultQueryTimeoutMs = queryTimeoutMs;
@@ -241,7 +304,7 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
     try {
       result = await this.#client.query(config);
     } catch (error) {
-      throw this.#translate(error, text);
+      throw await this.#translate(error, text);
     } finally {
       if (text === COMMIT_SQL) {
         this.#inTransaction = false;
@@ -272,14 +335,25 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
    * Connection faults and timeouts become typed errors here; everything else (constraint errors,
    * serialization failures) stays raw for the dialect's retry loop and the repositories.
    */
-  #translate(error: unknown, text: string): unknown {
-    if (error instanceof TaskfenceError) return error;
-    const kind = classifyPostgresError(error);
+  async #translate(raw: unknown, text: string): Promise<unknown> {
+    if (raw instanceof TaskfenceError) return raw;
+    const kind = classifyPostgresError(raw);
     const operation = describeStatement(text);
+    if (kind === 'storage_full') return new StorageFullError(this.#target, operation, raw);
+    if (kind === 'read_only') {
+      // The server stopped accepting writes (demoted, or read-only by setting): with a host list,
+      // look for the writable host again, and never hand this connection out again.
+      this.#broken = true;
+      this.#hosts?.suspect();
+      return new ReadOnlyError(this.#target, operation, await this.#inRecovery(), raw);
+    }
     if (kind === 'connection_lost') {
       this.#broken = true;
+      this.#hosts?.suspect();
+      // "not queryable" says only that the connection is gone; the server's own reason is better.
+      const error = driverCodeOf(raw) === undefined ? (this.#endedBy() ?? raw) : raw;
       // pg refuses to send anything on a connection it already knows is dead: such a statement never ran.
-      const neverSent = NEVER_SENT.test(error instanceof Error ? error.message : '');
+      const neverSent = NEVER_SENT.test(raw instanceof Error ? raw.message : '');
       // COMMIT in flight, or a write in its own implicit transaction: it may have committed.
       const mayHaveCommitted =
         text === COMMIT_SQL || (!this.#inTransaction && !READ_ONLY_STATEMENT.test(text) && !/^begin\b/i.test(text));
@@ -288,9 +362,9 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
       }
       return new DatabaseUnavailableError(this.#target, error, operation, true);
     }
-    if (kind === 'lock_timeout') return new LockTimeoutError(operation, error);
-    if (kind === 'statement_timeout') return new StatementTimeoutError(operation, error);
-    return error;
+    if (kind === 'lock_timeout') return new LockTimeoutError(operation, raw);
+    if (kind === 'statement_timeout') return new StatementTimeoutError(operation, raw);
+    return raw;
   }
 }
 

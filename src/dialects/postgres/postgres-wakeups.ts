@@ -28,6 +28,8 @@ export class PostgresWakeups implements Wakeups {
     readonly fallbackMs = DEFAULT_WAKE_FALLBACK_MS,
     readonly enabled = true,
     schema?: string,
+    /** The client class of the LISTEN connection: a host list's routed client follows a failover. */
+    private readonly Client: typeof pg.Client = pg.Client,
   ) {
     this.#config = { ...config, application_name: 'taskfence-listen' };
     this.#prefix = schema === undefined ? '' : `${schema}/`;
@@ -50,7 +52,7 @@ export class PostgresWakeups implements Wakeups {
   }
 
   async #connect(): Promise<void> {
-    const client = new pg.Client(this.#config);
+    const client = new this.Client(this.#config);
     // A fault on the listener must never crash the host: drop it and reconnect.
     client.on('error', () => this.#lost(client));
     client.on('end', () => this.#lost(client));

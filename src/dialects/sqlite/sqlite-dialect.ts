@@ -20,6 +20,7 @@ import {
   ImmediateSqliteDriver,
   PinnedSqliteDriver,
   holdingConnection,
+  translateSqliteError,
   type SynchronousConnection,
 } from './sqlite-driver.js';
 import { SQLITE_COLUMN_TYPES } from './sqlite-column-types.js';
@@ -42,6 +43,9 @@ import {
   DatabaseUnavailableError,
   ForeignTransactionError,
   MigrationLockTimeoutError,
+  ReadOnlyError,
+  StorageFullError,
+  TaskfenceError,
   WriteTimeoutError,
 } from '../../errors.js';
 import { loadBetterSqlite3 } from './load-driver.js';
@@ -92,13 +96,14 @@ export async function openSqliteDialect(filename: string, options: DialectOption
     stats,
   ).catch((error) => {
     raw.close();
-    throw new DatabaseUnavailableError(`sqlite:${filename}`, error);
+    const typed = translateSqliteError(error, `sqlite:${filename}`, 'pragma journal_mode = WAL');
+    throw typed instanceof TaskfenceError ? typed : new DatabaseUnavailableError(`sqlite:${filename}`, error);
   });
   raw.pragma('foreign_keys = ON');
   raw.pragma('synchronous = NORMAL');
   // The driver's connection reports to onQuery: both Kysely instances share it, so Kysely's own
   // `log` (which wraps the connection once per instance) would report every statement twice.
-  const driver = new ImmediateSqliteDriver(raw, options.onQuery);
+  const driver = new ImmediateSqliteDriver(raw, `sqlite:${filename}`, options.onQuery);
   const config = (d: Driver): KyselyConfig => ({
     dialect: {
       createAdapter: () => new SerializedSqliteAdapter(),
@@ -217,6 +222,9 @@ class SqliteDialect implements StoreDialect {
   }
 
   classifyError(error: unknown): ErrorKind {
+    if (error instanceof StorageFullError) return 'storage_full';
+    if (error instanceof ReadOnlyError) return 'read_only';
+    if (error instanceof TaskfenceError) return 'unknown';
     const code = (error as { code?: unknown } | null)?.code;
     if (typeof code !== 'string') return 'unknown';
     if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED')) return 'busy';
@@ -255,6 +263,18 @@ class SqliteDialect implements StoreDialect {
 
   describeSchema(): Promise<SchemaDescription> {
     return describeSqliteSchema(this.db);
+  }
+
+  async readSchemaVersion(): Promise<number> {
+    try {
+      const { rows } = await sql<{
+        version: number | null;
+      }>`select max(version) as version from taskfence_migrations`.execute(this.db);
+      return Number(rows[0]?.version ?? 0);
+    } catch (error) {
+      if (/no such table/i.test(error instanceof Error ? error.message : '')) return 0;
+      throw error;
+    }
   }
 
   async readUserVersion(db: Kysely<Schema> = this.db): Promise<number | null> {

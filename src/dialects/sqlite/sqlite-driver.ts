@@ -2,7 +2,26 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { CompiledQuery, type DatabaseConnection, type Driver, type QueryCompiler, type QueryResult } from 'kysely';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { DialectOptions } from '../types.js';
-import { TransactionReentryError } from '../../errors.js';
+import { ReadOnlyError, StorageFullError, TransactionReentryError } from '../../errors.js';
+
+/**
+ * The SQLite faults every caller must be able to tell apart, typed where they happen: a full disk
+ * (`SQLITE_FULL`) and a file this process may not write (`SQLITE_READONLY*`). SQLite rolls the
+ * statement back (and, on a failed COMMIT, the write transaction's ROLLBACK follows), so nothing
+ * was changed. Every other error stays raw, for the dialect's classification and the repositories.
+ */
+export function translateSqliteError(error: unknown, target: string, sqlText: string): unknown {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string') return error;
+  if (code === 'SQLITE_FULL') return new StorageFullError(target, describeStatement(sqlText), error);
+  if (code.startsWith('SQLITE_READONLY')) return new ReadOnlyError(target, describeStatement(sqlText), null, error);
+  return error;
+}
+
+function describeStatement(sqlText: string): string {
+  const flat = sqlText.replace(/\s+/g, ' ').trim();
+  return `statement "${flat.length > 60 ? `${flat.slice(0, 57)}…` : flat}"`;
+}
 
 /** Which driver's connection the current async context holds in an open transaction (see `holdingConnection`). */
 const HOLDING = new AsyncLocalStorage<{ readonly driver: ImmediateSqliteDriver; active: boolean }>();
@@ -37,9 +56,11 @@ export class ImmediateSqliteDriver implements Driver {
   readonly #waiting: (() => void)[] = [];
 
   /** `onQuery` is called here, once per statement, for both Kysely instances on this connection. */
-  constructor(db: BetterSqlite3.Database, onQuery?: DialectOptions['onQuery']) {
+  constructor(db: BetterSqlite3.Database, target: string, onQuery?: DialectOptions['onQuery']) {
     this.#db = db;
-    this.#connection = onQuery ? new LoggingSqliteConnection(db, onQuery) : new CachingSqliteConnection(db);
+    this.#connection = onQuery
+      ? new LoggingSqliteConnection(db, target, onQuery)
+      : new CachingSqliteConnection(db, target);
   }
 
   async init(): Promise<void> {}
@@ -134,7 +155,11 @@ class CachingSqliteConnection implements SynchronousConnection {
   /** Prepared statements by SQL text, least recently prepared evicted first; `reader` is a native getter, so it is read once. */
   readonly #cache = new Map<string, { readonly stmt: BetterSqlite3.Statement; readonly reader: boolean }>();
 
-  constructor(db: BetterSqlite3.Database) {
+  constructor(
+    db: BetterSqlite3.Database,
+    /** `sqlite:<file>`, for the typed errors. */
+    readonly target: string,
+  ) {
     this.db = db;
   }
 
@@ -156,15 +181,19 @@ class CachingSqliteConnection implements SynchronousConnection {
   }
 
   executeSync<R>(compiledQuery: CompiledQuery): QueryResult<R> {
-    const { stmt, reader } = this.#prepare(compiledQuery.sql);
-    const params = compiledQuery.parameters.map(toSqliteValue);
-    if (reader) return { rows: stmt.all(params) as R[] };
-    const { changes, lastInsertRowid } = stmt.run(params);
-    return {
-      numAffectedRows: BigInt(changes),
-      insertId: BigInt(lastInsertRowid),
-      rows: [],
-    };
+    try {
+      const { stmt, reader } = this.#prepare(compiledQuery.sql);
+      const params = compiledQuery.parameters.map(toSqliteValue);
+      if (reader) return { rows: stmt.all(params) as R[] };
+      const { changes, lastInsertRowid } = stmt.run(params);
+      return {
+        numAffectedRows: BigInt(changes),
+        insertId: BigInt(lastInsertRowid),
+        rows: [],
+      };
+    } catch (error) {
+      throw translateSqliteError(error, this.target, compiledQuery.sql);
+    }
   }
 
   async *streamQuery<R>(compiledQuery: CompiledQuery): AsyncIterableIterator<QueryResult<R>> {
@@ -179,9 +208,10 @@ class CachingSqliteConnection implements SynchronousConnection {
 class LoggingSqliteConnection extends CachingSqliteConnection {
   constructor(
     db: BetterSqlite3.Database,
+    target: string,
     private readonly onQuery: NonNullable<DialectOptions['onQuery']>,
   ) {
-    super(db);
+    super(db, target);
   }
 
   override executeSync<R>(compiledQuery: CompiledQuery): QueryResult<R> {

@@ -21,6 +21,7 @@
  *   6. dispatch-terminal:<handle>, then dispatch-task:<task>
  *                                 exit reports of one terminal; dispatches of one task
  *   7. paths:<workspace>          path-lease conflict check and insert of one workspace
+ *   8. taskfence:semaphore:<name> counting and granting the slots of one semaphore
  *
  * Why this is deadlock-free: every transaction that holds two keys took them in list order, and
  * keys of one level are taken in sorted order (or one at a time), so no two transactions can
@@ -67,6 +68,9 @@ export const dispatchTaskLockKey = (taskId: string): string => `${LOCK_KEY_PREFI
 
 /** 7. The path leases of one workspace. */
 export const pathsLockKey = (workspaceId: string): string => `paths:${workspaceId}`;
+
+/** 8. The slots of one counting semaphore. */
+export const semaphoreLockKey = (name: string): string => `${LOCK_KEY_PREFIX}semaphore:${name}`;
 
 /**
  * The migration lock's key text; the PostgreSQL dialect hashes `MIGRATION_LOCK_PREFIX || schema`

@@ -1,0 +1,259 @@
+/**
+ * `store.semaphores` (issue 21): counting semaphores. The guarantees are stated on
+ * `SemaphoreRepository` (types.ts). Every acquisition runs in one write transaction under the
+ * semaphore's key (lock-keys.ts, level 8: PostgreSQL advisory lock; SQLite `BEGIN IMMEDIATE`),
+ * which reclaims the expired slots, counts the live ones and grants a slot only below the limit.
+ */
+import { sql, type Transaction } from 'kysely';
+import type { Database } from '../../schema/database.js';
+import { clampTimerMs } from '../../timers.js';
+import type { StoreContext } from '../context.js';
+import { readLeaseRowLocked, type LeaseFence } from '../shared/fence.js';
+import { requireLease, type LeaseLostReason } from '../shared/lease.js';
+import { semaphoreLockKey } from '../shared/lock-keys.js';
+import { requireCounter, requireId, requireInput, requireLimit, requirePositiveMs } from '../validate.js';
+import {
+  DEFAULT_SEMAPHORE_TTL_MS,
+  MAX_SEMAPHORE_LIMIT,
+  SEMAPHORE_HOLDER_REPORT_LIMIT,
+  SemaphoreLeaseLostError,
+  SemaphoreTimeoutError,
+  type AcquireSemaphoreInput,
+  type SemaphoreClaim,
+  type SemaphoreHolder,
+  type SemaphoreLease,
+  type SemaphoreRepository,
+} from './types.js';
+
+type Trx = Transaction<Database>;
+
+/** The wake-up topic of a semaphore: announced when one of its slots is released. */
+export const semaphoreTopic = (name: string) => `semaphore:${name}`;
+
+const toHolder = (row: { holder: string; token: number; expires_at: number }): SemaphoreHolder => ({
+  holder: row.holder,
+  token: Number(row.token),
+  expiresAt: Number(row.expires_at),
+});
+
+/** The latest token granted for `name`, or 0. */
+async function latestToken(trx: Trx, name: string): Promise<number> {
+  const row = await trx.selectFrom('semaphores').select('token').where('name', '=', name).executeTakeFirst();
+  return row ? Number(row.token) : 0;
+}
+
+/**
+ * Why `token` holds no live slot: its row lapsed (`expired`) or is gone. A slot row is gone once
+ * released or reclaimed after expiry; the lease's own `expiresAt` tells the two apart.
+ */
+async function lostSlotReason(trx: Trx, name: string, token: number, leaseExpiresAt: number, now: number) {
+  const row = await trx
+    .selectFrom('semaphore_holders')
+    .select('expires_at')
+    .where('name', '=', name)
+    .where('token', '=', token)
+    .executeTakeFirst();
+  if (row) return 'expired' satisfies LeaseLostReason;
+  if (token > (await latestToken(trx, name))) return 'never_granted' satisfies LeaseLostReason;
+  return (leaseExpiresAt <= now ? 'expired' : 'released') satisfies LeaseLostReason;
+}
+
+/** One acquisition inside the caller's write transaction. */
+async function acquireIn(
+  ctx: StoreContext,
+  trx: Trx,
+  name: string,
+  holder: string,
+  limit: number,
+  ttlMs: number,
+): Promise<SemaphoreClaim> {
+  await ctx.dialect.lockKey(trx, semaphoreLockKey(name));
+  // Read the clock only once the name is serialized, so slot times follow commit order.
+  const now = ctx.clock.now();
+  // Reclaim: expired slots are deleted, which waits for a fenced transaction (`tx.assertLease`)
+  // that still holds one, so a slot is never counted free while its old holder writes under it.
+  await trx.deleteFrom('semaphore_holders').where('name', '=', name).where('expires_at', '<=', now).execute();
+  const counted = await trx
+    .selectFrom('semaphore_holders')
+    .select((eb) => eb.fn.countAll<number | string>().as('n'))
+    .where('name', '=', name)
+    .executeTakeFirstOrThrow();
+  const count = Number(counted.n);
+  if (count >= limit) {
+    const rows = await trx
+      .selectFrom('semaphore_holders')
+      .select(['holder', 'token', 'expires_at'])
+      .where('name', '=', name)
+      .orderBy('expires_at')
+      .orderBy('token')
+      .limit(SEMAPHORE_HOLDER_REPORT_LIMIT)
+      .execute();
+    const holders = rows.map(toHolder);
+    return {
+      status: 'busy',
+      heldBy: { holder: holders[0]!.holder, expiresAt: holders[0]!.expiresAt, limit, count, holders },
+    };
+  }
+  // The token rises on every grant of the name and is never reset (the row is never deleted).
+  const granted = await trx
+    .insertInto('semaphores')
+    .values({ name, token: 1, updated_at: now })
+    .onConflict((oc) => oc.column('name').doUpdateSet({ token: sql<number>`semaphores.token + 1`, updated_at: now }))
+    .returning('token')
+    .executeTakeFirstOrThrow();
+  const token = Number(granted.token);
+  const expiresAt = now + ttlMs;
+  await trx
+    .insertInto('semaphore_holders')
+    .values({ name, token, holder, acquired_at: now, expires_at: expiresAt })
+    .execute();
+  return {
+    status: 'acquired',
+    lease: Object.freeze({ kind: 'semaphore' as const, resource: name, holder, token, expiresAt, limit }),
+  };
+}
+
+/**
+ * `tx.assertLease` for a semaphore slot: its row, read `FOR SHARE` on PostgreSQL, must be live.
+ * An acquisition reclaims expired slots by deleting them, so it waits for this transaction.
+ */
+export const fenceSemaphore: LeaseFence = async (ctx, trx, lease) => {
+  const row = await readLeaseRowLocked(
+    ctx,
+    trx
+      .selectFrom('semaphore_holders')
+      .select('expires_at')
+      .where('name', '=', lease.resource)
+      .where('token', '=', lease.token),
+  );
+  const now = ctx.clock.now();
+  if (row && Number(row.expires_at) > now) return;
+  throw new SemaphoreLeaseLostError(
+    lease.resource,
+    lease.token,
+    await lostSlotReason(trx, lease.resource, lease.token, lease.expiresAt, now),
+  );
+};
+
+/**
+ * Builds `store.semaphores` on a store context.
+ *
+ * @example
+ * const semaphores = createSemaphoreRepository(createStoreContext(dialect));
+ */
+export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepository {
+  const { dialect } = ctx;
+
+  function checkAcquire(name: string, input: AcquireSemaphoreInput) {
+    requireId('name', name);
+    requireInput('input', input);
+    return {
+      holder: requireId('holder', input.holder),
+      limit: requireLimit('limit', input.limit, MAX_SEMAPHORE_LIMIT),
+      ttlMs: input.ttlMs === undefined ? DEFAULT_SEMAPHORE_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs),
+    };
+  }
+
+  function checkLease(value: unknown): SemaphoreLease {
+    const lease = requireLease('semaphore', value);
+    const limit = requireCounter(
+      'lease.limit',
+      (value as { limit?: unknown }).limit,
+      'limit the lease was granted under',
+    );
+    return { ...lease, limit };
+  }
+
+  return {
+    async acquire(name, input) {
+      const { holder, limit, ttlMs } = checkAcquire(name, input);
+      return dialect.writeTransaction((trx) => acquireIn(ctx, trx, name, holder, limit, ttlMs));
+    },
+
+    async acquireWait(name, input, options) {
+      const { holder, limit, ttlMs } = checkAcquire(name, input);
+      requireInput('options', options);
+      const timeoutMs = requirePositiveMs('timeoutMs', options.timeoutMs, 0);
+      const maxPollMs = options.maxPollMs === undefined ? undefined : requirePositiveMs('maxPollMs', options.maxPollMs);
+      // A real-time deadline: waiting is a duration, and a test's frozen store clock must not make it endless.
+      const deadline = performance.now() + timeoutMs;
+      for (;;) {
+        // Subscribe before trying: a release committed between the try and the wait still wakes us.
+        const wake = dialect.wakeups.subscribe(semaphoreTopic(name), maxPollMs);
+        const result = await dialect
+          .writeTransaction((trx) => acquireIn(ctx, trx, name, holder, limit, ttlMs))
+          .catch((error: unknown) => {
+            wake.cancel();
+            throw error;
+          });
+        if (result.status === 'acquired') {
+          wake.cancel();
+          return result.lease;
+        }
+        const left = deadline - performance.now();
+        if (left <= 0) {
+          wake.cancel();
+          throw new SemaphoreTimeoutError(name, holder, limit, timeoutMs, result.heldBy.holders);
+        }
+        const deadlineTimer = setTimeout(() => wake.cancel(), clampTimerMs(left));
+        await wake.woken;
+        clearTimeout(deadlineTimer);
+      }
+    },
+
+    async renew(value, options) {
+      const lease = checkLease(value);
+      const opts = options === undefined ? {} : requireInput('options', options);
+      const ttlMs = opts.ttlMs === undefined ? DEFAULT_SEMAPHORE_TTL_MS : requirePositiveMs('ttlMs', opts.ttlMs);
+      return dialect.writeTransaction(async (trx) => {
+        const now = ctx.clock.now();
+        const row = await trx
+          .updateTable('semaphore_holders')
+          .set({ expires_at: now + ttlMs })
+          .where('name', '=', lease.resource)
+          .where('token', '=', lease.token)
+          .where('expires_at', '>', now)
+          .returning(['holder', 'expires_at'])
+          .executeTakeFirst();
+        if (row) return Object.freeze({ ...lease, holder: row.holder, expiresAt: Number(row.expires_at) });
+        throw new SemaphoreLeaseLostError(
+          lease.resource,
+          lease.token,
+          await lostSlotReason(trx, lease.resource, lease.token, lease.expiresAt, now),
+        );
+      });
+    },
+
+    async release(value) {
+      const lease = checkLease(value);
+      await dialect.writeTransaction(async (trx) => {
+        const gone = await trx
+          .deleteFrom('semaphore_holders')
+          .where('name', '=', lease.resource)
+          .where('token', '=', lease.token)
+          .returning('token')
+          .executeTakeFirst();
+        if (gone) {
+          await dialect.wakeups.notify(trx, semaphoreTopic(lease.resource));
+          return;
+        }
+        // Already released (or reclaimed after expiry): a repeat release is a no-op.
+        if (lease.token <= (await latestToken(trx, lease.resource))) return;
+        throw new SemaphoreLeaseLostError(lease.resource, lease.token, 'never_granted');
+      });
+    },
+
+    async listHolders(name) {
+      requireId('name', name);
+      const rows = await dialect.db
+        .selectFrom('semaphore_holders')
+        .select(['holder', 'token', 'expires_at'])
+        .where('name', '=', name)
+        .where('expires_at', '>', ctx.clock.now())
+        .orderBy('expires_at')
+        .orderBy('token')
+        .execute();
+      return rows.map(toHolder);
+    },
+  };
+}

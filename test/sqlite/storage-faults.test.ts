@@ -1,0 +1,92 @@
+/**
+ * SQLite on a full disk, for real: the database lives on a small tmpfs of the test's own, which a
+ * filler file fills up. Every write then fails inside SQLite with SQLITE_FULL, as on a full volume.
+ * If this process may not mount (not root, no CAP_SYS_ADMIN: a developer laptop), the test falls
+ * back to `PRAGMA max_page_count`, which makes SQLite raise the same SQLITE_FULL from the same
+ * code path (the pager refusing a new page) without a filesystem; it says so on the console. CI
+ * runs as root and mounts.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { sql } from 'kysely';
+import { StorageFullError, openStore, type Store } from '../../src/index.js';
+import { mountSmallFilesystem, type SmallFilesystem } from '../support/small-fs.js';
+import { runCli } from '../suites/cli.suite.js';
+
+const NAME = 'x'.repeat(64 * 1024);
+
+describe('SQLite on a full disk', () => {
+  const root = mkdtempSync(join(tmpdir(), 'taskfence-full-'));
+  let fs: SmallFilesystem | string;
+  let store: Store;
+  let file: string;
+
+  beforeAll(async () => {
+    fs = mountSmallFilesystem(join(root, 'mnt'), 4 * 1024 * 1024);
+    if (typeof fs === 'string') console.warn(`[taskfence tests] ${fs}: using PRAGMA max_page_count instead`);
+    file = join(typeof fs === 'string' ? root : fs.dir, 'app.db');
+    store = await openStore(`sqlite:${file}`);
+    await store.migrate();
+  });
+  afterAll(async () => {
+    await store?.close();
+    if (typeof fs !== 'string') fs.unmount();
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  /** Fills the disk (or caps the file), then writes until SQLite refuses. */
+  async function writeUntilFull(): Promise<{ error: unknown; written: number }> {
+    if (typeof fs === 'string') {
+      const { rows } = await sql<{ page_count: number }>`pragma page_count`.execute(store.db);
+      await sql.raw(`pragma max_page_count = ${rows[0]!.page_count + 4}`).execute(store.db);
+    } else {
+      fs.fill();
+    }
+    for (let i = 0; i < 2_000; i++) {
+      try {
+        await store.org.createCompany({ id: `full-${i}`, name: NAME });
+      } catch (error) {
+        return { error, written: i };
+      }
+    }
+    throw new Error('2 000 writes of 64 KiB fit on the full disk');
+  }
+
+  it('a write is STORAGE_FULL naming the file, retry-safe, and changed nothing; writes work again once space is freed', async () => {
+    const { error, written } = await writeUntilFull();
+    expect(error).toBeInstanceOf(StorageFullError);
+    const full = error as StorageFullError;
+    expect(full).toMatchObject({
+      code: 'STORAGE_FULL',
+      retrySafe: true,
+      driverCode: 'SQLITE_FULL',
+      target: `sqlite:${file}`,
+    });
+    expect(full.message).toContain(file);
+    expect(full.message).toMatch(/is full .*Free space on the volume/);
+    expect(full.message).not.toMatch(/Check the file path/);
+    // The refused create left nothing behind, and reads still work on the full disk.
+    const company = (id: string) => store.db.selectFrom('companies').select('name').where('id', '=', id).execute();
+    expect(await company(`full-${written}`)).toEqual([]);
+    if (typeof fs === 'string') await sql.raw('pragma max_page_count = 1073741823').execute(store.db);
+    else fs.free();
+    await store.org.createCompany({ id: `full-${written}`, name: 'after' });
+    expect(await company(`full-${written}`)).toEqual([{ name: 'after' }]);
+  });
+
+  it('the CLI says the disk is full, not "check the file path", when migrate cannot write a new file', async () => {
+    // A real full filesystem only: a file that does not exist yet cannot be capped in advance.
+    if (typeof fs === 'string') return;
+    fs.fill();
+    try {
+      const result = await runCli(['migrate', '--db', `sqlite:${join(fs.dir, 'fresh.db')}`]);
+      expect(result.code).not.toBe(0);
+      expect(result.err).toMatch(/disk under the database .* is full/);
+      expect(result.err).not.toMatch(/Check the file path/);
+    } finally {
+      fs.free();
+    }
+  });
+});

@@ -1,0 +1,58 @@
+import { spawnSync } from 'node:child_process';
+import { closeSync, mkdirSync, openSync, rmSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+
+/**
+ * A small filesystem of the test's own: a tmpfs of `bytes` mounted at `dir` (root only). Disks
+ * fill up for real there: SQLite sees `SQLITE_FULL`, PostgreSQL 53100, exactly as on a full volume.
+ */
+export interface SmallFilesystem {
+  readonly dir: string;
+  /** Writes a filler file until the filesystem is full (ENOSPC); returns its path. */
+  fill(): string;
+  /** Deletes the filler: the space is back. */
+  free(): void;
+  unmount(): void;
+}
+
+/** Mounts a tmpfs; returns the reason as a string when this process may not mount (not root, no CAP_SYS_ADMIN). */
+export function mountSmallFilesystem(dir: string, bytes: number): SmallFilesystem | string {
+  mkdirSync(dir, { recursive: true });
+  const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${bytes},mode=0777`, 'tmpfs', dir], {
+    encoding: 'utf8',
+  });
+  if (mounted.status !== 0) return `mount -t tmpfs failed: ${(mounted.stderr || mounted.stdout || '').trim()}`;
+  const filler = join(dir, 'filler');
+  return {
+    dir,
+    fill: () => {
+      const fd = openSync(filler, 'a');
+      const chunk = Buffer.alloc(64 * 1024, 1);
+      try {
+        for (;;) {
+          try {
+            writeSync(fd, chunk);
+          } catch (error) {
+            if ((error as { code?: string }).code !== 'ENOSPC') throw error;
+            // The last partial chunk: fill the remaining bytes one page at a time.
+            const page = Buffer.alloc(4096, 1);
+            for (;;) {
+              try {
+                writeSync(fd, page);
+              } catch {
+                return filler;
+              }
+            }
+          }
+        }
+      } finally {
+        closeSync(fd);
+      }
+    },
+    free: () => rmSync(filler, { force: true }),
+    unmount: () => {
+      spawnSync('umount', ['-l', dir]);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
