@@ -47,6 +47,7 @@ const PURPOSES: Record<string, string> = {
   semaphore_holders: 'One row per granted semaphore slot; it counts against the limit while unexpired.',
   idempotency_keys:
     'Idempotency keys: per operation, the input fingerprint and the first outcome, written with the effect (issue 23).',
+  audit_events: "The audit trail: one row per recorded act (operator actions), written in the act's transaction.",
   taskfence_migrations: 'Migration history: version, name, checksum, applied_at, duration_ms.',
   taskfence_migration_state:
     'Beside the history, per applied version: the compatibility window (oldest release that may write, release that applied it) and the backfill cursor.',

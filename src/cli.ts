@@ -57,7 +57,7 @@ export async function main(
   const out = (line: string) => printOut(scrubSecrets(line, secrets));
   const err = (line: string) => printErr(scrubSecrets(line, secrets));
   const write = io.write ?? ((text: string) => void process.stdout.write(text));
-  if (argv[0] === 'inspect') {
+  if (argv[0] === 'inspect' || argv[0] === 'ui') {
     return runOpsCommand(argv, {
       out,
       err,

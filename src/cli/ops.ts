@@ -203,7 +203,9 @@ export async function runOpsCommand(argv: readonly string[], io: Io): Promise<nu
     return 0;
   }
   try {
-    return await runInspect(args, io);
+    if (args.command === 'inspect') return await runInspect(args, io);
+    const { runUiCommand } = await import('../ui/command.js');
+    return await runUiCommand(args, io);
   } catch (error) {
     if (error instanceof UsageError) {
       io.err(`taskfence: ${error.message}`);

@@ -19,10 +19,12 @@ import {
   readPaths,
   readRuns,
   readTaskLease,
+  runView,
+  taskCountsByRun,
   readWorkspaceLocksOf,
   type SectionScope,
 } from './sections.js';
-import type { InspectOptions, InspectSnapshot, TaskExplanation } from './types.js';
+import type { InspectOptions, InspectSnapshot, RunTimeline, TaskExplanation } from './types.js';
 
 export type * from './types.js';
 export { buildPathTree } from './tree.js';
@@ -195,6 +197,68 @@ export async function explainTask(
       ownership: { resources: resources.items, cleanupAdmission: admission?.kind ?? null },
     };
     return { ...explanation, reasons: explain(explanation, scope) };
+  });
+}
+
+/**
+ * Run `runId`'s tasks and dispatches over time (at most `limit` of each, oldest first), with the
+ * run itself. Read-only, one read transaction. Throws `NotFoundError` for an unknown run.
+ *
+ * @example
+ * const { tasks, dispatches } = await runTimeline(store, run.id);
+ */
+export async function runTimeline(
+  source: InspectSource,
+  runId: string,
+  options?: InspectOptions,
+): Promise<RunTimeline> {
+  requireId('runId', runId);
+  const scope = scopeOf(source, options);
+  await requireLatestSchema(source);
+  return source.dialect.readTransaction(async (trx) => {
+    const run = await trx
+      .selectFrom('coordinator_runs')
+      .select(['id', 'target_key', 'coordinator_handle', 'status', 'started_at', 'ended_at', 'heartbeat_at'])
+      .where('id', '=', runId)
+      .executeTakeFirst();
+    if (!run) throw new NotFoundError('coordinator run', runId);
+    const tasks = await trx
+      .selectFrom('tasks')
+      .select(['id', 'title', 'status', 'parent_id', 'created_at', 'updated_at'])
+      .where('coordinator_run_id', '=', runId)
+      .orderBy('created_at')
+      .orderBy('id')
+      .limit(scope.limit)
+      .execute();
+    const dispatches = await trx
+      .selectFrom('dispatch_contexts')
+      .select(['id', 'task_id', 'terminal_handle', 'status', 'created_at', 'ended_at'])
+      .where('coordinator_run_id', '=', runId)
+      .orderBy('created_at')
+      .orderBy('id')
+      .limit(scope.limit)
+      .execute();
+    const counts = await taskCountsByRun(trx, [runId]);
+    return {
+      at: scope.now,
+      run: runView(run, scope, counts.get(runId)),
+      tasks: tasks.map((t) => ({
+        id: t.id,
+        title: t.title,
+        status: t.status,
+        parentId: t.parent_id,
+        createdAt: Number(t.created_at),
+        updatedAt: Number(t.updated_at),
+      })),
+      dispatches: dispatches.map((d) => ({
+        id: d.id,
+        taskId: d.task_id,
+        terminalHandle: d.terminal_handle,
+        status: d.status,
+        createdAt: Number(d.created_at),
+        endedAt: d.ended_at === null ? null : Number(d.ended_at),
+      })),
+    };
   });
 }
 

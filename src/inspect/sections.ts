@@ -49,7 +49,7 @@ interface RunRow {
 }
 
 /** Task counts by status for these runs. */
-async function taskCountsByRun(trx: Trx, runIds: readonly string[]) {
+export async function taskCountsByRun(trx: Trx, runIds: readonly string[]) {
   const counts = new Map<string, Partial<Record<TaskStatus, number>>>();
   if (runIds.length === 0) return counts;
   const rows = await trx
@@ -66,7 +66,11 @@ async function taskCountsByRun(trx: Trx, runIds: readonly string[]) {
   return counts;
 }
 
-function runView(row: RunRow, scope: SectionScope, tasks: Partial<Record<TaskStatus, number>> | undefined): RunView {
+export function runView(
+  row: RunRow,
+  scope: SectionScope,
+  tasks: Partial<Record<TaskStatus, number>> | undefined,
+): RunView {
   const last = num(row.heartbeat_at ?? row.started_at);
   const heartbeatAgeMs = scope.now - last;
   return {

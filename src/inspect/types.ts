@@ -249,3 +249,27 @@ export interface TaskExplanation {
   /** Sentences, most decisive first, that say why the task is where it is. */
   readonly reasons: readonly string[];
 }
+
+/** A run's tasks and dispatches over time, for the dashboard's timeline and task graph. */
+export interface RunTimeline {
+  readonly at: number;
+  readonly run: RunView;
+  /** The run's tasks, oldest first; `parentId` links a subtask to its parent. */
+  readonly tasks: readonly {
+    readonly id: string;
+    readonly title: string;
+    readonly status: TaskStatus;
+    readonly parentId: string | null;
+    readonly createdAt: number;
+    readonly updatedAt: number;
+  }[];
+  /** The run's dispatches, oldest first; `endedAt` null while active. */
+  readonly dispatches: readonly {
+    readonly id: string;
+    readonly taskId: string;
+    readonly terminalHandle: string;
+    readonly status: DispatchStatus;
+    readonly createdAt: number;
+    readonly endedAt: number | null;
+  }[];
+}

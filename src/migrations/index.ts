@@ -11,6 +11,7 @@ import { migration0060 } from './0060_semaphores.js';
 import { migration0070 } from './0070_message_delivery.js';
 import { migration0071 } from './0071_idempotency_keys.js';
 import { migration0072 } from './0072_gate_consumption.js';
+import { migration0080 } from './0080_audit_events.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -28,6 +29,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0070,
   migration0071,
   migration0072,
+  migration0080,
 ]);
 
 /** The schema version this code expects. */

@@ -12,6 +12,7 @@ export type PrunableTable =
   | 'dispatch_contexts'
   | 'coordinator_runs'
   | 'cleanup_snapshots'
+  | 'audit_events'
   | 'path_leases'
   | 'idempotency_keys';
 
@@ -38,7 +39,7 @@ export interface MaintenanceRepository {
    * Deletes, in bounded batches (one write transaction each), what is finished and older than
    * `olderThanMs`: delivered messages, resolved gates and ended dispatches of runs that are not
    * running, stopped runs with nothing left that points at them, completed or stale cleanup
-   * snapshots, path leases that expired before the cutoff, dead messages, pending messages no
+   * snapshots, audit events recorded before the cutoff, path leases that expired before the cutoff, dead messages, pending messages no
    * run or active dispatch can read any more (see the README: Messages), and idempotency keys.
    * Idempotency keys are kept at least `IDEMPOTENCY_WINDOW_MS` (24 hours) whatever
    * `olderThanMs` says; a message id is remembered as long as its message is kept (choose
@@ -187,6 +188,17 @@ const candidates: Record<
       .execute();
     return rows.map((r) => r.id);
   },
+  async audit_events(db, cutoff, limit, only) {
+    // Append-only history: an event is finished when it is recorded.
+    const rows = await db
+      .selectFrom('audit_events')
+      .select('id')
+      .where('at', '<', cutoff)
+      .$if(only !== undefined, (qb) => qb.where('id', 'in', only as string[]))
+      .limit(limit)
+      .execute();
+    return rows.map((r) => r.id);
+  },
 };
 
 /** Deletes `ids` from `table`, re-checking each row's prunability inside the delete's transaction. */
@@ -230,6 +242,7 @@ export function createMaintenanceRepository(ctx: StoreContext): MaintenanceRepos
         dispatch_contexts: 0,
         coordinator_runs: 0,
         cleanup_snapshots: 0,
+        audit_events: 0,
         path_leases: 0,
         idempotency_keys: 0,
       };
@@ -240,6 +253,7 @@ export function createMaintenanceRepository(ctx: StoreContext): MaintenanceRepos
         'dispatch_contexts',
         'coordinator_runs',
         'cleanup_snapshots',
+        'audit_events',
       ] as const) {
         if (dryRun) {
           deleted[table] = await countCandidates(dialect.db, table, cutoffOf(table));

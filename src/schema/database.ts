@@ -23,6 +23,7 @@ export interface Database {
   task_cleanup_admissions: TaskCleanupAdmissionsTable;
   cleanup_snapshots: CleanupSnapshotsTable;
   path_leases: PathLeasesTable;
+  audit_events: AuditEventsTable;
   semaphores: SemaphoresTable;
   semaphore_holders: SemaphoreHoldersTable;
   idempotency_keys: IdempotencyKeysTable;
@@ -273,6 +274,25 @@ export interface PathLeasesTable {
   expires_at: EpochMs;
 }
 
+/** 0080: the audit trail, one row per recorded act, written in the act's own transaction. */
+export interface AuditEventsTable {
+  id: string;
+  at: EpochMs;
+  /** Who acted: a lease holder, or `operator` (the dashboard's actions, with `detail.via`). */
+  actor: string;
+  /** What happened, e.g. `operator.release-workspace-lock`, `operator.fail-run`. */
+  action: string;
+  /** What it happened to: `workspace_lock`, `task_lease`, `coordinator_run`, … */
+  subject_kind: string;
+  subject_id: string;
+  /** The fencing token involved, if any. */
+  token: number | null;
+  /** The ownership generation involved, if any. */
+  generation: number | null;
+  /** JSON: anything else worth keeping (the previous holder, the reason). */
+  detail: string | null;
+}
+
 /** A counting semaphore: the latest fencing token granted for `name` (0060). */
 export interface SemaphoresTable {
   name: string;
@@ -312,3 +332,4 @@ export type TaskEnvironmentRow = Selectable<TaskEnvironmentsTable>;
 export type WorkspaceGroupRow = Selectable<WorkspaceGroupsTable>;
 export type CleanupSnapshotRow = Selectable<CleanupSnapshotsTable>;
 export type PathLeaseRow = Selectable<PathLeasesTable>;
+export type AuditEventRow = Selectable<AuditEventsTable>;

@@ -112,6 +112,7 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
       dispatch_contexts: 1,
       coordinator_runs: 1,
       cleanup_snapshots: 1,
+      audit_events: 0,
       path_leases: 1,
       idempotency_keys: 0,
     };

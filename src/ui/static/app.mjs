@@ -1,0 +1,433 @@
+// The taskfence dashboard: plain browser JavaScript, no build step. It reads /api/config once,
+// then renders every snapshot the server pushes on /api/events (server-sent events). Countdowns
+// tick locally between snapshots on the store's clock (the offset from the last snapshot).
+// Everything from the database is inserted as text, never as HTML.
+const state = {
+  config: null,
+  snapshot: null,
+  audit: [],
+  offsetMs: 0,
+  selectedRun: null,
+  timeline: null,
+  token: new URLSearchParams(location.hash.slice(1)).get('token'),
+};
+const EXPIRING_MS = 30_000;
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs ?? {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'dataset') Object.assign(el.dataset, v);
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const child of children.flat()) if (child !== null && child !== undefined) el.append(child);
+  return el;
+}
+const svgNs = 'http://www.w3.org/2000/svg';
+function s(tag, attrs, ...children) {
+  const el = document.createElementNS(svgNs, tag);
+  for (const [k, v] of Object.entries(attrs ?? {})) el.setAttribute(k, String(v));
+  for (const child of children) el.append(child);
+  return el;
+}
+
+const now = () => Date.now() + state.offsetMs;
+function duration(ms) {
+  const abs = Math.abs(Math.round(ms));
+  if (abs < 1000) return `${abs} ms`;
+  const sec = Math.floor(abs / 1000);
+  if (sec < 60) return `${sec} s`;
+  const min = Math.floor(sec / 60);
+  if (min < 60) return `${min} min ${sec % 60} s`;
+  const hours = Math.floor(min / 60);
+  return `${hours} h ${min % 60} min`;
+}
+function left(expiresAt) {
+  const ms = expiresAt - now();
+  return ms > 0 ? `in ${duration(ms)}` : `expired ${duration(ms)} ago`;
+}
+/** A cell that counts down to `expiresAt` (updated by tick()). */
+function countdown(expiresAt) {
+  return h('td', { class: 'left', dataset: { expires: expiresAt } }, left(expiresAt));
+}
+function table(el, header, rows, empty) {
+  el.replaceChildren(
+    h(
+      'thead',
+      {},
+      h(
+        'tr',
+        {},
+        header.map((c) => h('th', {}, c)),
+      ),
+    ),
+    h('tbody', {}, rows.length ? rows : [h('tr', {}, h('td', { class: 'empty', colspan: header.length }, empty))]),
+  );
+}
+function say(text) {
+  document.getElementById('message').textContent = text;
+}
+
+async function act(name, body, confirmText) {
+  if (!confirm(confirmText)) return;
+  if (!state.token) {
+    say('This action needs the token taskfence ui printed at start (paste it in the box above).');
+    return;
+  }
+  const res = await fetch(`/api/actions/${name}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${state.token}` },
+    body: JSON.stringify(body),
+  });
+  const answer = await res.json();
+  say(res.ok ? `${name}: done (audit ${answer.auditId})` : `${name} refused: ${answer.error.message}`);
+}
+function actionButton(name, body, label, confirmText) {
+  if (!state.config.actions) return null;
+  return h(
+    'button',
+    { type: 'button', dataset: { action: name, ...body }, onclick: () => void act(name, body, confirmText) },
+    label,
+  );
+}
+
+function renderRuns(runs) {
+  const rows = [...runs.running.items, ...runs.recentlyEnded.items].map((r) =>
+    h(
+      'tr',
+      {
+        class: ['selectable', r.stale ? 'stale' : '', state.selectedRun === r.id ? 'selected' : ''].join(' '),
+        dataset: { run: r.id },
+        onclick: () => {
+          state.selectedRun = r.id;
+          void loadTimeline();
+          render();
+        },
+      },
+      h('td', {}, r.stale ? 'STALE' : r.status),
+      h('td', {}, r.targetKey ?? '(null target)'),
+      h('td', {}, r.id),
+      h('td', {}, r.status === 'running' ? `${duration(r.heartbeatAgeMs)} ago` : '-'),
+      h(
+        'td',
+        {},
+        Object.entries(r.tasks)
+          .map(([k, n]) => `${n} ${k}`)
+          .join(', ') || '-',
+      ),
+      h(
+        'td',
+        {},
+        r.status === 'running'
+          ? actionButton('fail-run', { runId: r.id }, 'fail run', `Fail run ${r.id}? Its target is freed.`)
+          : null,
+      ),
+    ),
+  );
+  table(document.getElementById('runs'), ['state', 'target', 'run', 'heartbeat', 'tasks', ''], rows, 'no runs');
+}
+
+function renderLeases(locks) {
+  const rows = [
+    ...locks.workspaces.items.map((l) =>
+      h(
+        'tr',
+        { dataset: { lease: `workspace:${l.workspaceId}`, expires: l.expiresAt } },
+        h('td', {}, 'workspace'),
+        h('td', {}, l.workspaceId),
+        h('td', {}, l.runId ? `${l.holder} (run ${l.runId})` : l.holder),
+        h('td', { class: 'token' }, String(l.token)),
+        countdown(l.expiresAt),
+        h(
+          'td',
+          {},
+          actionButton(
+            'release-workspace-lock',
+            { workspaceId: l.workspaceId, token: l.token },
+            'force release',
+            `Release the lock on ${l.workspaceId} (token ${l.token}, held by ${l.holder})? The holder's token stops working.`,
+          ),
+        ),
+      ),
+    ),
+    ...locks.tasks.items.map((l) =>
+      h(
+        'tr',
+        { dataset: { lease: `task:${l.taskId}`, expires: l.expiresAt } },
+        h('td', {}, 'task'),
+        h('td', {}, l.taskId),
+        h('td', {}, l.holder),
+        h('td', { class: 'token' }, String(l.token)),
+        countdown(l.expiresAt),
+        h(
+          'td',
+          {},
+          actionButton(
+            'release-task-lease',
+            { taskId: l.taskId, token: l.token },
+            'force release',
+            `Release the lease on task ${l.taskId} (token ${l.token}, held by ${l.holder})?`,
+          ),
+        ),
+      ),
+    ),
+  ];
+  table(
+    document.getElementById('leases'),
+    ['kind', 'on', 'holder', 'token', 'expires', ''],
+    rows,
+    'no workspace locks or task leases held',
+  );
+}
+
+function treeNode(node, workspaceId) {
+  const holders = node.leases.map((l) =>
+    h(
+      'span',
+      { class: 'holder', dataset: { lease: `path:${workspaceId}:${node.path}:${l.holder}`, expires: l.expiresAt } },
+      `${l.holder}${l.taskId ? ` (task ${l.taskId})` : ''} `,
+      h('span', { class: 'left', dataset: { expires: l.expiresAt } }, left(l.expiresAt)),
+    ),
+  );
+  return h(
+    'li',
+    {},
+    h('span', {}, node.path === '' ? '/ (whole workspace)' : node.name),
+    holders,
+    node.children.length
+      ? h(
+          'ul',
+          {},
+          node.children.map((c) => treeNode(c, workspaceId)),
+        )
+      : null,
+  );
+}
+function renderPaths(paths) {
+  const el = document.getElementById('paths');
+  if (paths.workspaces.items.length === 0) {
+    el.replaceChildren(h('p', { class: 'empty' }, 'no live path leases'));
+    return;
+  }
+  el.replaceChildren(
+    ...paths.workspaces.items.map((w) =>
+      h(
+        'div',
+        { dataset: { workspace: w.workspaceId } },
+        h('h3', {}, `${w.workspaceId}: ${w.live} live, ${w.expired} expired`),
+        h('ul', { class: 'tree' }, treeNode(w.tree, w.workspaceId)),
+      ),
+    ),
+  );
+}
+
+function renderDispatches(dispatches) {
+  table(
+    document.getElementById('dispatches'),
+    ['terminal', 'task', 'run', 'age', 'task lease'],
+    dispatches.active.items.map((d) =>
+      h(
+        'tr',
+        { dataset: { dispatch: d.id } },
+        h('td', {}, d.terminalHandle),
+        h('td', {}, `${d.taskId} ${d.taskTitle}`),
+        h('td', {}, d.coordinatorRunId ?? '-'),
+        h('td', {}, duration(d.ageMs)),
+        d.lease ? countdown(d.lease.expiresAt) : h('td', {}, 'none'),
+      ),
+    ),
+    'no active dispatches',
+  );
+}
+
+function renderOwnership(ownership) {
+  table(
+    document.getElementById('ownership'),
+    ['kind', 'id', 'owner task', 'generation', 'cleanup'],
+    ownership.resources.items.map((r) =>
+      h(
+        'tr',
+        {},
+        h('td', {}, r.kind),
+        h('td', {}, r.id),
+        h('td', {}, r.ownerTaskId),
+        h('td', {}, String(r.generation)),
+        h('td', {}, r.cleanup === 'none' ? 'none' : `${r.cleanup} by ${r.cleanupClaimedBy}`),
+      ),
+    ),
+    'no active environments or groups',
+  );
+}
+
+function renderInbox(inbox) {
+  table(
+    document.getElementById('inbox'),
+    ['handle', 'pending', 'oldest'],
+    inbox.inboxes.items.map((i) =>
+      h('tr', {}, h('td', {}, i.handle), h('td', {}, String(i.depth)), h('td', {}, `${duration(i.oldestAgeMs)} ago`)),
+    ),
+    'no pending messages',
+  );
+}
+
+function renderAudit(audit) {
+  const el = document.getElementById('audit');
+  el.replaceChildren(
+    ...(audit.length
+      ? audit.map((e) =>
+          h(
+            'li',
+            { dataset: { audit: e.id, action: e.action, subject: `${e.subjectKind}:${e.subjectId}` } },
+            `${new Date(e.at).toISOString()} ${e.actor} ${e.action} ${e.subjectKind} ${e.subjectId}` +
+              (e.token === null ? '' : ` token ${e.token}`),
+          ),
+        )
+      : [h('li', { class: 'empty' }, 'nothing recorded yet')]),
+  );
+}
+
+/** The run's dispatches on a time axis, one row per task. */
+function renderTimeline(t) {
+  const svg = document.getElementById('timeline');
+  const start = t.run.startedAt;
+  const end = Math.max(t.run.endedAt ?? now(), start + 1000);
+  const width = svg.clientWidth || 900;
+  const labelW = 220;
+  const rowH = 20;
+  const x = (ms) => labelW + ((ms - start) / (end - start)) * (width - labelW - 10);
+  const rows = t.tasks.map((task, i) => {
+    const y = 10 + i * rowH;
+    const bars = t.dispatches
+      .filter((d) => d.taskId === task.id)
+      .map((d) =>
+        s(
+          'rect',
+          {
+            x: x(d.createdAt),
+            y,
+            width: Math.max(3, x(d.endedAt ?? now()) - x(d.createdAt)),
+            height: rowH - 6,
+            class: `s-${d.status}`,
+            'data-dispatch': d.id,
+          },
+          s('title', {}, `${d.terminalHandle}: ${d.status}`),
+        ),
+      );
+    const label = s('text', { x: 4, y: y + 11 }, `${task.title.slice(0, 28)}`);
+    return s('g', { 'data-task': task.id }, label, ...bars);
+  });
+  svg.setAttribute('height', String(20 + Math.max(1, t.tasks.length) * rowH));
+  svg.replaceChildren(...rows);
+}
+
+/** The run's tasks as a graph coloured by status; edges link a subtask to its parent. */
+function renderDag(t) {
+  const svg = document.getElementById('dag');
+  const depth = new Map();
+  const byId = new Map(t.tasks.map((task) => [task.id, task]));
+  const depthOf = (task, seen = new Set()) => {
+    if (depth.has(task.id)) return depth.get(task.id);
+    const parent = task.parentId && byId.get(task.parentId);
+    const d = parent && !seen.has(task.id) ? depthOf(parent, seen.add(task.id)) + 1 : 0;
+    depth.set(task.id, d);
+    return d;
+  };
+  const columns = new Map();
+  const pos = new Map();
+  for (const task of t.tasks) {
+    const d = depthOf(task);
+    const row = columns.get(d) ?? 0;
+    columns.set(d, row + 1);
+    pos.set(task.id, { x: 10 + d * 230, y: 10 + row * 40 });
+  }
+  const edges = t.tasks
+    .filter((task) => task.parentId && pos.has(task.parentId))
+    .map((task) => {
+      const a = pos.get(task.parentId);
+      const b = pos.get(task.id);
+      return s('line', { x1: a.x + 200, y1: a.y + 14, x2: b.x, y2: b.y + 14, stroke: '#7d8b99' });
+    });
+  const nodes = t.tasks.map((task) => {
+    const p = pos.get(task.id);
+    return s(
+      'g',
+      { 'data-task': task.id, 'data-status': task.status },
+      s('rect', { x: p.x, y: p.y, width: 200, height: 28, rx: 4, class: `s-${task.status}` }),
+      s('text', { x: p.x + 6, y: p.y + 18 }, `${task.status}: ${task.title.slice(0, 22)}`),
+    );
+  });
+  svg.setAttribute('height', String(20 + Math.max(1, ...columns.values()) * 40));
+  svg.replaceChildren(...edges, ...nodes);
+}
+
+async function loadTimeline() {
+  if (!state.selectedRun) return;
+  const res = await fetch(`/api/runs/${encodeURIComponent(state.selectedRun)}`);
+  state.timeline = res.ok ? await res.json() : null;
+  render();
+}
+
+function render() {
+  const snap = state.snapshot;
+  if (!snap) return;
+  renderRuns(snap.runs);
+  renderLeases(snap.locks);
+  renderPaths(snap.paths);
+  renderDispatches(snap.dispatches);
+  renderOwnership(snap.ownership);
+  renderInbox(snap.inbox);
+  renderAudit(state.audit);
+  const section = document.getElementById('run-section');
+  section.hidden = !state.timeline;
+  if (state.timeline) {
+    document.getElementById('run-title').textContent = state.timeline.run.id;
+    renderTimeline(state.timeline);
+    renderDag(state.timeline);
+  }
+  tick();
+}
+
+/** Counts every lease down and marks the ones about to expire. */
+function tick() {
+  document.getElementById('clock').textContent = new Date(now()).toISOString().slice(11, 19) + ' (store clock)';
+  for (const el of document.querySelectorAll('[data-expires]')) {
+    const ms = Number(el.dataset.expires) - now();
+    el.classList.toggle('expiring', ms > 0 && ms <= EXPIRING_MS);
+    el.classList.toggle('expired', ms <= 0);
+    if (el.classList.contains('left')) el.textContent = left(Number(el.dataset.expires));
+  }
+}
+
+async function start() {
+  state.config = await (await fetch('/api/config')).json();
+  document.getElementById('label').textContent = state.config.label;
+  const mode = document.getElementById('mode');
+  mode.textContent = state.config.actions ? 'operator actions on' : 'read-only';
+  if (state.config.actions && !state.token) {
+    const form = document.getElementById('token-form');
+    form.hidden = false;
+    document.getElementById('token').addEventListener('change', (e) => (state.token = e.target.value.trim()));
+  }
+  const live = document.getElementById('live');
+  const events = new EventSource('/api/events');
+  events.addEventListener('snapshot', (e) => {
+    const frame = JSON.parse(e.data);
+    state.snapshot = frame.snapshot;
+    state.audit = frame.audit;
+    state.offsetMs = frame.snapshot.runs.at - Date.now();
+    state.selectedRun ??= frame.snapshot.runs.running.items[0]?.id ?? null;
+    live.textContent = 'live';
+    live.className = 'badge on';
+    render();
+    if (state.selectedRun) void loadTimeline();
+  });
+  events.addEventListener('failure', (e) => say(JSON.parse(e.data).error.message));
+  events.addEventListener('error', () => {
+    live.textContent = 'disconnected (retrying)';
+    live.className = 'badge off';
+  });
+  setInterval(tick, 250);
+}
+
+void start();
