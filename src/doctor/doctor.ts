@@ -3,6 +3,8 @@ import type { StoreDialect } from '../dialects/types.js';
 import { MIGRATIONS } from '../migrations/index.js';
 import type { MigrationDefinition } from '../migrations/types.js';
 import { HISTORY_TABLE, type MigrationStatus } from '../migrator/migrator.js';
+import { STATE_TABLE } from '../migrator/state.js';
+import { RELEASES_TABLE } from '../migrator/releases.js';
 import { formatVersion } from '../errors.js';
 import { diffSchemas, historyCheck } from './drift.js';
 import { postgresEnvironmentChecks, postgresGuaranteeChecks } from './postgres-probes.js';
@@ -143,6 +145,15 @@ async function schemaCheck(
     // reference has none of its own (the migrator creates it): take the live one as it is.
     const { [HISTORY_TABLE]: _ignored, ...rest } = expected.tables;
     expected = { tables: liveHistory ? { ...rest, [HISTORY_TABLE]: liveHistory } : rest };
+  }
+  if (!source.hasHistoryTable) {
+    // The migrator's other bookkeeping tables (backfill cursors, open releases) are not in a
+    // reference built without the migrator either: taken as they are, like the history.
+    const bookkeeping = Object.fromEntries(
+      [STATE_TABLE, RELEASES_TABLE].flatMap((name) => (live.tables[name] ? [[name, live.tables[name]]] : [])),
+    );
+    expected = { tables: { ...expected.tables, ...bookkeeping } };
+    chainTables = new Set([...chainTables, STATE_TABLE, RELEASES_TABLE]);
   }
   const differences = diffSchemas(expected, live, chainTables);
   const items = differences.map((d) => d.text);

@@ -99,7 +99,13 @@ export async function describePostgresSchema(db: Kysely<any>, schema?: string): 
       {
         type: normalizeType(c.data_type),
         nullable: c.is_nullable === 'YES',
-        default: c.column_default === null ? null : normalizeExpression(c.column_default),
+        // A sequence default (`messages.seq`) is how PostgreSQL numbers what SQLite numbers in a
+        // trigger: both describe as no default, so the dialects' schemas compare equal and the
+        // drift reference (built in a scratch schema, whose sequence has another name) matches.
+        default:
+          c.column_default === null || /^nextval\(/i.test(c.column_default)
+            ? null
+            : normalizeExpression(c.column_default),
       },
     ]);
   }
