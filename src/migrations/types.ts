@@ -58,6 +58,11 @@ export interface BackfillDefinition {
 export interface MigrationDefinition {
   readonly version: number;
   readonly name: string;
+  /**
+   * Online rules (docs/development.md) this migration breaks on purpose, each with the reason and
+   * what it costs a running release. The lint passes them and lists them; not part of the checksum.
+   */
+  readonly onlineExceptions?: readonly { readonly rule: string; readonly reason: string }[];
   up(ctx: MigrationContext): Promise<void>;
   down(ctx: MigrationContext): Promise<void>;
   /**

@@ -151,9 +151,28 @@ function bare(name: string): string {
   return name.replace(/"/g, '').split('.').at(-1)!;
 }
 
-/** Lints every migration from `ONLINE_RULES_FROM` on. */
+/**
+ * Lints every migration from `ONLINE_RULES_FROM` on. A rule a migration declares in
+ * `onlineExceptions` (with its reason) is not a violation of that migration; a declared
+ * exception without a reason, or for a rule the migration does not break, is one.
+ */
 export async function lintChain(migrations: readonly MigrationDefinition[]): Promise<LintViolation[]> {
   const out: LintViolation[] = [];
-  for (const m of migrations) if (m.version >= ONLINE_RULES_FROM) out.push(...(await lintMigration(m)));
+  for (const m of migrations) {
+    if (m.version < ONLINE_RULES_FROM) continue;
+    const found = await lintMigration(m);
+    const excepted = new Set((m.onlineExceptions ?? []).filter((e) => e.reason.trim() !== '').map((e) => e.rule));
+    out.push(...found.filter((v) => !excepted.has(v.rule)));
+    for (const e of m.onlineExceptions ?? []) {
+      if (e.reason.trim() === '' || !found.some((v) => v.rule === e.rule))
+        out.push({
+          version: m.version,
+          dialect: 'postgres',
+          rule: e.rule as LintRule,
+          statement: '',
+          message: `${formatVersion(m.version)} ${m.name}: the declared exception to ${e.rule} has no reason or is not needed`,
+        });
+    }
+  }
   return out;
 }
