@@ -76,6 +76,9 @@ async function startEmbedded(): Promise<PostgresSource> {
     password: 'postgres',
     persistent: false,
     createPostgresUser: true,
+    // Trust on loopback, as on the PostgreSQL service CI also runs against: tests that create
+    // their own roles (least privilege, redaction markers) log in without a password of theirs.
+    initdbFlags: ['--auth=trust'],
     onLog: () => {},
     onError: () => {},
   });
