@@ -77,6 +77,8 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
       await store.messages.receiveMessages(live.coordinatorHandle, { limit: 1, visibilityMs: 100 });
     }
     clock.t += 100;
+    // The next receive of the inbox dead-letters the lapsed last attempt (and hands out the other).
+    await store.messages.receiveMessages(live.coordinatorHandle, { limit: 1, visibilityMs: 1_000_000 });
     expect((await store.messages.listDeadMessages(live.coordinatorHandle)).map((m) => m.id)).toEqual([toKill!.id]);
     // Path leases: one that expires soon, one long-lived.
     await store.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'h1', paths: ['a'], ttlMs: 500 });
