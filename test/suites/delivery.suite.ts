@@ -1,4 +1,3 @@
-import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
@@ -137,7 +136,11 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
     it('an ack inside store.transaction commits and rolls back with the host insert', async () => {
       const store = await fx.freshStore();
       const { coordinatorHandle: inbox } = await inboxOf(store);
-      await sql`create table host_done (message_id text primary key)`.execute(store.db);
+      // The schema builder, not raw SQL, so the table lands in the store's schema (TEST_PG_SCHEMA).
+      await store.db.schema
+        .createTable('host_done')
+        .addColumn('message_id', 'text', (c) => c.primaryKey())
+        .execute();
       const [m] = await send(store, inbox, 1);
       const [r] = await store.messages.receiveMessages(inbox, { visibilityMs: 60_000 });
       const host = (db: typeof store.db) => db.withTables<{ host_done: { message_id: string } }>();
@@ -361,12 +364,20 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
       const url = await fx.freshUrl();
       const store = await fx.open(url);
       await store.migrate();
-      await sql`create table delivery_processed (message_id text primary key, attempt integer not null, consumer text not null)`.execute(
-        store.db,
-      );
-      await sql`create table delivery_handouts (message_id text not null, attempt integer not null, received_at bigint not null, visible_again_at bigint not null)`.execute(
-        store.db,
-      );
+      // The schema builder, not raw SQL, so the tables land in the store's schema (TEST_PG_SCHEMA).
+      await store.db.schema
+        .createTable('delivery_processed')
+        .addColumn('message_id', 'text', (c) => c.primaryKey())
+        .addColumn('attempt', 'integer', (c) => c.notNull())
+        .addColumn('consumer', 'text', (c) => c.notNull())
+        .execute();
+      await store.db.schema
+        .createTable('delivery_handouts')
+        .addColumn('message_id', 'text', (c) => c.notNull())
+        .addColumn('attempt', 'integer', (c) => c.notNull())
+        .addColumn('received_at', 'bigint', (c) => c.notNull())
+        .addColumn('visible_again_at', 'bigint', (c) => c.notNull())
+        .execute();
       return { url, store, host: store.db.withTables<HostTables>() };
     }
 

@@ -11,6 +11,7 @@ import { sql } from 'kysely';
 import { coordinatorRunLease, LeaseLostError, type Lease, type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
+import { tbl } from '../support/schema.js';
 import { ops as OPS, type FenceHostTables } from './fence.ops.js';
 
 /** Lease lifetime of holder A; A keeps its fenced transaction open well past it. */
@@ -28,7 +29,7 @@ export function defineFenceSuite(makeFixture: () => DialectFixture) {
     const url = await fx.freshUrl();
     store = await fx.open(url);
     await store.migrate();
-    await sql`create table fenced_results (id text primary key, kind text not null, resource text not null, token bigint not null)`.execute(
+    await sql`create table ${tbl(store.db, 'fenced_results')} (id text primary key, kind text not null, resource text not null, token bigint not null)`.execute(
       store.db,
     );
     companyId = (await store.org.createCompany({ name: 'Fence' })).id;

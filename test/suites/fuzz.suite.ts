@@ -34,6 +34,8 @@ const DOCUMENTED_CODES = new Set([
   'DISPATCH_NOT_ACTIVE',
   'DISPATCH_RUN_MISMATCH',
   'GATE_ALREADY_RESOLVED',
+  'GATE_NOT_RESOLVED',
+  'IDEMPOTENCY_KEY_CONFLICT',
   'INVALID_ARGUMENT',
   'INVALID_WRITE_PATH',
   'NOT_FOUND',
@@ -41,22 +43,26 @@ const DOCUMENTED_CODES = new Set([
   'PARENT_CHANGED',
   'PATH_CLAIM_REFUSED',
   'PATH_LEASE_TIMEOUT',
+  'RESOLUTION_ALREADY_CONSUMED',
   'STALE_OWNERSHIP',
   'STALE_TASK_LEASE',
   'SEMAPHORE_LEASE_LOST',
   'SEMAPHORE_TIMEOUT',
   'STALE_WORKSPACE_LOCK',
   'TASK_NOT_DISPATCHABLE',
+  'UNKNOWN_RECIPIENT',
   'WORKSPACE_CONFIGURATION',
   'WORKSPACE_UNRESOLVED',
 ]);
 
 /**
  * Refusals that by contract record something: a stale cleanup snapshot is marked `stale`
- * (STALE_OWNERSHIP), and a task-runner dispatch whose workspace cannot be resolved has claimed
- * and released the task lease (WORKSPACE_UNRESOLVED). Every other refusal changes nothing.
+ * (STALE_OWNERSHIP), a task-runner dispatch whose workspace cannot be resolved has claimed
+ * and released the task lease (WORKSPACE_UNRESOLVED), and a semaphore wait that timed out has
+ * reclaimed the expired slots it found on its tries (SEMAPHORE_TIMEOUT). Every other refusal
+ * changes nothing.
  */
-const RECORDING_REFUSALS = new Set(['STALE_OWNERSHIP', 'WORKSPACE_UNRESOLVED']);
+const RECORDING_REFUSALS = new Set(['STALE_OWNERSHIP', 'WORKSPACE_UNRESOLVED', 'SEMAPHORE_TIMEOUT']);
 
 const circular = (): unknown => {
   const o: Record<string, unknown> = { a: 1 };

@@ -49,6 +49,7 @@ async function describeTables(store: Store): Promise<SchemaDescription> {
   const {
     taskfence_migrations: _history,
     taskfence_migration_state: _state,
+    taskfence_releases: _releases,
     ...tables
   } = (await store.describeSchema()).tables;
   return { tables };

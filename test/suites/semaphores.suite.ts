@@ -8,6 +8,7 @@ import { sql } from 'kysely';
 import { LeaseLostError, SemaphoreTimeoutError, type Clock, type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
+import { tbl } from '../support/schema.js';
 import { ops as OPS } from './semaphores.ops.js';
 
 class ManualClock implements Clock {
@@ -167,7 +168,7 @@ export function defineSemaphoreSuite(makeFixture: () => DialectFixture, contende
       url = await fx.freshUrl();
       raceStore = await fx.open(url);
       await raceStore.migrate();
-      await sql`create table sem_inside (name text not null, token bigint not null, holder text not null, primary key (name, token))`.execute(
+      await sql`create table ${tbl(raceStore.db, 'sem_inside')} (name text not null, token bigint not null, holder text not null, primary key (name, token))`.execute(
         raceStore.db,
       );
       contenders = await Contenders.start(contenderCount, { url, ops: OPS, storeOptions: { poolSize: 2 } });

@@ -88,8 +88,15 @@ export function requireLease<K extends LeaseKind>(kind: K, value: unknown, field
     resource: requireId(`${field}.resource`, lease.resource),
     holder: requireId(`${field}.holder`, lease.holder),
     token: requireCounter(`${field}.token`, lease.token, 'token a claim returned'),
-    expiresAt: Number(lease.expiresAt),
+    expiresAt: requireExpiresAt(`${field}.expiresAt`, lease.expiresAt),
   });
+}
+
+/** A lease's `expiresAt` as the claim returned it: epoch milliseconds, a finite number. */
+function requireExpiresAt(field: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isFinite(value))
+    throw new InvalidArgumentError(field, 'must be the expiresAt (epoch ms) the claim returned');
+  return value;
 }
 
 /** The lease kinds `requireLease` can tell apart by their `kind` field. */
