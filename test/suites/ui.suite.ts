@@ -136,7 +136,16 @@ export function defineUiSuite(makeFixture: () => DialectFixture, withSecret: Url
     expect(page.status).toBe(200);
     expect(page.text).toContain('<script type="module" src="app.mjs">');
     const frame = (await http(new URL('api/snapshot', ui.url).href)).json();
-    expect(Object.keys(frame.snapshot)).toEqual(['runs', 'dispatches', 'locks', 'paths', 'ownership', 'inbox']);
+    expect(Object.keys(frame.snapshot)).toEqual([
+      'runs',
+      'dispatches',
+      'locks',
+      'paths',
+      'semaphores',
+      'inbox',
+      'ownership',
+      'readyQueue',
+    ]);
     const refused = await http(new URL('api/actions/release-workspace-lock', ui.url).href, {
       method: 'POST',
       body: { workspaceId: world.workspaceId, token: world.workspaceLockToken },
