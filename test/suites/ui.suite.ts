@@ -246,6 +246,21 @@ export function defineUiSuite(makeFixture: () => DialectFixture, withSecret: Url
       'COORDINATOR_RUN_NOT_RUNNING',
     );
     expect((await action('fail-run', { runId: '' })).status).toBe(400);
+
+    // A dead message requeued: the repository's call and its audit row; a second time it is not dead (404).
+    const requeued = await action('requeue-message', { handle: world.workerInbox, messageId: world.deadMessageId });
+    expect(requeued.status, requeued.text).toBe(200);
+    expect(await store.messages.listDeadMessages(world.workerInbox)).toEqual([]);
+    expect(await readAuditTrail(store, { subjectKind: 'message', subjectId: world.deadMessageId })).toEqual([
+      expect.objectContaining({
+        id: requeued.json().auditId,
+        action: 'operator.requeue-message',
+        detail: expect.objectContaining({ handle: world.workerInbox, lastError: 'compiler crashed' }),
+      }),
+    ]);
+    const again = await action('requeue-message', { handle: world.workerInbox, messageId: world.deadMessageId });
+    expect(again.status).toBe(404);
+    expect(await readAuditTrail(store, { subjectKind: 'message' })).toHaveLength(1);
     expect(await ui.stop()).toBe(0);
   });
 }
