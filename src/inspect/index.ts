@@ -342,6 +342,7 @@ function explain(e: Omit<TaskExplanation, 'reasons'>, scope: SectionScope): stri
     !active &&
     task.status === 'ready' &&
     waitingOn.length === 0 &&
+    e.gates.every((g) => g.status !== 'open') &&
     (run === null || run.status === 'running')
   )
     reasons.push('It is ready and no dispatch is active: the next dispatch of its run picks it up.');

@@ -229,6 +229,8 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
     expect(explanation.task).toMatchObject({ id: world.gatedTaskId, status: 'ready' });
     expect(explanation.gates).toEqual([expect.objectContaining({ id: world.gateId, status: 'open' })]);
     expect(explanation.reasons[0]).toMatch(new RegExp(`^Gate ${world.gateId} is open: "Release on Friday\\?"`));
+    // Behind its gate it is not "ready for the next dispatch", whatever its status says.
+    expect(explanation.reasons.join('\n')).not.toMatch(/the next dispatch of its run picks it up/);
 
     const dispatched = await runCli(['inspect', 'task', world.dispatchedTaskId, '--db', url], {
       env: { COLUMNS: '300' },
