@@ -1,0 +1,218 @@
+/**
+ * `taskfence/otel`: OpenTelemetry spans for a store's repository calls and transactions. A
+ * separate entry point with `@opentelemetry/api` as an optional peer dependency, so
+ * `import 'taskfence'` never loads either. `traceStore(store)` returns a copy of the store whose
+ * every repository call (on the store and on the `tx` of `store.transaction`) runs in a span:
+ * named `taskfence <area>.<call>`, with `db.system.name` (`sqlite` / `postgresql`),
+ * `db.operation.name`, `messaging.*` for message calls, and `taskfence.outcome`, the declared
+ * outcome: `committed`, `busy` (someone else holds it), `lost` (a renewal found the lease gone),
+ * `refused` (a stale token or generation), `unknown` (`COMMIT_OUTCOME_UNKNOWN`) or `error`.
+ * Nothing is traced on the store itself: code holding the plain store is unaffected.
+ */
+import { SpanKind, SpanStatusCode, context, trace, type Attributes, type Span, type Tracer } from '@opentelemetry/api';
+import { InvalidArgumentError, TaskfenceError } from '../errors.js';
+import type { Store } from '../store.js';
+import { LeaseLostError } from '../repositories/shared/lease.js';
+
+/** Options of `traceStore`. */
+export interface TraceStoreOptions {
+  /** The tracer spans come from (default `trace.getTracer('taskfence')`). */
+  readonly tracer?: Tracer;
+}
+
+/** The declared outcome of a call, the span's `taskfence.outcome`. */
+export type CallOutcome = 'committed' | 'busy' | 'lost' | 'refused' | 'unknown' | 'error';
+
+const AREAS = [
+  'org',
+  'tasks',
+  'runs',
+  'dispatches',
+  'gates',
+  'messages',
+  'locks',
+  'scheduler',
+  'paths',
+  'ownership',
+  'semaphores',
+  'maintenance',
+] as const;
+
+/** Codes meaning someone else won (the `conflict` events' codes). */
+const BUSY_CODES = new Set([
+  'COORDINATOR_RUN_CONFLICT',
+  'COORDINATOR_HANDLE_TAKEN',
+  'DISPATCH_ALREADY_ACTIVE',
+  'GATE_ALREADY_RESOLVED',
+  'CLEANUP_IN_PROGRESS',
+  'CLEANUP_BARRIER',
+  'OWNERSHIP_CHANGED',
+  'PATH_LEASE_TIMEOUT',
+  'PATH_CLAIM_REFUSED',
+  'ALREADY_EXISTS',
+  'SEMAPHORE_TIMEOUT',
+]);
+/** Codes meaning a stale token, generation or claim was refused (the `refused` events' codes). */
+const REFUSED_CODES = new Set([
+  'STALE_WORKSPACE_LOCK',
+  'STALE_TASK_LEASE',
+  'STALE_OWNERSHIP',
+  'CLEANUP_CLAIM_LOST',
+  'COORDINATOR_RUN_NOT_RUNNING',
+]);
+
+/** The outcome of a call that resolved with `result`. */
+export function outcomeOfResult(result: unknown): CallOutcome {
+  if (result === null || typeof result !== 'object') return 'committed';
+  const r = result as { status?: unknown; conflicts?: unknown; lost?: unknown };
+  if (r.status === 'busy') return 'busy';
+  if (Array.isArray(r.conflicts) && r.conflicts.length > 0) return 'busy';
+  if (Array.isArray(r.lost) && r.lost.length > 0) return 'lost';
+  return 'committed';
+}
+
+/** The outcome of call `name` that threw `error`. */
+export function outcomeOfError(name: string, error: unknown): CallOutcome {
+  if (!(error instanceof TaskfenceError)) return 'error';
+  if (error.code === 'COMMIT_OUTCOME_UNKNOWN') return 'unknown';
+  const renewal = /^renew|^heartbeat/.test(name);
+  if (renewal && (error instanceof LeaseLostError || REFUSED_CODES.has(error.code) || /EXPIRED|LOST/.test(error.code)))
+    return 'lost';
+  if (error instanceof LeaseLostError || REFUSED_CODES.has(error.code)) return 'refused';
+  if (BUSY_CODES.has(error.code)) return 'busy';
+  return 'error';
+}
+
+/** messaging.* attributes of a message call (the inbox is its first argument, or `input.to` for a send). */
+function messagingAttributes(name: string, args: readonly unknown[]): { kind: SpanKind; attributes: Attributes } {
+  const first = args[0];
+  const destination =
+    name === 'sendMessage'
+      ? (first as { to?: unknown } | undefined)?.to
+      : typeof first === 'string'
+        ? first
+        : undefined;
+  const type =
+    name === 'sendMessage'
+      ? 'send'
+      : /^(receive|deliver|waitFor)/.test(name)
+        ? 'receive'
+        : /^(ack|release|requeue)/.test(name)
+          ? 'settle'
+          : undefined;
+  return {
+    kind: type === 'send' ? SpanKind.PRODUCER : type === 'receive' ? SpanKind.CONSUMER : SpanKind.CLIENT,
+    attributes: {
+      'messaging.system': 'taskfence',
+      ...(typeof destination === 'string' ? { 'messaging.destination.name': destination } : {}),
+      ...(type === undefined ? {} : { 'messaging.operation.type': type, 'messaging.operation.name': name }),
+    },
+  };
+}
+
+function end(span: Span, outcome: CallOutcome, error?: unknown): void {
+  span.setAttribute('taskfence.outcome', outcome);
+  if (error !== undefined) {
+    if (error instanceof TaskfenceError) span.setAttribute('error.type', error.code);
+    else span.setAttribute('error.type', error instanceof Error ? error.name : 'unknown');
+    // busy and refused are answers the protocol declares, not failures of the call.
+    if (outcome === 'error' || outcome === 'unknown') {
+      span.setStatus({
+        code: SpanStatusCode.ERROR,
+        message: error instanceof Error ? error.message : 'non-Error thrown',
+      });
+      if (error instanceof Error) span.recordException(error);
+    }
+  }
+  span.end();
+}
+
+/** Runs `call` in a span named `taskfence <operation>`. */
+async function inSpan<T>(
+  tracer: Tracer,
+  system: string,
+  area: string,
+  name: string,
+  args: readonly unknown[],
+  call: () => Promise<T>,
+): Promise<T> {
+  const messaging = area === 'messages' ? messagingAttributes(name, args) : null;
+  const span = tracer.startSpan(`taskfence ${area}.${name}`, {
+    kind: messaging?.kind ?? SpanKind.CLIENT,
+    attributes: { 'db.system.name': system, 'db.operation.name': `${area}.${name}`, ...messaging?.attributes },
+  });
+  try {
+    const result = await context.with(trace.setSpan(context.active(), span), call);
+    if (messaging && Array.isArray(result)) span.setAttribute('messaging.batch.message_count', result.length);
+    end(span, outcomeOfResult(result));
+    return result;
+  } catch (error) {
+    end(span, outcomeOfError(name, error), error);
+    throw error;
+  }
+}
+
+function traceArea<A extends object>(area: string, repository: A, tracer: Tracer, system: string): A {
+  const traced: Record<string, unknown> = {};
+  for (const [name, fn] of Object.entries(repository)) {
+    traced[name] =
+      typeof fn === 'function'
+        ? (...args: unknown[]) =>
+            inSpan(tracer, system, area, name, args, () =>
+              Promise.resolve((fn as (...a: unknown[]) => unknown).apply(repository, args)),
+            )
+        : fn;
+  }
+  return Object.freeze(traced) as A;
+}
+
+function traceRepositories<R extends object>(target: R, tracer: Tracer, system: string): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const area of AREAS) {
+    const repository = (target as Record<string, unknown>)[area];
+    if (repository !== null && typeof repository === 'object') out[area] = traceArea(area, repository, tracer, system);
+  }
+  return out;
+}
+
+/**
+ * A copy of `store` whose repository calls and transactions are traced. Calls on the copy are
+ * the store's own calls (same connections, same guarantees); `store.transaction` on the view
+ * runs in a `taskfence transaction` span, and the calls on its `tx` are that span's children
+ * (with a context manager registered, as the OpenTelemetry Node SDK does).
+ *
+ * @example
+ * import { traceStore } from 'taskfence/otel';
+ * const store = traceStore(await openStore(process.env.DATABASE_URL));
+ * await store.locks.claimWorkspaceLock('ws1', { holder: 'me' }); // a span: taskfence locks.claimWorkspaceLock
+ */
+export function traceStore(store: Store, options: TraceStoreOptions = {}): Store {
+  if (store === null || typeof store !== 'object' || typeof store.transaction !== 'function')
+    throw new InvalidArgumentError('store', 'must be a store from openStore');
+  const tracer = options.tracer ?? trace.getTracer('taskfence');
+  const system = store.dialect.kind === 'postgres' ? 'postgresql' : 'sqlite';
+  const areas = traceRepositories(store, tracer, system);
+  const transaction: Store['transaction'] = (fn, transactionOptions) => {
+    const span = tracer.startSpan('taskfence transaction', {
+      kind: SpanKind.CLIENT,
+      attributes: { 'db.system.name': system, 'db.operation.name': 'transaction' },
+    });
+    const run = () =>
+      store.transaction(
+        (tx) => fn(Object.freeze({ ...tx, ...traceRepositories(tx, tracer, system) }) as typeof tx),
+        transactionOptions,
+      );
+    return context.with(trace.setSpan(context.active(), span), run).then(
+      (result) => {
+        end(span, 'committed');
+        return result;
+      },
+      (error: unknown) => {
+        end(span, outcomeOfError('transaction', error), error);
+        throw error;
+      },
+    );
+  };
+  // The store is a frozen object of closures: a copy with the traced areas is the store itself.
+  return Object.freeze({ ...store, ...areas, transaction });
+}

@@ -1,0 +1,4 @@
+import { defineOtelSuite } from '../suites/otel.suite.js';
+import { sqliteFixture } from '../support/dialects.js';
+
+defineOtelSuite(sqliteFixture);

@@ -1,0 +1,142 @@
+/**
+ * `taskfence/otel`: spans for repository calls and transactions, recorded with the OpenTelemetry
+ * SDK's in-memory exporter, on both dialects: names, `db.*` and `messaging.*` attributes, the
+ * declared outcome of each call (committed, busy, lost, refused, error), and the calls on a
+ * transaction's `tx` as children of its span.
+ */
+import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
+import { context, SpanKind } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { randomBytes } from 'node:crypto';
+import type { Store } from '../../src/index.js';
+import { traceStore } from '../../src/otel/index.js';
+import type { DialectFixture } from '../support/fixtures.js';
+
+export function defineOtelSuite(makeFixture: () => DialectFixture) {
+  let fx: DialectFixture;
+  let plain: Store;
+  let store: Store;
+  let ns: string;
+  const exporter = new InMemorySpanExporter();
+  const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+  const manager = new AsyncLocalStorageContextManager();
+
+  beforeAll(async () => {
+    context.setGlobalContextManager(manager.enable());
+    fx = makeFixture();
+    plain = await fx.freshStore();
+    store = traceStore(plain, { tracer: provider.getTracer('test') });
+    ns = `o${randomBytes(3).toString('hex')}`;
+    const company = await plain.org.createCompany({ id: `${ns}-co`, name: 'Acme' });
+    await plain.org.createWorkspace({ id: `${ns}-ws`, companyId: company.id, name: 'repo' });
+  });
+  afterAll(async () => {
+    manager.disable();
+    context.disable();
+    await fx.cleanup();
+  });
+  beforeEach(() => exporter.reset());
+  const spans = () => exporter.getFinishedSpans();
+  const named = (name: string) => spans().filter((s) => s.name === name);
+
+  it('a span per call, named after the call, with db.* attributes and the outcome: committed, busy, lost, refused', async () => {
+    const system = plain.dialect.kind === 'postgres' ? 'postgresql' : 'sqlite';
+    const ws = `${ns}-ws`;
+    const mine = await store.locks.claimWorkspaceLock(ws, { holder: 'me', runId: 'r1', ttlMs: 60_000 });
+    expect(mine.status).toBe('acquired');
+    const theirs = await store.locks.claimWorkspaceLock(ws, { holder: 'them', runId: 'r2', ttlMs: 60_000 });
+    expect(theirs.status).toBe('busy');
+    if (mine.status !== 'acquired') throw new Error('unreachable');
+    await store.locks.releaseWorkspaceLock(mine.lease);
+    // Someone else holds it now, with the next token: the old lease is stale.
+    expect((await plain.locks.claimWorkspaceLock(ws, { holder: 'them', runId: 'r2', ttlMs: 60_000 })).status).toBe(
+      'acquired',
+    );
+    await expect(store.locks.renewWorkspaceLock(mine.lease, { ttlMs: 1_000 })).rejects.toMatchObject({
+      code: 'STALE_WORKSPACE_LOCK',
+    });
+    await expect(store.locks.releaseWorkspaceLock(mine.lease)).rejects.toMatchObject({ code: 'STALE_WORKSPACE_LOCK' });
+    await expect(store.tasks.getTask('')).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+
+    const claims = named('taskfence locks.claimWorkspaceLock');
+    expect(claims.map((s) => s.attributes['taskfence.outcome'])).toEqual(['committed', 'busy']);
+    expect(claims[0]!.attributes).toMatchObject({
+      'db.system.name': system,
+      'db.operation.name': 'locks.claimWorkspaceLock',
+    });
+    expect(claims[0]!.kind).toBe(SpanKind.CLIENT);
+    expect(named('taskfence locks.renewWorkspaceLock')[0]!.attributes).toMatchObject({
+      'taskfence.outcome': 'lost',
+      'error.type': 'STALE_WORKSPACE_LOCK',
+    });
+    const releases = named('taskfence locks.releaseWorkspaceLock');
+    expect(releases.map((s) => s.attributes['taskfence.outcome'])).toEqual(['committed', 'refused']);
+    // A declared refusal is an answer, not a failed span; a bad argument is.
+    expect(releases[1]!.status.code).toBe(0);
+    const bad = named('taskfence tasks.getTask')[0]!;
+    expect(bad.attributes['taskfence.outcome']).toBe('error');
+    expect(bad.status.code).toBe(2);
+    // The plain store is untouched: its calls make no spans.
+    await plain.locks.getWorkspaceLock(ws);
+    expect(named('taskfence locks.getWorkspaceLock')).toEqual([]);
+  });
+
+  it('message calls carry messaging.* attributes: send is a producer span, receive a consumer span with the batch size', async () => {
+    const inbox = `${ns}-inbox`;
+    for (const n of [1, 2])
+      await store.messages.sendMessage({
+        from: 'me',
+        to: inbox,
+        kind: 'job',
+        payload: { n },
+        allowUnknownRecipient: true,
+      });
+    const got = await store.messages.receiveMessages(inbox, { limit: 10 });
+    expect(got).toHaveLength(2);
+    await store.messages.ackMessages(
+      inbox,
+      got.map((m) => m.receipt),
+    );
+    const send = named('taskfence messages.sendMessage');
+    expect(send).toHaveLength(2);
+    expect(send[0]!.kind).toBe(SpanKind.PRODUCER);
+    expect(send[0]!.attributes).toMatchObject({
+      'messaging.system': 'taskfence',
+      'messaging.destination.name': inbox,
+      'messaging.operation.type': 'send',
+    });
+    const receive = named('taskfence messages.receiveMessages')[0]!;
+    expect(receive.kind).toBe(SpanKind.CONSUMER);
+    expect(receive.attributes).toMatchObject({
+      'messaging.destination.name': inbox,
+      'messaging.operation.type': 'receive',
+      'messaging.batch.message_count': 2,
+    });
+    expect(named('taskfence messages.ackMessages')[0]!.attributes['messaging.operation.type']).toBe('settle');
+  });
+
+  it('a transaction is a span and the calls on its tx are its children; a rollback ends it as an error', async () => {
+    await store.transaction(async (tx) => {
+      await tx.locks.claimWorkspaceLock(`${ns}-ws`, { holder: 'tx', runId: 'r3', ttlMs: 60_000 });
+      await tx.locks.getWorkspaceLock(`${ns}-ws`);
+    });
+    const [transaction] = named('taskfence transaction');
+    expect(transaction!.attributes['taskfence.outcome']).toBe('committed');
+    const children = spans().filter((s) => s.parentSpanContext?.spanId === transaction!.spanContext().spanId);
+    expect(children.map((s) => s.name).sort()).toEqual([
+      'taskfence locks.claimWorkspaceLock',
+      'taskfence locks.getWorkspaceLock',
+    ]);
+
+    exporter.reset();
+    await expect(
+      store.transaction(async (tx) => {
+        await tx.locks.getWorkspaceLock(`${ns}-ws`);
+        throw new Error('host code failed');
+      }),
+    ).rejects.toThrow('host code failed');
+    expect(named('taskfence transaction')[0]!.attributes['taskfence.outcome']).toBe('error');
+    expect(named('taskfence transaction')[0]!.status.code).toBe(2);
+  });
+}
