@@ -216,3 +216,5 @@ export function traceStore(store: Store, options: TraceStoreOptions = {}): Store
   // The store is a frozen object of closures: a copy with the traced areas is the store itself.
   return Object.freeze({ ...store, ...areas, transaction });
 }
+
+export { registerStoreMetrics, type StoreMetrics, type StoreMetricsOptions } from './metrics.js';

@@ -2,7 +2,8 @@
  * `taskfence/otel`: spans for repository calls and transactions, recorded with the OpenTelemetry
  * SDK's in-memory exporter, on both dialects: names, `db.*` and `messaging.*` attributes, the
  * declared outcome of each call (committed, busy, lost, refused, error), and the calls on a
- * transaction's `tx` as children of its span.
+ * transaction's `tx` as children of its span; the `stats()` counters and the inbox and lease
+ * gauges collected by a metric reader.
  */
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { context, SpanKind } from '@opentelemetry/api';
@@ -10,7 +11,8 @@ import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-ho
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { randomBytes } from 'node:crypto';
 import type { Store } from '../../src/index.js';
-import { traceStore } from '../../src/otel/index.js';
+import { MeterProvider, MetricReader, type GaugeMetricData, type SumMetricData } from '@opentelemetry/sdk-metrics';
+import { registerStoreMetrics, traceStore } from '../../src/otel/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 
 export function defineOtelSuite(makeFixture: () => DialectFixture) {
@@ -138,5 +140,50 @@ export function defineOtelSuite(makeFixture: () => DialectFixture) {
     ).rejects.toThrow('host code failed');
     expect(named('taskfence transaction')[0]!.attributes['taskfence.outcome']).toBe('error');
     expect(named('taskfence transaction')[0]!.status.code).toBe(2);
+  });
+
+  it('metrics: the stats() counters, and inbox depth, dead messages, leases held and the oldest lease age as gauges', async () => {
+    class Reader extends MetricReader {
+      protected onForceFlush = () => Promise.resolve();
+      protected onShutdown = () => Promise.resolve();
+    }
+    const reader = new Reader();
+    const meterProvider = new MeterProvider({ readers: [reader] });
+    const registration = registerStoreMetrics(plain, { meter: meterProvider.getMeter('test') });
+    const inbox = `${ns}-metrics`;
+    for (const n of [1, 2, 3])
+      await plain.messages.sendMessage({
+        from: 'me',
+        to: inbox,
+        kind: 'job',
+        payload: { n },
+        allowUnknownRecipient: true,
+      });
+    const slot = await plain.semaphores.acquire(`${ns}-slots`, { holder: 'me', limit: 2, ttlMs: 60_000 });
+    expect(slot.status).toBe('acquired');
+    await plain.semaphores.acquire(`${ns}-slots`, { holder: 'other', limit: 1, ttlMs: 60_000 }); // busy: a conflict
+    await new Promise((resolve) => setTimeout(resolve, 30));
+
+    // The counters are read first; the gauges' read transaction comes after them.
+    const stats = plain.stats();
+    const { resourceMetrics, errors } = await reader.collect();
+    expect(errors).toEqual([]);
+    const all = resourceMetrics.scopeMetrics.flatMap((m) => m.metrics);
+    const metric = (name: string) => all.find((m) => m.descriptor.name === name);
+    const points = (name: string) => (metric(name) as SumMetricData | GaugeMetricData | undefined)?.dataPoints ?? [];
+    expect(points('taskfence.transactions')[0]!.value).toBe(stats.transactions);
+    expect(points('taskfence.conflicts')[0]!.value).toBe(stats.conflicts);
+    expect(stats.conflicts).toBeGreaterThan(0);
+    expect(
+      points('taskfence.inbox.depth').find((p) => p.attributes['messaging.destination.name'] === inbox)?.value,
+    ).toBe(3);
+    const semaphores = points('taskfence.leases.held').find(
+      (p) => p.attributes['taskfence.lease.kind'] === 'semaphore',
+    );
+    expect(semaphores?.value).toBe(1);
+    const age = points('taskfence.lease.oldest_age').find((p) => p.attributes['taskfence.lease.kind'] === 'semaphore');
+    expect(age?.value).toBeGreaterThanOrEqual(20);
+    registration.unregister();
+    await meterProvider.shutdown();
   });
 }
