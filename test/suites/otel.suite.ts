@@ -79,6 +79,10 @@ export function defineOtelSuite(makeFixture: () => DialectFixture) {
     const bad = named('taskfence tasks.getTask')[0]!;
     expect(bad.attributes['taskfence.outcome']).toBe('error');
     expect(bad.status.code).toBe(2);
+    // Hostile arguments are InvalidArgumentErrors, never raw TypeErrors.
+    for (const bad of [null, undefined, 42, {}, { transaction: 'no' }])
+      for (const call of [() => traceStore(bad as never), () => registerStoreMetrics(bad as never)])
+        expect(call).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
     // The plain store is untouched: its calls make no spans.
     await plain.locks.getWorkspaceLock(ws);
     expect(named('taskfence locks.getWorkspaceLock')).toEqual([]);
