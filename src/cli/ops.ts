@@ -18,10 +18,12 @@ export const OPS_HELP = `Usage:
 
   inspect               runs (heartbeat age, stale), active dispatches per terminal, workspace
                         locks and task leases (holder, token, time left), path leases per
-                        workspace as a tree, ownership (generation, cleanup), inbox depths;
-                        read-only (SQLite opened read-only). --json: one object with the keys
-                        runs, dispatches, locks, paths, ownership, inbox
-  inspect task <id>     why that task is where it is: run, gates, dispatches, leases
+                        workspace as a tree, semaphores (live slots), inboxes (pending, in
+                        flight, redelivered, dead), ownership (generation, cleanup), the ready
+                        queue (ready, blocked by a dependency or a gate); read-only (SQLite
+                        opened read-only). --json: one object with the keys runs, dispatches,
+                        locks, paths, semaphores, inbox, ownership, readyQueue
+  inspect task <id>     why that task is where it is: dependencies, run, gates, dispatches, leases
   ui                    the same views live in a browser at http://127.0.0.1:PORT (default 4747),
                         read-only; --allow-actions adds operator actions that need the token it
                         prints at start, each recorded in the audit trail

@@ -2,7 +2,7 @@
  * `taskfence inspect` as text: one block per section, columns aligned, every line cut to the
  * terminal's width (long ids end in `…`; `--json` has them whole).
  */
-import type { InspectSnapshot, PathNode, TaskExplanation } from './types.js';
+import type { InspectSnapshot, PathNode, QueuedTaskView, TaskExplanation } from './types.js';
 
 /** `850 ms`, `42 s`, `3 min 5 s`, `2 h 10 min`, `3 d 4 h`; negative durations as their absolute value. */
 export function describeDuration(ms: number): string {
@@ -88,7 +88,7 @@ function holders(node: PathNode): string {
 
 /** The text of `taskfence inspect`, each line at most `width` characters. */
 export function formatSnapshot(snapshot: InspectSnapshot, header: string, width: number): string[] {
-  const { runs, dispatches, locks, paths, ownership, inbox } = snapshot;
+  const { runs, dispatches, locks, paths, semaphores, ownership, inbox, readyQueue } = snapshot;
   const lines: string[] = [
     `${header} at ${new Date(runs.at).toISOString()} (runs stale after ${describeDuration(runs.staleAfterMs)})`,
   ];
@@ -174,6 +174,66 @@ export function formatSnapshot(snapshot: InspectSnapshot, header: string, width:
   }
   lines.push(...more(paths.workspaces.total, paths.workspaces.items.length));
 
+  lines.push('', `SEMAPHORES: ${semaphores.semaphores.total} with slots`);
+  if (semaphores.semaphores.items.length > 0)
+    lines.push(
+      ...table(
+        ['name', 'held', 'token', 'holders (soonest to free first)'],
+        semaphores.semaphores.items.map((m) => [
+          m.name,
+          `${m.held}${m.limit === null ? '' : ` / ${m.limit}`}${m.expired === 0 ? '' : ` (+${m.expired} expired)`}`,
+          String(m.token),
+          m.slots.length === 0
+            ? '-'
+            : m.slots
+                .slice(0, 3)
+                .map((h) => `${h.holder} #${h.token} ${describeLeft(h.leftMs)}`)
+                .join('; ') + (m.slots.length > 3 ? `; … ${m.slots.length - 3} more` : ''),
+        ]),
+        width,
+      ),
+      ...more(semaphores.semaphores.total, semaphores.semaphores.items.length),
+    );
+
+  lines.push(
+    '',
+    `INBOX: ${inbox.pendingTotal} pending messages in ${inbox.inboxes.total} inboxes, ${inbox.redeliveredTotal} redelivered, ${inbox.deadTotal} dead`,
+  );
+  if (inbox.inboxes.items.length > 0)
+    lines.push(
+      ...table(
+        ['handle', 'pending', 'in flight', 'redelivered', 'dead', 'oldest'],
+        inbox.inboxes.items.map((i) => [
+          i.handle,
+          String(i.depth),
+          String(i.inFlight),
+          String(i.redelivered),
+          i.dead === 0 ? '0' : `${i.dead} DEAD`,
+          i.oldestAgeMs === null ? '-' : `${describeDuration(i.oldestAgeMs)} ago`,
+        ]),
+        width,
+      ),
+      ...more(inbox.inboxes.total, inbox.inboxes.items.length),
+    );
+  if (inbox.dead.items.length > 0) {
+    lines.push('  dead messages (requeueDeadMessages(handle, ids) revives them):');
+    lines.push(
+      ...table(
+        ['message', 'inbox', 'kind', 'attempts', 'dead since', 'last error'],
+        inbox.dead.items.map((m) => [
+          m.id,
+          m.handle,
+          m.kind,
+          String(m.attempts),
+          `${describeDuration(m.deadAgeMs)} ago`,
+          m.lastError ?? '-',
+        ]),
+        width,
+      ),
+      ...more(inbox.dead.total, inbox.dead.items.length),
+    );
+  }
+
   lines.push(
     '',
     `OWNERSHIP: ${ownership.resources.total} active resources, ${ownership.admissions.total} cleanup admissions, ${ownership.snapshots.total} unfinished cleanup snapshots`,
@@ -212,15 +272,44 @@ export function formatSnapshot(snapshot: InspectSnapshot, header: string, width:
       ),
     );
 
-  lines.push('', `INBOX: ${inbox.pendingTotal} pending messages in ${inbox.inboxes.total} inboxes`);
-  if (inbox.inboxes.items.length > 0)
+  const q = readyQueue;
+  lines.push(
+    '',
+    `READY QUEUE: ${q.ready.total} ready, ${q.dependenciesTracked ? `${q.blockedByDependency.total} blocked by a dependency` : 'dependencies not tracked'}, ${q.blockedByGate.total} blocked by a gate`,
+  );
+  const queued = (t: QueuedTaskView) => [t.id, t.status, t.coordinatorRunId ?? '-', `${describeDuration(t.waitingMs)}`];
+  if (q.ready.items.length > 0)
     lines.push(
+      '  ready:',
+      ...table(['task', 'status', 'run', 'waiting'], q.ready.items.map(queued), width),
+      ...more(q.ready.total, q.ready.items.length),
+    );
+  if (q.blockedByDependency.items.length > 0)
+    lines.push(
+      '  blocked by a dependency:',
       ...table(
-        ['handle', 'depth', 'oldest'],
-        inbox.inboxes.items.map((i) => [i.handle, String(i.depth), `${describeDuration(i.oldestAgeMs)} ago`]),
+        ['task', 'status', 'run', 'waiting', 'waits on'],
+        q.blockedByDependency.items.map((t) => [
+          ...queued(t),
+          t.waitingOn.map((d) => `${d.id} (${d.status})`).join(', ') +
+            (t.openDependencies > t.waitingOn.length ? `, … ${t.openDependencies - t.waitingOn.length} more` : ''),
+        ]),
         width,
       ),
-      ...more(inbox.inboxes.total, inbox.inboxes.items.length),
+      ...more(q.blockedByDependency.total, q.blockedByDependency.items.length),
+    );
+  if (q.blockedByGate.items.length > 0)
+    lines.push(
+      '  blocked by a gate:',
+      ...table(
+        ['task', 'status', 'run', 'waiting', 'open gate'],
+        q.blockedByGate.items.map((t) => [
+          ...queued(t),
+          t.gates.map((g) => `${g.id} ${JSON.stringify(g.question)}`).join(', '),
+        ]),
+        width,
+      ),
+      ...more(q.blockedByGate.total, q.blockedByGate.items.length),
     );
   return lines.map((line) => fit(line, width));
 }
@@ -235,6 +324,9 @@ export function formatExplanation(e: TaskExplanation, width: number): string[] {
     '',
     'WHY',
     ...e.reasons.flatMap((r) => wrap(r, width, '  - ', '    ')),
+    ...(e.dependencies === null
+      ? []
+      : ['', `DEPENDENCIES: ${e.dependencies.length}`, ...e.dependencies.map((d) => `  ${d.id}  ${d.status}`)]),
     '',
     `GATES: ${e.gates.length}`,
     ...e.gates.map(

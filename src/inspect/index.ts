@@ -11,8 +11,12 @@ import { requireId } from '../repositories/validate.js';
 import { decodePathLeaseKey } from '../domain/write-paths.js';
 import { describeDuration } from './format.js';
 import {
+  dependenciesTracked,
+  readDependenciesOf,
   readDispatches,
   readInbox,
+  readReadyQueue,
+  readSemaphores,
   readLocks,
   readOwnedResources,
   readOwnership,
@@ -57,7 +61,9 @@ async function requireLatestSchema(source: InspectSource): Promise<void> {
 /**
  * One consistent picture of the store: runs (heartbeat age, stale flag), active dispatches per
  * terminal, workspace locks and task leases (holder, token, time left), path leases per
- * workspace as a tree, ownership resources (generation, cleanup state) and inbox depths.
+ * workspace as a tree, semaphores (live slots, time left), inboxes (depth, oldest, redelivered,
+ * dead), ownership resources (generation, cleanup state) and the ready queue (ready, blocked by
+ * a dependency, blocked by a gate).
  * Read-only: one read transaction, no locks taken, nothing written. Throws
  * `SchemaOutOfDateError` on a database behind this code.
  *
@@ -73,8 +79,10 @@ export async function inspectStore(source: InspectSource, options?: InspectOptio
     dispatches: await readDispatches(trx, scope),
     locks: await readLocks(trx, scope),
     paths: await readPaths(trx, scope),
-    ownership: await readOwnership(trx, scope),
+    semaphores: await readSemaphores(trx, scope),
     inbox: await readInbox(trx, scope),
+    ownership: await readOwnership(trx, scope),
+    readyQueue: await readReadyQueue(trx, scope, await dependenciesTracked(trx, source.dialect, source.dialect.kind)),
   }));
 }
 
@@ -121,6 +129,9 @@ export async function explainTask(
       .orderBy('created_at')
       .orderBy('id')
       .execute();
+    const dependencies = (await dependenciesTracked(trx, source.dialect, source.dialect.kind))
+      ? await readDependenciesOf(trx, taskId)
+      : null;
     const taskLease = await readTaskLease(trx, taskId, now);
     const workspaceLocks = await readWorkspaceLocksOf(
       trx,
@@ -165,6 +176,7 @@ export async function explainTask(
         createdAt: Number(task.created_at),
         updatedAt: Number(task.updated_at),
       },
+      dependencies,
       run,
       gates: gates.map((g) => ({
         id: g.id,
@@ -274,6 +286,14 @@ function explain(e: Omit<TaskExplanation, 'reasons'>, scope: SectionScope): stri
     reasons.push(
       `${failed} of its dispatches failed; the circuit breaker fails a task at ${DISPATCH_FAILURE_LIMIT} failed dispatches.`,
     );
+  const waitingOn = (e.dependencies ?? []).filter((d) => d.status !== 'done');
+  if (!finished && waitingOn.length > 0)
+    reasons.push(
+      `It waits on ${waitingOn.length} dependenc${waitingOn.length === 1 ? 'y' : 'ies'} not done: ${waitingOn
+        .slice(0, 5)
+        .map((d) => `${d.id} (${d.status})`)
+        .join(', ')}${waitingOn.length > 5 ? ', …' : ''}.`,
+    );
   if (e.ownership.cleanupAdmission !== null)
     reasons.push(`It is admitted for cleanup (${e.ownership.cleanupAdmission}): no new resources may be given to it.`);
   if (run === null) {
@@ -317,7 +337,14 @@ function explain(e: Omit<TaskExplanation, 'reasons'>, scope: SectionScope): stri
         .map((p) => (p.path === '' ? '(whole workspace)' : p.path))
         .join(', ')}${e.leases.paths.length > 3 ? ', …' : ''}).`,
     );
-  if (!finished && !active && task.status === 'ready' && (run === null || run.status === 'running'))
+  if (
+    !finished &&
+    !active &&
+    task.status === 'ready' &&
+    waitingOn.length === 0 &&
+    e.gates.every((g) => g.status !== 'open') &&
+    (run === null || run.status === 'running')
+  )
     reasons.push('It is ready and no dispatch is active: the next dispatch of its run picks it up.');
   if (reasons.length === 0) reasons.push(`The task is ${task.status}.`);
   return reasons;

@@ -3,9 +3,10 @@
  * sections agree with each other: a lease counted in `locks` is the lease of the dispatch in
  * `dispatches`. Plain Kysely builder queries (off the hot path), portable across both dialects.
  */
-import type { Transaction } from 'kysely';
+import { sql, type ExpressionBuilder, type Transaction } from 'kysely';
+import { schemaOf } from '../query/schema.js';
 import { decodePathLeaseKey } from '../domain/write-paths.js';
-import type { Database, TaskStatus } from '../schema/database.js';
+import type { Database, TaskStatus, TasksTable } from '../schema/database.js';
 import { buildPathTree } from './tree.js';
 import type {
   CleanupClaimState,
@@ -16,7 +17,11 @@ import type {
   OwnershipSection,
   PathHolderView,
   PathsSection,
+  QueuedTaskView,
+  ReadyQueueSection,
   RunView,
+  SemaphoreView,
+  SemaphoresSection,
   RunsSection,
   TaskLeaseView,
   WorkspaceLockView,
@@ -460,25 +465,333 @@ export async function readOwnership(trx: Trx, scope: SectionScope): Promise<Owne
   };
 }
 
-/** Inboxes with pending messages, deepest first, with the age of the oldest. */
+/** Inboxes with pending or dead messages, deepest first; the dead messages, most recently dead first. */
 export async function readInbox(trx: Trx, scope: SectionScope): Promise<InboxSection> {
+  const live = (eb: ExpressionBuilder<Database, 'messages'>) => eb('dead_at', 'is', null);
   const rows = await trx
     .selectFrom('messages')
-    .select(['to_handle', (eb) => eb.fn.countAll().as('n'), (eb) => eb.fn.min('created_at').as('oldest')])
+    .select((eb) => [
+      'to_handle',
+      eb.fn.sum<number>(eb.case().when(live(eb)).then(1).else(0).end()).as('depth'),
+      eb.fn
+        .sum<number>(
+          eb
+            .case()
+            .when(eb.and([live(eb), eb('visible_at', '>', scope.now)]))
+            .then(1)
+            .else(0)
+            .end(),
+        )
+        .as('in_flight'),
+      eb.fn
+        .sum<number>(
+          eb
+            .case()
+            .when(eb.and([live(eb), eb('attempts', '>', 1)]))
+            .then(1)
+            .else(0)
+            .end(),
+        )
+        .as('redelivered'),
+      eb.fn.sum<number>(eb.case().when('dead_at', 'is not', null).then(1).else(0).end()).as('dead'),
+      eb.fn.min(eb.case().when(live(eb)).then(eb.ref('created_at')).end()).as('oldest'),
+    ])
     .where('status', '=', 'pending')
     .groupBy('to_handle')
     .execute();
   const inboxes = rows
-    .map((r) => ({
-      handle: r.to_handle,
-      depth: num(r.n),
-      oldestAt: num(r.oldest),
-      oldestAgeMs: scope.now - num(r.oldest),
-    }))
-    .sort((a, b) => b.depth - a.depth || a.oldestAt - b.oldestAt || (a.handle < b.handle ? -1 : 1));
+    .map((r) => {
+      const oldestAt = numOrNull(r.oldest);
+      return {
+        handle: r.to_handle,
+        depth: num(r.depth),
+        inFlight: num(r.in_flight),
+        redelivered: num(r.redelivered),
+        dead: num(r.dead),
+        oldestAt,
+        oldestAgeMs: oldestAt === null ? null : scope.now - oldestAt,
+      };
+    })
+    .sort(
+      (a, b) =>
+        b.depth - a.depth ||
+        b.dead - a.dead ||
+        (a.oldestAt ?? Infinity) - (b.oldestAt ?? Infinity) ||
+        (a.handle < b.handle ? -1 : 1),
+    );
+  const dead = await trx
+    .selectFrom('messages')
+    .select(['id', 'to_handle', 'from_handle', 'kind', 'attempts', 'dead_at', 'last_error'])
+    .where('status', '=', 'pending')
+    .where('dead_at', 'is not', null)
+    .orderBy('dead_at', 'desc')
+    .orderBy('seq', 'desc')
+    .limit(scope.limit)
+    .execute();
+  const sum = (pick: (i: (typeof inboxes)[number]) => number) => inboxes.reduce((n, i) => n + pick(i), 0);
   return {
     at: scope.now,
     inboxes: { total: inboxes.length, items: inboxes.slice(0, scope.limit) },
-    pendingTotal: inboxes.reduce((sum, i) => sum + i.depth, 0),
+    pendingTotal: sum((i) => i.depth),
+    redeliveredTotal: sum((i) => i.redelivered),
+    deadTotal: sum((i) => i.dead),
+    dead: {
+      total: sum((i) => i.dead),
+      items: dead.map((m) => ({
+        id: m.id,
+        handle: m.to_handle,
+        from: m.from_handle,
+        kind: m.kind,
+        attempts: num(m.attempts),
+        deadAt: num(m.dead_at),
+        deadAgeMs: scope.now - num(m.dead_at),
+        lastError: m.last_error,
+      })),
+    },
+  };
+}
+
+/** Semaphores with slot rows (live or not yet reclaimed), fullest first, each with its live slots. */
+export async function readSemaphores(trx: Trx, scope: SectionScope): Promise<SemaphoresSection> {
+  const counts = await trx
+    .selectFrom('semaphore_holders as h')
+    .innerJoin('semaphores as s', 's.name', 'h.name')
+    .select((eb) => [
+      'h.name',
+      's.token',
+      eb.fn.countAll().as('n'),
+      eb.fn.sum<number>(eb.case().when('h.expires_at', '>', scope.now).then(1).else(0).end()).as('held'),
+    ])
+    .groupBy(['h.name', 's.token'])
+    .execute();
+  const ordered = counts
+    .map((c) => ({ name: c.name, token: num(c.token), held: num(c.held), expired: num(c.n) - num(c.held) }))
+    .sort((a, b) => b.held - a.held || (a.name < b.name ? -1 : 1));
+  const semaphores: SemaphoreView[] = [];
+  for (const s of ordered.slice(0, scope.limit)) {
+    const slots = await trx
+      .selectFrom('semaphore_holders')
+      .select(['holder', 'token', 'acquired_at', 'expires_at'])
+      .where('name', '=', s.name)
+      .where('expires_at', '>', scope.now)
+      .orderBy('expires_at')
+      .orderBy('token')
+      .limit(scope.limit)
+      .execute();
+    semaphores.push({
+      ...s,
+      limit: null,
+      slots: slots.map((h) => ({
+        holder: h.holder,
+        token: num(h.token),
+        acquiredAt: num(h.acquired_at),
+        expiresAt: num(h.expires_at),
+        leftMs: num(h.expires_at) - scope.now,
+      })),
+    });
+  }
+  return { at: scope.now, semaphores: { total: ordered.length, items: semaphores } };
+}
+
+/**
+ * The dependency edges of the lifecycle work (issue 22): a migration on another branch adds
+ * `task_dependencies (task_id, depends_on_id)` and the `blocked` status. This code reads the
+ * table only where it exists, so it runs on databases with and without it: whether it exists is
+ * detected once per store (a table, once there, stays: a positive answer is kept; a negative one
+ * is asked again at the next snapshot, one catalog query, so a store migrated while a dashboard
+ * runs starts showing dependencies). Without the table nothing is blocked by a dependency.
+ */
+interface TaskDependenciesTable {
+  task_id: string;
+  depends_on_id: string;
+}
+type WithDependencies = Database & { task_dependencies: TaskDependenciesTable };
+const hasDependencies = new WeakMap<object, true>();
+
+/** Whether the store's database has the `task_dependencies` table (asked once per store once it has). */
+export async function dependenciesTracked(trx: Trx, store: object, dialect: 'sqlite' | 'postgres'): Promise<boolean> {
+  if (hasDependencies.has(store)) return true;
+  const found =
+    dialect === 'sqlite'
+      ? await sql<{
+          n: unknown;
+        }>`select count(*) as n from sqlite_master where type = 'table' and name = 'task_dependencies'`.execute(trx)
+      : await sql<{ n: unknown }>`select count(*) as n from information_schema.tables
+          where table_schema = coalesce(${schemaOf(trx) ?? null}, current_schema()) and table_name = 'task_dependencies'`.execute(
+          trx,
+        );
+  const present = num(found.rows[0]?.n ?? 0) > 0;
+  if (present) hasDependencies.set(store, true);
+  return present;
+}
+
+/** What task `taskId` depends on, oldest first (call only where `dependenciesTracked`). */
+export async function readDependenciesOf(trx: Trx, taskId: string): Promise<{ id: string; status: TaskStatus }[]> {
+  return (trx as unknown as Transaction<WithDependencies>)
+    .selectFrom('task_dependencies as d')
+    .innerJoin('tasks as u', 'u.id', 'd.depends_on_id')
+    .select(['u.id', 'u.status'])
+    .where('d.task_id', '=', taskId)
+    .orderBy('u.created_at')
+    .orderBy('u.id')
+    .execute();
+}
+
+/** Statuses a task waits in before it is dispatched. */
+const WAITING: readonly TaskStatus[] = ['backlog', 'todo', 'ready', 'blocked'];
+/** Statuses of a task not finished. */
+const UNFINISHED: readonly TaskStatus[] = [...WAITING, 'dispatched', 'in_progress'];
+/** How many of a blocked task's open dependencies are listed. */
+const WAITING_ON_SHOWN = 5;
+
+function queuedView(
+  t: {
+    id: string;
+    title: string;
+    status: TaskStatus;
+    coordinator_run_id: string | null;
+    target_key: string | null;
+    created_at: number;
+    updated_at: number;
+  },
+  now: number,
+): QueuedTaskView {
+  return {
+    id: t.id,
+    title: t.title,
+    status: t.status,
+    coordinatorRunId: t.coordinator_run_id,
+    targetKey: t.target_key,
+    createdAt: num(t.created_at),
+    waitingMs: now - num(t.updated_at),
+  };
+}
+
+const TASK_COLUMNS = [
+  't.id',
+  't.title',
+  't.status',
+  't.coordinator_run_id',
+  't.target_key',
+  't.created_at',
+  't.updated_at',
+] as const;
+
+/**
+ * The ready queue: `ready` tasks with no open gate and (where dependencies are tracked) every
+ * dependency done; waiting tasks with a dependency not done; unfinished tasks with an open gate.
+ */
+export async function readReadyQueue(trx: Trx, scope: SectionScope, tracked: boolean): Promise<ReadyQueueSection> {
+  const dtrx = trx as unknown as Transaction<WithDependencies>;
+  const openGate = (eb: ExpressionBuilder<WithDependencies & { t: TasksTable }, 't'>) =>
+    eb.exists(
+      eb
+        .selectFrom('decision_gates as g')
+        .select('g.id')
+        .whereRef('g.task_id', '=', 't.id')
+        .where('g.status', '=', 'open'),
+    );
+  const openDependency = (eb: ExpressionBuilder<WithDependencies & { t: TasksTable }, 't'>) =>
+    eb.exists(
+      eb
+        .selectFrom('task_dependencies as d')
+        .innerJoin('tasks as u', 'u.id', 'd.depends_on_id')
+        .select('d.depends_on_id')
+        .whereRef('d.task_id', '=', 't.id')
+        .where('u.status', '<>', 'done'),
+    );
+  const ready = dtrx
+    .selectFrom('tasks as t')
+    .where('t.status', '=', 'ready')
+    .where((eb) => eb.not(openGate(eb)))
+    .$if(tracked, (qb) => qb.where((eb) => eb.not(openDependency(eb))));
+  const readyRows = await ready
+    .select(TASK_COLUMNS)
+    .orderBy('t.created_at')
+    .orderBy('t.id')
+    .limit(scope.limit)
+    .execute();
+
+  let blockedByDependency: ReadyQueueSection['blockedByDependency'] = { total: 0, items: [] };
+  if (tracked) {
+    const blocked = dtrx
+      .selectFrom('tasks as t')
+      .where('t.status', 'in', WAITING)
+      .where((eb) => openDependency(eb));
+    const rows = await blocked
+      .select(TASK_COLUMNS)
+      .orderBy('t.updated_at')
+      .orderBy('t.id')
+      .limit(scope.limit)
+      .execute();
+    const open =
+      rows.length === 0
+        ? []
+        : await dtrx
+            .selectFrom('task_dependencies as d')
+            .innerJoin('tasks as u', 'u.id', 'd.depends_on_id')
+            .select(['d.task_id', 'u.id', 'u.status'])
+            .where(
+              'd.task_id',
+              'in',
+              rows.map((r) => r.id),
+            )
+            .where('u.status', '<>', 'done')
+            .orderBy('u.created_at')
+            .orderBy('u.id')
+            .execute();
+    const byTask = new Map<string, { id: string; status: TaskStatus }[]>();
+    for (const o of open) byTask.set(o.task_id, [...(byTask.get(o.task_id) ?? []), { id: o.id, status: o.status }]);
+    blockedByDependency = {
+      total: await countRows(blocked.select((eb) => eb.fn.countAll().as('n'))),
+      items: rows.map((r) => {
+        const of = byTask.get(r.id) ?? [];
+        return { ...queuedView(r, scope.now), openDependencies: of.length, waitingOn: of.slice(0, WAITING_ON_SHOWN) };
+      }),
+    };
+  }
+
+  const gated = dtrx
+    .selectFrom('tasks as t')
+    .where('t.status', 'in', UNFINISHED)
+    .where((eb) => openGate(eb));
+  const gatedRows = await gated
+    .select(TASK_COLUMNS)
+    .orderBy('t.updated_at')
+    .orderBy('t.id')
+    .limit(scope.limit)
+    .execute();
+  const gates =
+    gatedRows.length === 0
+      ? []
+      : await trx
+          .selectFrom('decision_gates')
+          .select(['id', 'task_id', 'question', 'created_at'])
+          .where(
+            'task_id',
+            'in',
+            gatedRows.map((r) => r.id),
+          )
+          .where('status', '=', 'open')
+          .orderBy('created_at')
+          .orderBy('id')
+          .execute();
+  return {
+    at: scope.now,
+    dependenciesTracked: tracked,
+    ready: {
+      total: await countRows(ready.select((eb) => eb.fn.countAll().as('n'))),
+      items: readyRows.map((r) => queuedView(r, scope.now)),
+    },
+    blockedByDependency,
+    blockedByGate: {
+      total: await countRows(gated.select((eb) => eb.fn.countAll().as('n'))),
+      items: gatedRows.map((r) => ({
+        ...queuedView(r, scope.now),
+        gates: gates
+          .filter((g) => g.task_id === r.id)
+          .map((g) => ({ id: g.id, question: g.question, openForMs: scope.now - num(g.created_at) })),
+      })),
+    },
   };
 }

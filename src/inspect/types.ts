@@ -30,8 +30,10 @@ export interface InspectSnapshot {
   readonly dispatches: DispatchesSection;
   readonly locks: LocksSection;
   readonly paths: PathsSection;
-  readonly ownership: OwnershipSection;
+  readonly semaphores: SemaphoresSection;
   readonly inbox: InboxSection;
+  readonly ownership: OwnershipSection;
+  readonly readyQueue: ReadyQueueSection;
 }
 
 /** A list capped at `limit` rows; `total` counts them all. */
@@ -187,16 +189,114 @@ export interface OwnershipSection extends SectionStamp {
 
 export interface InboxView {
   readonly handle: string;
-  /** Pending (undelivered) messages. */
+  /** Pending messages not dead: what `countPendingMessages` counts. */
   readonly depth: number;
-  readonly oldestAt: number;
-  readonly oldestAgeMs: number;
+  /** Of `depth`: handed out now, their lease still live (`visible_at > at`). */
+  readonly inFlight: number;
+  /** Of `depth`, not dead: handed out more than once (a receiver took it and did not ack in time). */
+  readonly redelivered: number;
+  /** Dead-lettered (handed out `maxAttempts` times without an ack), not in `depth`; `requeueDeadMessages` revives them. */
+  readonly dead: number;
+  /** When the oldest message of `depth` was sent; null when only dead messages are left. */
+  readonly oldestAt: number | null;
+  readonly oldestAgeMs: number | null;
 }
 
-/** Inboxes with pending messages, deepest first. */
+/** A dead-lettered message, for the operator to requeue. */
+export interface DeadMessageView {
+  readonly id: string;
+  readonly handle: string;
+  readonly from: string;
+  readonly kind: string;
+  readonly attempts: number;
+  readonly deadAt: number;
+  readonly deadAgeMs: number;
+  readonly lastError: string | null;
+}
+
+/** Inboxes with pending or dead messages, deepest first, and the dead messages, most recently dead first. */
 export interface InboxSection extends SectionStamp {
   readonly inboxes: Capped<InboxView>;
+  /** Pending messages (not dead) in all inboxes. */
   readonly pendingTotal: number;
+  readonly redeliveredTotal: number;
+  readonly deadTotal: number;
+  readonly dead: Capped<DeadMessageView>;
+}
+
+/** One live slot of a semaphore. */
+export interface SemaphoreSlotView {
+  readonly holder: string;
+  readonly token: number;
+  readonly acquiredAt: number;
+  readonly expiresAt: number;
+  readonly leftMs: number;
+}
+
+export interface SemaphoreView {
+  readonly name: string;
+  /** Live slots (`expires_at > at`): what counts against the limit. */
+  readonly held: number;
+  /**
+   * Always null: the store keeps no limit per name (each `acquire` is judged by the limit it
+   * passes, and callers of one name should agree), so `held` is shown against the limit only
+   * where the operator knows it. The key is here so a stored limit can fill it later.
+   */
+  readonly limit: number | null;
+  /** Slots expired but not yet reclaimed (they count for nothing; the next acquire deletes them). */
+  readonly expired: number;
+  /** The latest fencing token granted for the name. */
+  readonly token: number;
+  /** The live slots, soonest to free first (at most `limit` of the inspect options). */
+  readonly slots: readonly SemaphoreSlotView[];
+}
+
+/** Semaphores with live or unreclaimed slots, fullest first. */
+export interface SemaphoresSection extends SectionStamp {
+  readonly semaphores: Capped<SemaphoreView>;
+}
+
+/** A task of the ready queue. */
+export interface QueuedTaskView {
+  readonly id: string;
+  readonly title: string;
+  readonly status: TaskStatus;
+  readonly coordinatorRunId: string | null;
+  readonly targetKey: string | null;
+  readonly createdAt: number;
+  /** `at` minus the task's last status change (`updated_at`). */
+  readonly waitingMs: number;
+}
+
+/** A task held back by dependencies that are not `done`. */
+export interface DependencyBlockedTaskView extends QueuedTaskView {
+  /** How many of its dependencies are not done. */
+  readonly openDependencies: number;
+  /** The first few of them (id and status), oldest first. */
+  readonly waitingOn: readonly { readonly id: string; readonly status: TaskStatus }[];
+}
+
+/** A task held back by an open gate. */
+export interface GateBlockedTaskView extends QueuedTaskView {
+  readonly gates: readonly { readonly id: string; readonly question: string; readonly openForMs: number }[];
+}
+
+/**
+ * The ready queue: tasks that the next dispatch can take, and unfinished tasks held back by a
+ * dependency that is not done or by an open gate. A task behind both is listed under both.
+ */
+export interface ReadyQueueSection extends SectionStamp {
+  /**
+   * Whether this database records dependencies (the `task_dependencies` table). When it does
+   * not, `blockedByDependency` is empty because nothing can block a task that way.
+   */
+  readonly dependenciesTracked: boolean;
+  /** Status `ready`, no open gate, every dependency done: oldest first. */
+  readonly ready: Capped<QueuedTaskView>;
+  /** Not finished and not in flight, with a dependency that is not done: longest waiting first. */
+  readonly blockedByDependency: Capped<DependencyBlockedTaskView>;
+  /** Not finished, with an open gate: longest waiting first. */
+  readonly blockedByGate: Capped<GateBlockedTaskView>;
 }
 
 /** `inspect task <id>`: why a task is where it is. */
@@ -216,6 +316,11 @@ export interface TaskExplanation {
     readonly createdAt: number;
     readonly updatedAt: number;
   };
+  /**
+   * What the task depends on (id and status), oldest first; null where this database records no
+   * dependencies (no `task_dependencies` table).
+   */
+  readonly dependencies: readonly { readonly id: string; readonly status: TaskStatus }[] | null;
   /** The owning run, if any. */
   readonly run: { readonly id: string; readonly status: CoordinatorRunStatus; readonly heartbeatAgeMs: number } | null;
   readonly gates: readonly {

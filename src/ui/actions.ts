@@ -1,12 +1,12 @@
 /**
  * The dashboard's operator actions. Each is one `store.transaction`: the same fenced repository
  * call any caller makes (`tx.locks.releaseWorkspaceLock` with the token the operator saw,
- * `tx.runs.stopCoordinatorRun`), and its audit row, committed together or not at all. A token
+ * `tx.runs.stopCoordinatorRun`, `tx.messages.requeueDeadMessages`), and its audit row, committed together or not at all. A token
  * that moved on since the page showed it (a new claim) is refused by the repository's fence with
  * its typed error, and nothing is recorded.
  */
 import { randomUUID } from 'node:crypto';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, NotFoundError } from '../errors.js';
 import { recordAuditEvent } from '../repositories/shared/audit.js';
 import { requireCounter, requireId } from '../repositories/validate.js';
 import type { Store } from '../store.js';
@@ -23,7 +23,12 @@ export interface ActionResult {
   readonly auditId: string;
 }
 
-export const OPERATOR_ACTIONS = ['release-workspace-lock', 'release-task-lease', 'fail-run'] as const;
+export const OPERATOR_ACTIONS = [
+  'release-workspace-lock',
+  'release-task-lease',
+  'fail-run',
+  'requeue-message',
+] as const;
 export type OperatorActionName = (typeof OPERATOR_ACTIONS)[number];
 
 function field(body: unknown, name: string): unknown {
@@ -103,6 +108,26 @@ export async function runOperatorAction(
             lastHeartbeatAt: before?.heartbeatAt ?? null,
             coordinatorHandle: run.coordinatorHandle,
           },
+        });
+      });
+      return { action: name, auditId };
+    }
+    case 'requeue-message': {
+      const handle = requireId('handle', field(body, 'handle'));
+      const messageId = requireId('messageId', field(body, 'messageId'));
+      await store.transaction(async (tx) => {
+        const [requeued] = await tx.messages.requeueDeadMessages(handle, [messageId]);
+        // Not dead (requeued already, or acked) or not in this inbox: nothing changed, nothing recorded.
+        if (requeued === undefined)
+          throw new NotFoundError(`dead message in inbox ${JSON.stringify(handle)}`, messageId);
+        await recordAuditEvent(tx.db, {
+          id: auditId,
+          at: at(),
+          actor: 'operator',
+          action: 'operator.requeue-message',
+          subjectKind: 'message',
+          subjectId: messageId,
+          detail: { ...detail, handle, kind: requeued.kind, lastError: requeued.lastError },
         });
       });
       return { action: name, auditId };

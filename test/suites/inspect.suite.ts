@@ -40,7 +40,16 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
     expect(result.code, result.err).toBe(0);
     expect(result.out.trimEnd().split('\n')).toHaveLength(1);
     const snapshot = JSON.parse(result.out);
-    expect(Object.keys(snapshot)).toEqual(['runs', 'dispatches', 'locks', 'paths', 'ownership', 'inbox']);
+    expect(Object.keys(snapshot)).toEqual([
+      'runs',
+      'dispatches',
+      'locks',
+      'paths',
+      'semaphores',
+      'inbox',
+      'ownership',
+      'readyQueue',
+    ]);
     for (const section of Object.values<{ at: number }>(snapshot)) expect(section.at).toBe(snapshot.runs.at);
 
     // runs: the live run is fresh, the silent one stale; task counts by status.
@@ -120,11 +129,64 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
       }),
     ]);
 
-    // inbox: the run's inbox holds two pending messages.
+    // semaphores: two live slots of three, soonest to free first, the latest token.
+    expect(snapshot.semaphores.semaphores).toEqual({
+      total: 1,
+      items: [
+        expect.objectContaining({
+          name: world.semaphore,
+          held: 2,
+          limit: null,
+          expired: 0,
+          token: 2,
+          slots: [
+            expect.objectContaining({ holder: expect.stringMatching(/-build-1$/), token: 1 }),
+            expect.objectContaining({ holder: expect.stringMatching(/-build-2$/), token: 2 }),
+          ],
+        }),
+      ],
+    });
+    const slot = snapshot.semaphores.semaphores.items[0].slots[0];
+    expect(slot.leftMs).toBe(slot.expiresAt - snapshot.semaphores.at);
+    expect(slot.leftMs).toBeGreaterThan(500_000);
+
+    // inbox: the run's inbox holds two pending messages; the worker's one redelivered and one dead.
     expect(snapshot.inbox.inboxes.items).toEqual([
-      expect.objectContaining({ handle: world.coordinatorHandle, depth: 2 }),
+      expect.objectContaining({ handle: world.coordinatorHandle, depth: 2, inFlight: 0, redelivered: 0, dead: 0 }),
+      expect.objectContaining({ handle: world.workerInbox, depth: 1, inFlight: 1, redelivered: 1, dead: 1 }),
     ]);
-    expect(snapshot.inbox.pendingTotal).toBe(await store.messages.countPendingMessages(world.coordinatorHandle));
+    expect(snapshot.inbox.pendingTotal).toBe(
+      (await store.messages.countPendingMessages(world.coordinatorHandle)) +
+        (await store.messages.countPendingMessages(world.workerInbox)),
+    );
+    expect(snapshot.inbox).toMatchObject({ redeliveredTotal: 1, deadTotal: 1 });
+    const dead = await store.messages.listDeadMessages(world.workerInbox);
+    expect(snapshot.inbox.dead.items).toEqual([
+      expect.objectContaining({
+        id: world.deadMessageId,
+        handle: world.workerInbox,
+        attempts: dead[0]!.attempts,
+        deadAt: dead[0]!.deadAt,
+        lastError: 'compiler crashed',
+      }),
+    ]);
+
+    // readyQueue: no task is ready (one dispatched, one behind its gate); no dependency table here.
+    expect(snapshot.readyQueue).toMatchObject({
+      dependenciesTracked: false,
+      ready: { total: 0, items: [] },
+      blockedByDependency: { total: 0, items: [] },
+      blockedByGate: {
+        total: 1,
+        items: [
+          expect.objectContaining({
+            id: world.gatedTaskId,
+            status: 'ready',
+            gates: [expect.objectContaining({ id: world.gateId, question: 'Release on Friday?' })],
+          }),
+        ],
+      },
+    });
   });
 
   it('the text fits a 100-column terminal, shows the tree and the stale run, and never prints the password', async () => {
@@ -132,7 +194,16 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
     expect(result.code, result.err).toBe(0);
     const lines = result.out.trimEnd().split('\n');
     for (const line of lines) expect([...line].length, line).toBeLessThanOrEqual(100);
-    for (const heading of ['RUNS:', 'DISPATCHES:', 'LOCKS:', 'PATHS:', 'OWNERSHIP:', 'INBOX:'])
+    for (const heading of [
+      'RUNS:',
+      'DISPATCHES:',
+      'LOCKS:',
+      'PATHS:',
+      'SEMAPHORES:',
+      'INBOX:',
+      'OWNERSHIP:',
+      'READY QUEUE:',
+    ])
       expect(
         lines.some((l) => l.startsWith(heading)),
         heading,
@@ -140,6 +211,9 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
     expect(result.out).toMatch(/STALE/);
     expect(result.out).toMatch(/\n {4}├─ docs\n {4}│ {2}└─ README\.md {2}\S+-agent-a \(task \S+\) in \d+ min/);
     expect(result.out).toMatch(/\n {4}└─ src\n {7}├─ auth {2}\S+-agent-a/);
+    expect(result.out).toMatch(/\nINBOX: 3 pending messages in 2 inboxes, 1 redelivered, 1 dead\n/);
+    expect(result.out).toMatch(/\nSEMAPHORES: 1 with slots\n/);
+    expect(result.out).toMatch(/\nREADY QUEUE: 0 ready, dependencies not tracked, 1 blocked by a gate\n/);
     if (secret !== null) {
       expect(result.out + result.err).not.toContain(secret);
       expect(result.out).toMatch(/:\*\*\*@/);
@@ -155,6 +229,8 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
     expect(explanation.task).toMatchObject({ id: world.gatedTaskId, status: 'ready' });
     expect(explanation.gates).toEqual([expect.objectContaining({ id: world.gateId, status: 'open' })]);
     expect(explanation.reasons[0]).toMatch(new RegExp(`^Gate ${world.gateId} is open: "Release on Friday\\?"`));
+    // Behind its gate it is not "ready for the next dispatch", whatever its status says.
+    expect(explanation.reasons.join('\n')).not.toMatch(/the next dispatch of its run picks it up/);
 
     const dispatched = await runCli(['inspect', 'task', world.dispatchedTaskId, '--db', url], {
       env: { COLUMNS: '300' },
@@ -196,6 +272,77 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
     } finally {
       await lock.release();
     }
+  });
+
+  it('readyQueue reads dependencies where a task_dependencies table exists: blocked until every dependency is done', async () => {
+    // A store of its own: the edges table this test creates (as the lifecycle migration will)
+    // must not change what the other tests see.
+    const deps = await fx.freshStore();
+    const ns = `d${randomBytes(3).toString('hex')}`;
+    const company = await deps.org.createCompany({ id: `${ns}-co`, name: 'Acme' });
+    const task = (id: string, status: 'ready' | 'todo' | 'done' = 'ready') =>
+      deps.tasks.createTask({ id: `${ns}-${id}`, companyId: company.id, title: id, status, requiresFilesystem: false });
+    const [build, test, ship, docs] = [
+      await task('build'),
+      await task('test', 'todo'),
+      await task('ship'),
+      await task('docs'),
+    ];
+    const before = await inspectStore(deps);
+    expect(before.readyQueue.dependenciesTracked).toBe(false);
+    expect(before.readyQueue.ready.items.map((t) => t.id)).toEqual([build.id, ship.id, docs.id]);
+    expect((await explainTask(deps, ship.id)).dependencies).toBeNull();
+
+    await deps.db.schema
+      .createTable('task_dependencies')
+      .ifNotExists()
+      .addColumn('task_id', 'text', (c) => c.notNull())
+      .addColumn('depends_on_id', 'text', (c) => c.notNull())
+      .execute();
+    // ship waits on build (ready) and test (todo); docs on build.
+    await deps.db
+      .insertInto('task_dependencies' as never)
+      .values([
+        { task_id: ship.id, depends_on_id: build.id },
+        { task_id: ship.id, depends_on_id: test.id },
+        { task_id: docs.id, depends_on_id: build.id },
+      ] as never)
+      .execute();
+    const after = (await inspectStore(deps)).readyQueue;
+    expect(after.dependenciesTracked).toBe(true);
+    expect(after.ready.items.map((t) => t.id)).toEqual([build.id]);
+    expect(after.blockedByDependency.total).toBe(2);
+    expect(after.blockedByDependency.items).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({
+          id: ship.id,
+          openDependencies: 2,
+          waitingOn: [
+            { id: build.id, status: 'ready' },
+            { id: test.id, status: 'todo' },
+          ],
+        }),
+        expect.objectContaining({ id: docs.id, openDependencies: 1, waitingOn: [{ id: build.id, status: 'ready' }] }),
+      ]),
+    );
+    const why = await explainTask(deps, ship.id);
+    expect(why.dependencies).toEqual([
+      { id: build.id, status: 'ready' },
+      { id: test.id, status: 'todo' },
+    ]);
+    expect(why.reasons[0]).toBe(`It waits on 2 dependencies not done: ${build.id} (ready), ${test.id} (todo).`);
+
+    // build and test done: ship and docs are ready again, in creation order.
+    for (const t of [build, test])
+      await deps.db.updateTable('tasks').set({ status: 'done' }).where('id', '=', t.id).execute();
+    const done = (await inspectStore(deps)).readyQueue;
+    expect(done.blockedByDependency).toEqual({ total: 0, items: [] });
+    expect(done.ready.items.map((t) => t.id)).toEqual([ship.id, docs.id]);
+
+    // The CLI (a process of its own) detects the table too and prints the section.
+    const text = await runCli(['inspect', '--db', deps.location.url], { env: { COLUMNS: '200' } });
+    expect(text.code, text.err).toBe(0);
+    expect(text.out).toMatch(/\nREADY QUEUE: 2 ready, 0 blocked by a dependency, 0 blocked by a gate\n/);
   });
 
   it('exit codes: 2 for usage errors, 1 with one line for a database behind this code', async () => {

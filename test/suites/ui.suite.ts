@@ -136,7 +136,16 @@ export function defineUiSuite(makeFixture: () => DialectFixture, withSecret: Url
     expect(page.status).toBe(200);
     expect(page.text).toContain('<script type="module" src="app.mjs">');
     const frame = (await http(new URL('api/snapshot', ui.url).href)).json();
-    expect(Object.keys(frame.snapshot)).toEqual(['runs', 'dispatches', 'locks', 'paths', 'ownership', 'inbox']);
+    expect(Object.keys(frame.snapshot)).toEqual([
+      'runs',
+      'dispatches',
+      'locks',
+      'paths',
+      'semaphores',
+      'inbox',
+      'ownership',
+      'readyQueue',
+    ]);
     const refused = await http(new URL('api/actions/release-workspace-lock', ui.url).href, {
       method: 'POST',
       body: { workspaceId: world.workspaceId, token: world.workspaceLockToken },
@@ -237,6 +246,21 @@ export function defineUiSuite(makeFixture: () => DialectFixture, withSecret: Url
       'COORDINATOR_RUN_NOT_RUNNING',
     );
     expect((await action('fail-run', { runId: '' })).status).toBe(400);
+
+    // A dead message requeued: the repository's call and its audit row; a second time it is not dead (404).
+    const requeued = await action('requeue-message', { handle: world.workerInbox, messageId: world.deadMessageId });
+    expect(requeued.status, requeued.text).toBe(200);
+    expect(await store.messages.listDeadMessages(world.workerInbox)).toEqual([]);
+    expect(await readAuditTrail(store, { subjectKind: 'message', subjectId: world.deadMessageId })).toEqual([
+      expect.objectContaining({
+        id: requeued.json().auditId,
+        action: 'operator.requeue-message',
+        detail: expect.objectContaining({ handle: world.workerInbox, lastError: 'compiler crashed' }),
+      }),
+    ]);
+    const again = await action('requeue-message', { handle: world.workerInbox, messageId: world.deadMessageId });
+    expect(again.status).toBe(404);
+    expect(await readAuditTrail(store, { subjectKind: 'message' })).toHaveLength(1);
     expect(await ui.stop()).toBe(0);
   });
 }

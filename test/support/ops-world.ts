@@ -1,7 +1,8 @@
 /**
  * A small world for the operator views (`inspect`, `ui`): one live run with a dispatched task (its
  * task lease, its workspace lock and its dispatch), a task behind an open gate, path leases of two
- * holders, an environment, messages in the run's inbox, and one run whose coordinator went silent
+ * holders, an environment, messages in the run's inbox, a semaphore with two slots, a worker
+ * inbox with a dead and a redelivered message, and one run whose coordinator went silent
  * ten minutes ago (stale). Every id is prefixed with `ns`, so worlds do not collide.
  */
 import type { Store } from '../../src/index.js';
@@ -20,6 +21,12 @@ export interface OpsWorld {
   readonly taskLeaseToken: number;
   readonly workspaceLockToken: number;
   readonly environmentId: string;
+  /** A semaphore with two live slots (held by `${ns}-build-1` and `-2`). */
+  readonly semaphore: string;
+  /** A worker inbox with one dead message and one redelivered (in flight) message. */
+  readonly workerInbox: string;
+  readonly deadMessageId: string;
+  readonly redeliveredMessageId: string;
 }
 
 /** Builds the world on `store`; `openPast(offsetMs)` opens a store on the same database whose clock is `offsetMs` behind. */
@@ -98,6 +105,29 @@ export async function seedOpsWorld(
   });
   for (const kind of ['progress', 'question'])
     await store.messages.sendMessage({ from: terminalHandle, to: run.coordinatorHandle, kind, payload: { ns } });
+  const semaphore = `${ns}-builds`;
+  for (const holder of ['build-1', 'build-2']) {
+    const slot = await store.semaphores.acquire(semaphore, { holder: `${ns}-${holder}`, limit: 3, ttlMs: 600_000 });
+    if (slot.status !== 'acquired') throw new Error('semaphore slot not granted');
+  }
+  // A worker inbox: one message released until it died, one handed out twice and held now.
+  const workerInbox = `${ns}-worker`;
+  const send = (kind: string) =>
+    store.messages.sendMessage({ from: run.coordinatorHandle, to: workerInbox, kind, allowUnknownRecipient: true });
+  const doomed = await send('build');
+  let deadMessageId: string | null = null;
+  for (let i = 0; i < 1_000 && deadMessageId === null; i++) {
+    const [m] = await store.messages.receiveMessages(workerInbox, { limit: 1 });
+    if (!m || m.id !== doomed.id) throw new Error('expected the doomed message');
+    const r = await store.messages.releaseMessages(workerInbox, [m.receipt], { error: 'compiler crashed' });
+    if (r.deadLettered.length > 0) deadMessageId = m.id;
+  }
+  if (deadMessageId === null) throw new Error('the message never died');
+  const retried = await send('deploy');
+  const first = await store.messages.receiveMessages(workerInbox, { limit: 1 });
+  await store.messages.releaseMessages(workerInbox, [first[0]!.receipt]);
+  const second = await store.messages.receiveMessages(workerInbox, { limit: 1, visibilityMs: 600_000 });
+  if (second[0]?.id !== retried.id || second[0].attempt !== 2) throw new Error('expected a redelivery');
   // A coordinator that started ten minutes ago on another target and never heartbeat since.
   const past = await openPast(600_000);
   const stale = await past.runs.startCoordinatorRun({ targetKey: `worktree:${ns}-old`, spec: 'silent' });
@@ -115,5 +145,9 @@ export async function seedOpsWorld(
     taskLeaseToken: result.taskLease.token,
     workspaceLockToken: result.workspaceLock.token,
     environmentId: environment.id,
+    semaphore,
+    workerInbox,
+    deadMessageId,
+    redeliveredMessageId: retried.id,
   };
 }

@@ -52,6 +52,7 @@ function countdown(expiresAt) {
   return h('td', { class: 'left', dataset: { expires: expiresAt } }, left(expiresAt));
 }
 function table(el, header, rows, empty) {
+  for (const row of rows) for (const cell of row.children) if (!cell.title) cell.title = cell.textContent;
   el.replaceChildren(
     h(
       'thead',
@@ -263,11 +264,104 @@ function renderOwnership(ownership) {
 function renderInbox(inbox) {
   table(
     document.getElementById('inbox'),
-    ['handle', 'pending', 'oldest'],
+    ['handle', 'pending', 'in flight', 'redelivered', 'dead', 'oldest'],
     inbox.inboxes.items.map((i) =>
-      h('tr', {}, h('td', {}, i.handle), h('td', {}, String(i.depth)), h('td', {}, `${duration(i.oldestAgeMs)} ago`)),
+      h(
+        'tr',
+        { dataset: { inbox: i.handle } },
+        h('td', {}, i.handle),
+        h('td', {}, String(i.depth)),
+        h('td', {}, String(i.inFlight)),
+        h('td', {}, String(i.redelivered)),
+        h('td', { class: i.dead > 0 ? 'expired' : '' }, String(i.dead)),
+        h('td', {}, i.oldestAgeMs === null ? '-' : `${duration(i.oldestAgeMs)} ago`),
+      ),
     ),
     'no pending messages',
+  );
+  table(
+    document.getElementById('dead'),
+    ['message', 'inbox', 'kind', 'attempts', 'dead since', 'last error', ''],
+    inbox.dead.items.map((m) =>
+      h(
+        'tr',
+        { dataset: { message: m.id } },
+        h('td', {}, m.id),
+        h('td', {}, m.handle),
+        h('td', {}, m.kind),
+        h('td', {}, String(m.attempts)),
+        h('td', {}, `${duration(m.deadAgeMs)} ago`),
+        h('td', {}, m.lastError ?? '-'),
+        h(
+          'td',
+          {},
+          actionButton(
+            'requeue-message',
+            { handle: m.handle, messageId: m.id },
+            'requeue',
+            `Requeue message ${m.id} in ${m.handle}? It is handed out again from attempt 1.`,
+          ),
+        ),
+      ),
+    ),
+    'no dead messages',
+  );
+}
+
+function renderSemaphores(semaphores) {
+  table(
+    document.getElementById('semaphores'),
+    ['name', 'held', 'token', 'holder', 'slot token', 'expires'],
+    semaphores.semaphores.items.flatMap((m) => {
+      const held = `${m.held}${m.limit === null ? '' : ` / ${m.limit}`}${m.expired ? ` (+${m.expired} expired)` : ''}`;
+      const slots = m.slots.length ? m.slots : [null];
+      return slots.map((slot, i) =>
+        h(
+          'tr',
+          slot ? { dataset: { lease: `semaphore:${m.name}:${slot.token}`, expires: slot.expiresAt } } : {},
+          h('td', {}, i === 0 ? m.name : ''),
+          h('td', {}, i === 0 ? held : ''),
+          h('td', {}, i === 0 ? String(m.token) : ''),
+          h('td', {}, slot ? slot.holder : '-'),
+          h('td', { class: 'token' }, slot ? String(slot.token) : '-'),
+          slot ? countdown(slot.expiresAt) : h('td', {}, '-'),
+        ),
+      );
+    }),
+    'no semaphore slots held',
+  );
+}
+
+function renderReadyQueue(q) {
+  document.getElementById('ready-summary').textContent =
+    `${q.ready.total} ready, ` +
+    (q.dependenciesTracked
+      ? `${q.blockedByDependency.total} blocked by a dependency, `
+      : 'dependencies not tracked, ') +
+    `${q.blockedByGate.total} blocked by a gate`;
+  const row = (t, kind, why) =>
+    h(
+      'tr',
+      { dataset: { queued: `${kind}:${t.id}` } },
+      h('td', { class: `q-${kind}` }, kind),
+      h('td', {}, `${t.id} ${t.title}`),
+      h('td', {}, t.status),
+      h('td', {}, duration(t.waitingMs)),
+      h('td', {}, why),
+    );
+  table(
+    document.getElementById('ready-queue'),
+    ['queue', 'task', 'status', 'waiting', 'why'],
+    [
+      ...q.ready.items.map((t) => row(t, 'ready', 'next dispatch takes it')),
+      ...q.blockedByDependency.items.map((t) =>
+        row(t, 'dependency', `waits on ${t.waitingOn.map((d) => `${d.id} (${d.status})`).join(', ')}`),
+      ),
+      ...q.blockedByGate.items.map((t) =>
+        row(t, 'gate', t.gates.map((g) => `gate ${g.id}: ${JSON.stringify(g.question)}`).join(', ')),
+      ),
+    ],
+    'no task waiting',
   );
 }
 
@@ -374,6 +468,8 @@ function render() {
   renderRuns(snap.runs);
   renderLeases(snap.locks);
   renderPaths(snap.paths);
+  renderSemaphores(snap.semaphores);
+  renderReadyQueue(snap.readyQueue);
   renderDispatches(snap.dispatches);
   renderOwnership(snap.ownership);
   renderInbox(snap.inbox);
