@@ -118,8 +118,7 @@ export async function explainTask(
       .selectFrom('dispatch_contexts')
       .select(['id', 'terminal_handle', 'status', 'error', 'coordinator_run_id', 'created_at', 'ended_at'])
       .where('task_id', '=', taskId)
-      .orderBy('created_at')
-      .orderBy('id')
+      .orderBy('seq')
       .execute();
     const taskLease = await readTaskLease(trx, taskId, now);
     const workspaceLocks = await readWorkspaceLocksOf(
@@ -226,16 +225,14 @@ export async function runTimeline(
       .selectFrom('tasks')
       .select(['id', 'title', 'status', 'parent_id', 'created_at', 'updated_at'])
       .where('coordinator_run_id', '=', runId)
-      .orderBy('created_at')
-      .orderBy('id')
+      .orderBy('seq')
       .limit(scope.limit)
       .execute();
     const dispatches = await trx
       .selectFrom('dispatch_contexts')
       .select(['id', 'task_id', 'terminal_handle', 'status', 'created_at', 'ended_at'])
       .where('coordinator_run_id', '=', runId)
-      .orderBy('created_at')
-      .orderBy('id')
+      .orderBy('seq')
       .limit(scope.limit)
       .execute();
     const counts = await taskCountsByRun(trx, [runId]);
