@@ -435,7 +435,7 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
           .where('status', '=', from)
           .returningAll()
           .executeTakeFirstOrThrow();
-        if (to === 'cancelled') await propagateFinish(trx, taskId, 'cancelled', now);
+        if (to === 'cancelled') await propagateFinish(trx, taskId, 'cancelled', now, dialect.supportsSkipLocked);
         return toTask(row);
       });
     },

@@ -37,7 +37,15 @@ export async function work(
     seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648;
     return seed / 2_147_483_648;
   };
-  const host = store.db.withTables<LifecycleHostTables>();
+  // Host writes go through store.transaction, so SQLite's busy writers are waited for like taskfence's own.
+  const hold = (taskId: string, worker: string) =>
+    store.transaction((tx) =>
+      tx.db.withTables<LifecycleHostTables>().insertInto('lc_holding').values({ task_id: taskId, worker }).execute(),
+    );
+  const unhold = (taskId: string) =>
+    store.transaction((tx) =>
+      tx.db.withTables<LifecycleHostTables>().deleteFrom('lc_holding').where('task_id', '=', taskId).execute(),
+    );
   const deadline = Date.now() + 120_000;
   const loop = async (k: number): Promise<LoopReport> => {
     let generation = 0;
@@ -75,7 +83,7 @@ export async function work(
             `task ${d.taskId} dispatched while dependency ${dep.dependsOnId} was ${dep.dependsOnStatus}`,
           );
       try {
-        await host.insertInto('lc_holding').values({ task_id: d.taskId, worker }).execute();
+        await hold(d.taskId, worker);
       } catch {
         report.violations.push(`task ${d.taskId} claimed by ${worker} while another live worker held it`);
         continue;
@@ -83,14 +91,14 @@ export async function work(
       await sleep(Math.floor(random() * 3));
       if (abandon) {
         // This worker "dies": it stops working (its row goes) and never reports.
-        await host.deleteFrom('lc_holding').where('task_id', '=', d.taskId).execute();
+        await unhold(d.taskId);
         abandoned.push(d.lease!);
         report.abandoned++;
         // Its terminal still holds the lapsed dispatch until it is reclaimed: a new worker gets a new terminal.
         terminal = `term-${tools.index}-${k}-${++generation}`;
         continue;
       }
-      await host.deleteFrom('lc_holding').where('task_id', '=', d.taskId).execute();
+      await unhold(d.taskId);
       if (random() < args.failRate) {
         const exit = await store.dispatches.failActiveDispatchOnExit(terminal, { dispatchId: d.id });
         if (!exit) report.violations.push(`exit of ${terminal} found its dispatch ${d.id} already ended`);

@@ -140,6 +140,7 @@ async function failDispatchIn(
   dispatchId: string,
   error: string,
   now: number,
+  rowLocks: boolean,
 ): Promise<Omit<DispatchExitResult, 'escalateTo'> | null> {
   const failed = await trx
     .updateTable('dispatch_contexts')
@@ -163,7 +164,7 @@ async function failDispatchIn(
     .where('id', '=', failed.task_id)
     .executeTakeFirstOrThrow();
   const inFlight = IN_FLIGHT.includes(before.status);
-  const taskStatus = await moveInFlightTask(trx, failed.task_id, tripped ? 'failed' : 'ready', now);
+  const taskStatus = await moveInFlightTask(trx, failed.task_id, tripped ? 'failed' : 'ready', now, rowLocks);
   return { dispatch: toDispatch(failed), failureCount, circuitBreakerTripped: tripped && inFlight, taskStatus };
 }
 
@@ -337,7 +338,14 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       .where('status', '=', 'active')
       .returningAll()
       .executeTakeFirstOrThrow();
-    await moveInFlightTask(trx, ended.task_id, status === 'completed' ? 'done' : 'ready', now, result);
+    await moveInFlightTask(
+      trx,
+      ended.task_id,
+      status === 'completed' ? 'done' : 'ready',
+      now,
+      dialect.supportsSkipLocked,
+      result,
+    );
     const task = await trx.selectFrom('tasks').selectAll().where('id', '=', ended.task_id).executeTakeFirstOrThrow();
     return { dispatch: toDispatch(ended), task: toTask(task) };
   }
@@ -525,7 +533,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
             const at = ctx.clock.now();
             if (row.status !== 'active' || row.lease_expires_at === null || Number(row.lease_expires_at) > at)
               return null;
-            return failDispatchIn(trx, candidate.id, LEASE_EXPIRED, at);
+            return failDispatchIn(trx, candidate.id, LEASE_EXPIRED, at, dialect.supportsSkipLocked);
           });
           if (reclaimed) {
             out.push(reclaimed);
@@ -560,7 +568,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           if (!active) return first;
           if (named !== undefined && active.id !== named && first === null) return null;
           await dialect.lockKey(trx, dispatchTaskLockKey(active.task_id));
-          const failed = await failDispatchIn(trx, active.id, error, ctx.clock.now());
+          const failed = await failDispatchIn(trx, active.id, error, ctx.clock.now(), dialect.supportsSkipLocked);
           if (!failed) continue; // ended meanwhile: look again
           first ??= { ...failed, escalateTo: await escalationFor(trx, await rowOf(trx, failed.dispatch.id)) };
         }

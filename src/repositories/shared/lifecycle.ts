@@ -164,11 +164,30 @@ export async function openDependencies(
  * After `taskId` reached `status` (done, failed or cancelled), in the same transaction: a done
  * task's dependents waiting on it become `ready` when every dependency is done; a failed or
  * cancelled one blocks them with the reason. Only dependents the lifecycle blocked are moved (a
- * task blocked by its caller stays so).
+ * task blocked by its caller stays so). `rowLocks`: the dialect has row locks (PostgreSQL).
  */
-export async function propagateFinish(trx: Trx, taskId: string, status: TaskStatus, now: number): Promise<void> {
+export async function propagateFinish(
+  trx: Trx,
+  taskId: string,
+  status: TaskStatus,
+  now: number,
+  rowLocks: boolean,
+): Promise<void> {
   const tasks = tableIn(trx, 'tasks');
   const deps = tableIn(trx, 'task_dependencies');
+  if (rowLocks) {
+    // Two dependencies of one task finishing at once must not each miss the other's commit (READ
+    // COMMITTED: each UPDATE below reads as of its start). Locking the dependents first queues the
+    // second finisher behind the first, and its UPDATE then sees the first one's done.
+    await trx
+      .selectFrom('tasks')
+      .select('id')
+      .where('id', 'in', trx.selectFrom('task_dependencies').select('task_id').where('depends_on_id', '=', taskId))
+      .where('status', 'in', ['blocked', 'ready'])
+      .orderBy('id')
+      .forUpdate()
+      .execute();
+  }
   const dependents = sql`${tasks}.id in (select task_id from ${deps} where depends_on_id = ${taskId})`;
   const lifecycleBlocked = sql`${tasks}.status = 'blocked' and (${tasks}.blocked_reason like ${WAITING_REASON + '%'} or ${tasks}.blocked_reason like ${FAILED_DEPENDENCY_REASON + '%'})`;
   if (status === 'done') {
@@ -187,13 +206,14 @@ export async function propagateFinish(trx: Trx, taskId: string, status: TaskStat
 
 /**
  * Moves an in-flight task to `to` (with `result` when done) and propagates the finish to its
- * dependents; a task that already left flight is left as it is. Returns its status afterwards.
+ * dependents (`rowLocks`: the dialect has row locks, PostgreSQL); a task that already left flight is left as it is. Returns its status afterwards.
  */
 export async function moveInFlightTask(
   trx: Trx,
   taskId: string,
   to: 'done' | 'failed' | 'ready' | 'cancelled',
   now: number,
+  rowLocks: boolean,
   result?: string | null,
 ): Promise<TaskStatus> {
   const moved = await trx
@@ -209,7 +229,7 @@ export async function moveInFlightTask(
     .returning('status')
     .executeTakeFirst();
   if (moved) {
-    if (to !== 'ready') await propagateFinish(trx, taskId, to, now);
+    if (to !== 'ready') await propagateFinish(trx, taskId, to, now, rowLocks);
     return moved.status;
   }
   const current = await trx.selectFrom('tasks').select('status').where('id', '=', taskId).executeTakeFirstOrThrow();
