@@ -29,6 +29,8 @@ const PURPOSES: Record<string, string> = {
   projects: 'Groups of tasks with an optional primary workspace.',
   tasks:
     'Units of work: status, assignee, run scoping (`coordinator_run_id`, `target_key`), workspace mode, declared write paths.',
+  task_dependencies:
+    'Dependency edges: `task_id` becomes ready only when every `depends_on_id` is done (same run and target, no cycles).',
   task_leases: 'Who works on a task right now: holder, fencing token, expiry.',
   workspace_locks: 'Exclusive workspace lock claims with fencing tokens and expiry (SPEC §4).',
   coordinator_runs: 'Coordinator runs; a partial unique index allows one running run per target (SPEC §3).',

@@ -12,6 +12,7 @@ import type { LeaseFences } from './repositories/shared/fence.js';
 import { fenceTaskLease, fenceWorkspaceLock } from './repositories/locks.js';
 import { fenceCoordinatorRun } from './repositories/shared/running-run.js';
 import { fenceSemaphore } from './repositories/semaphores/index.js';
+import { fenceDispatch } from './repositories/dispatches/index.js';
 
 /**
  * A transaction shared by the host and taskfence: the host's own statements on `db`, taskfence's
@@ -149,6 +150,7 @@ const FENCES: LeaseFences = {
   task_lease: fenceTaskLease,
   coordinator_run: fenceCoordinatorRun,
   semaphore: fenceSemaphore,
+  dispatch: fenceDispatch,
 };
 
 const LOST = new WeakMap<object, Binding>();

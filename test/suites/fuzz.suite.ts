@@ -31,6 +31,7 @@ const DOCUMENTED_CODES = new Set([
   'COORDINATOR_RUN_CONFLICT',
   'COORDINATOR_RUN_NOT_RUNNING',
   'DISPATCH_ALREADY_ACTIVE',
+  'DISPATCH_LEASE_LOST',
   'DISPATCH_NOT_ACTIVE',
   'DISPATCH_RUN_MISMATCH',
   'GATE_ALREADY_RESOLVED',
@@ -49,7 +50,10 @@ const DOCUMENTED_CODES = new Set([
   'SEMAPHORE_LEASE_LOST',
   'SEMAPHORE_TIMEOUT',
   'STALE_WORKSPACE_LOCK',
+  'TASK_DEPENDENCY_REFUSED',
   'TASK_NOT_DISPATCHABLE',
+  'TASK_TRANSITION_REFUSED',
+  'TERMINAL_BUSY',
   'UNKNOWN_RECIPIENT',
   'WORKSPACE_CONFIGURATION',
   'WORKSPACE_UNRESOLVED',
@@ -276,10 +280,18 @@ function cases(p: Pools): FuzzCase[] {
           parentId: id.task,
           workspaceMode: fc.constantFrom('isolated', 'shared', null),
           writes: fc.oneof(fc.constant(null), paths),
+          priority: fc.oneof(fc.integer({ min: -5, max: 5 }), fc.double()),
+          spec: fc.oneof(text, fc.constant({ a: 1 })),
+          dependsOn: fc.array(id.task, { maxLength: 3 }),
         }),
       ),
       (s, a) => s.tasks.createTask(A(a)[0]),
     ),
+    c('tasks.transitionTask', tuple(arg(id.task), input({ from: taskStatus, to: taskStatus, reason: text })), (s, a) =>
+      s.tasks.transitionTask(A(a)[0], A(a)[1]),
+    ),
+    c('tasks.addDependency', tuple(arg(id.task), arg(id.task)), (s, a) => s.tasks.addDependency(A(a)[0], A(a)[1])),
+    c('tasks.listDependencies', tuple(arg(id.task)), (s, a) => s.tasks.listDependencies(A(a)[0])),
     c('tasks.getTask', tuple(arg(id.task)), (s, a) => s.tasks.getTask(A(a)[0])),
     c('tasks.requireTask', tuple(arg(id.task)), (s, a) => s.tasks.requireTask(A(a)[0])),
     c(
@@ -318,11 +330,54 @@ function cases(p: Pools): FuzzCase[] {
     c('dispatches.getActiveDispatchForTerminal', tuple(arg(id.handle)), (s, a) =>
       s.dispatches.getActiveDispatchForTerminal(A(a)[0]),
     ),
-    c('dispatches.failActiveDispatchOnExit', tuple(arg(id.handle), input({ error: text })), (s, a) =>
-      s.dispatches.failActiveDispatchOnExit(A(a)[0], A(a)[1]),
+    c(
+      'dispatches.failActiveDispatchOnExit',
+      tuple(arg(id.handle), input({ error: text, dispatchId: id.dispatch })),
+      (s, a) => s.dispatches.failActiveDispatchOnExit(A(a)[0], A(a)[1]),
     ),
-    c('dispatches.endDispatch', tuple(arg(id.dispatch), arg(dispatchStatus)), (s, a) =>
-      s.dispatches.endDispatch(A(a)[0], A(a)[1]),
+    c(
+      'dispatches.endDispatch',
+      tuple(arg(id.dispatch), arg(dispatchStatus), input({ lease: lease('dispatch', id.dispatch) })),
+      (s, a) => s.dispatches.endDispatch(A(a)[0], A(a)[1], A(a)[2]),
+    ),
+    c(
+      'dispatches.dispatchNext',
+      tuple(
+        input({
+          runId: id.run,
+          terminalHandle: id.handle,
+          agentId: id.agent,
+          filter: input({ assigneeAgentId: id.agent, minPriority: fc.oneof(fc.integer(), fc.double()) }),
+          ttlMs: ttl,
+        }),
+      ),
+      (s, a) => s.dispatches.dispatchNext(A(a)[0]),
+    ),
+    c(
+      'dispatches.dispatchNextBatch',
+      tuple(
+        input({
+          runId: id.run,
+          terminalHandles: fc.array(id.handle, { maxLength: 3 }),
+          agentId: id.agent,
+          limit: fc.integer({ min: -1, max: 4 }),
+          ttlMs: ttl,
+        }),
+      ),
+      (s, a) => s.dispatches.dispatchNextBatch(A(a)[0]),
+    ),
+    c(
+      'dispatches.completeDispatch',
+      tuple(arg(id.dispatch), input({ result: text, lease: lease('dispatch', id.dispatch) })),
+      (s, a) => s.dispatches.completeDispatch(A(a)[0], A(a)[1]),
+    ),
+    c('dispatches.heartbeatDispatch', tuple(lease('dispatch', id.dispatch), input({ ttlMs: ttl })), (s, a) =>
+      s.dispatches.heartbeatDispatch(A(a)[0], A(a)[1]),
+    ),
+    c(
+      'dispatches.reclaimExpiredDispatches',
+      tuple(input({ runId: id.run, limit: fc.integer({ min: -1, max: 5 }) })),
+      (s, a) => s.dispatches.reclaimExpiredDispatches(A(a)[0]),
     ),
     c(
       'dispatches.listDispatches',
