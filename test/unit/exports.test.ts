@@ -73,6 +73,7 @@ const PUBLIC_EXPORTS = [
   'PATH_CONFLICT_REPORT_LIMIT',
   'ParentChangedError',
   'PathClaimRefusedError',
+  'PathLeaseLostError',
   'PathLeaseTimeoutError',
   'ReadOnlyError',
   'ReleaseOutsideWindowError',
