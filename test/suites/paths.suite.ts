@@ -428,6 +428,54 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       ).rejects.toBeInstanceOf(InvalidArgumentError);
     });
 
+    it('one exclusion rule: the workspace lock blocks tryAcquirePaths and claimTask, and path leases block the lock and dispatchRun', async () => {
+      const ws = await workspace();
+      const lock = await store.locks.claimWorkspaceLock(ws, { holder: 'run-1', runId: 'run-1' });
+      if (lock.status !== 'acquired') throw new Error('free workspace');
+      const blockedPaths = await store.paths.tryAcquirePaths(req(ws, 'h1', ['src/a.ts']));
+      expect(blockedPaths).toMatchObject({
+        status: 'busy',
+        heldBy: {
+          holder: 'run-1',
+          conflicts: [{ key: '', holder: 'run-1', kind: 'workspace_lock', token: lock.lease.token }],
+        },
+      });
+      const job = await task(ws, ['docs']);
+      expect(await store.paths.claimTask(job.id, 'h1')).toMatchObject({ status: 'busy', heldBy: { holder: 'run-1' } });
+      expect((await store.tasks.requireTask(job.id)).status).toBe('todo');
+      await store.locks.releaseWorkspaceLock(lock.lease);
+
+      const claim = await store.paths.claimTask(job.id, 'h1');
+      if (claim.status !== 'acquired') throw new Error('the lock was released');
+      expect(await store.locks.claimWorkspaceLock(ws, { holder: 'run-2', runId: 'run-2' })).toMatchObject({
+        status: 'busy',
+        heldBy: { holder: 'h1', runId: null, pathKey: 'docs', token: claim.lease.token },
+      });
+      const agent = await store.org.createAgent({ companyId, name: 'dev', role: 'engineer', workspaceId: ws });
+      const coding = await store.tasks.createTask({
+        companyId,
+        title: 'whole-workspace run',
+        assigneeAgentId: agent.id,
+        requiresFilesystem: true,
+      });
+      const dispatch = await store.scheduler.dispatchRun({
+        taskId: coding.id,
+        agentId: agent.id,
+        runId: 'run-3',
+        mode: 'heartbeat',
+      });
+      expect(dispatch).toMatchObject({ outcome: 'cancelled', reason: 'workspace_busy', heldBy: { pathKey: 'docs' } });
+      expect(await store.locks.getTaskLease(coding.id)).toBeNull(); // given back
+      await store.paths.submitTaskResult(job.id, claim.lease, { status: 'done' });
+      const retry = await store.scheduler.dispatchRun({
+        taskId: coding.id,
+        agentId: agent.id,
+        runId: 'run-4',
+        mode: 'heartbeat',
+      });
+      expect(retry).toMatchObject({ outcome: 'dispatched', lockMode: 'exclusive' });
+    });
+
     it('refuses a submission from another holder, a finished task, a task without workspace, and bad stored paths', async () => {
       const ws = await workspace();
       const t = await task(ws, ['a']);
@@ -610,6 +658,31 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       expect(report.parallelDisjoint, context).toBeGreaterThan(0);
       expect(await parent.paths.listPathLeases({ workspaceId: ws })).toEqual([]);
     });
+
+    it('one workspace, one exclusion rule: 4 lock holders and 4 path holders never hold at once', async () => {
+      const ws = await workspace(parent, raceCompany);
+      const seed = Date.now() % 100_000;
+      const events: RaceEvent[] = [];
+      for (let wave = 0; wave < 2; wave++) {
+        const outcomes = await contenders.race('mixedRounds', () => ({
+          workspaceId: ws,
+          rounds: 25,
+          seed: seed + wave,
+          ttlMs: LONG_TTL,
+          holdMaxMs: 8,
+        }));
+        for (const o of outcomes) events.push(...ok(o));
+      }
+      const report = checkHistory(events);
+      const holds = events.filter((e) => e.type === 'grant');
+      const locks = holds.filter((e) => e.via === 'lock').length;
+      const context = `seed ${seed}: ${locks} lock grants, ${holds.length - locks} path grants, ${report.refusals} refusals`;
+      expect(report.violations, context).toEqual([]);
+      expect(report.bogusConflicts, context).toEqual([]);
+      expect(locks, context).toBeGreaterThan(0);
+      expect(holds.length - locks, context).toBeGreaterThan(0);
+      expect(report.parallelDisjoint, context).toBeGreaterThan(0); // path holders still run in parallel
+    }, 120_000);
 
     it('a blocked acquirePaths holds nothing while it waits and takes the whole set once the blocker releases', async () => {
       const ws = await workspace(parent, raceCompany);

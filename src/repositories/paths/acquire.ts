@@ -10,6 +10,7 @@ import { decodePathLeaseKey, encodePathLeaseKey } from '../../domain/write-paths
 import type { Database, PathLeaseRow } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
 import { pathsLockKey } from '../shared/lock-keys.js';
+import { liveWorkspaceLock } from '../shared/workspace-exclusion.js';
 import {
   chunked,
   conflictParams,
@@ -109,7 +110,11 @@ export async function acquireKeys(
   await lockTokenRow(ctx, trx, workspaceId);
   // Read the clock only once the workspace is serialized, so lease times follow commit order.
   const now = ctx.clock.now();
+  // One exclusion rule per workspace: a live workspace lock is the whole-workspace key, so it
+  // blocks every path claim there (and `claimWorkspaceLock` takes this key and checks the leases).
+  const lock = await liveWorkspaceLock(trx, workspaceId, now);
   const conflicts = keys.length === 0 ? [] : await findConflicts(trx, workspaceId, keys, now);
+  if (lock) conflicts.unshift(lock);
   if (conflicts.length > 0) {
     const first = conflicts[0]!;
     return {

@@ -52,8 +52,10 @@ export interface PathLeaseConflict {
   readonly key: string;
   readonly holder: string;
   readonly expiresAt: number;
-  /** The blocking grant's token (null for a lease written before schema 0095). */
+  /** The blocking grant's token (null for a lease written before schema 0095); a workspace lock's token. */
   readonly token: number | null;
+  /** Set when the blocker is the workspace's exclusive lock (`claimWorkspaceLock`): it holds the whole workspace (`key` `""`). */
+  readonly kind?: 'workspace_lock';
 }
 
 /** Who blocks a path claim: the first conflict's holder and expiry, and every conflict found (at most `PATH_CONFLICT_REPORT_LIMIT`). */
