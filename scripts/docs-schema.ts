@@ -45,6 +45,8 @@ const PURPOSES: Record<string, string> = {
   cleanup_snapshots:
     'Durable cleanup inventory (resource, owner task, generation) so teardown resumes after a restart.',
   path_leases: 'Path-scoped write leases; `lease_key` compares bytewise (SPEC §5).',
+  path_lease_tokens: 'The latest path-lease fencing token granted in each workspace (0095); never reset.',
+  path_lease_claims: 'The current `claimTask` grant of each task (0095): a later claim supersedes it.',
   semaphores: 'Counting semaphores: the latest fencing token granted per name (issue 21).',
   semaphore_holders: 'One row per granted semaphore slot; it counts against the limit while unexpired.',
   idempotency_keys:

@@ -24,6 +24,8 @@ export interface Database {
   task_cleanup_admissions: TaskCleanupAdmissionsTable;
   cleanup_snapshots: CleanupSnapshotsTable;
   path_leases: PathLeasesTable;
+  path_lease_tokens: PathLeaseTokensTable;
+  path_lease_claims: PathLeaseClaimsTable;
   audit_events: AuditEventsTable;
   semaphores: SemaphoresTable;
   semaphore_holders: SemaphoreHoldersTable;
@@ -294,6 +296,24 @@ export interface PathLeasesTable {
   task_id: string | null;
   acquired_at: EpochMs;
   expires_at: EpochMs;
+  /** 0095: the grant (fencing token) this row belongs to; null on rows written before 0095. */
+  token: number | null;
+}
+
+/** 0095: the latest path-lease token granted in a workspace (never reset, never reused). */
+export interface PathLeaseTokensTable {
+  workspace_id: string;
+  token: number;
+  updated_at: EpochMs;
+}
+
+/** 0095: the latest `claimTask` grant of a task. */
+export interface PathLeaseClaimsTable {
+  task_id: string;
+  workspace_id: string;
+  holder: string;
+  token: number;
+  claimed_at: EpochMs;
 }
 
 /** 0080: the audit trail, one row per recorded act, written in the act's own transaction. */

@@ -43,6 +43,7 @@ const DOCUMENTED_CODES = new Set([
   'OWNERSHIP_CHANGED',
   'PARENT_CHANGED',
   'PATH_CLAIM_REFUSED',
+  'PATH_LEASE_LOST',
   'PATH_LEASE_TIMEOUT',
   'RESOLUTION_ALREADY_CONSUMED',
   'STALE_OWNERSHIP',
@@ -225,6 +226,20 @@ function cases(p: Pools): FuzzCase[] {
       expiresAt: fc.integer(),
       limit: fc.integer({ min: 1, max: 4 }),
     });
+  /** A path-lease grant as a claim returns it, with its keys and task. */
+  const pathLease = input({
+    kind: fc.oneof(
+      { weight: 4, arbitrary: fc.constant('path_lease') },
+      { weight: 1, arbitrary: fc.constant('semaphore') },
+    ),
+    resource: id.workspace,
+    workspaceId: id.workspace,
+    holder: id.handle,
+    token,
+    expiresAt: fc.integer(),
+    keys: fc.oneof(fc.constant([]), fc.constant(['src']), paths),
+    taskId: fc.oneof(fc.constant(null), id.task),
+  });
   const c = (
     name: string,
     args: fc.Arbitrary<unknown[]>,
@@ -555,6 +570,15 @@ function cases(p: Pools): FuzzCase[] {
     ),
     c('paths.renewPaths', tuple(input({ workspaceId: id.workspace, holder: id.handle, paths, ttlMs: ttl })), (s, a) =>
       s.paths.renewPaths(A(a)[0]),
+    ),
+    c('paths.releasePaths (lease)', tuple(pathLease), (s, a) => s.paths.releasePaths(A(a)[0])),
+    c('paths.renewPaths (lease)', tuple(pathLease, input({ ttlMs: ttl })), (s, a) =>
+      s.paths.renewPaths(A(a)[0], A(a)[1]),
+    ),
+    c(
+      'paths.submitTaskResult (lease)',
+      tuple(arg(id.task), pathLease, input({ status: fc.constantFrom('done', 'failed') })),
+      (s, a) => s.paths.submitTaskResult(A(a)[0], A(a)[1], A(a)[2]),
     ),
     c('paths.listPathLeases', tuple(input({ workspaceId: id.workspace, holder: id.handle })), (s, a) =>
       s.paths.listPathLeases(A(a)[0]),

@@ -78,6 +78,7 @@ const PUBLIC_EXPORTS = [
   'PATH_CONFLICT_REPORT_LIMIT',
   'ParentChangedError',
   'PathClaimRefusedError',
+  'PathLeaseLostError',
   'PathLeaseTimeoutError',
   'ReadOnlyError',
   'ReleaseOutsideWindowError',
