@@ -206,10 +206,10 @@ export const OPS: OpPair[] = [
       // The same statement taskfence runs: PostgreSQL claims with SKIP LOCKED, SQLite's writers are serialized.
       const deliver =
         raw.kind === 'postgres'
-          ? `with "next" as materialized (select "id" from "messages" where "to_handle" = $1 and "status" = $2 order by "created_at", "id" limit $3 for update skip locked) update "messages" set "status" = $4, "delivered_at" = $5 where "id" in (select "next"."id" from "next") and "status" = $6 returning *`
+          ? `with "next" as materialized (select "id" from "messages" where "to_handle" = $1 and "status" = $2 order by "seq" limit $3 for update skip locked) update "messages" set "status" = $4, "delivered_at" = $5 where "id" in (select "next"."id" from "next") and "status" = $6 returning *`
           : placeholders(
               raw.kind,
-              `update "messages" set "status" = ?, "delivered_at" = ? where "id" in (select "m"."id" from "messages" as "m" where "m"."to_handle" = ? and "m"."status" = ? order by "m"."created_at", "m"."id" limit ?) and "status" = ? returning *`,
+              `update "messages" set "status" = ?, "delivered_at" = ? where "id" in (select "m"."id" from "messages" as "m" where "m"."to_handle" = ? and "m"."status" = ? order by "m"."seq" limit ?) and "status" = ? returning *`,
             );
       return async () => {
         const params =
@@ -220,6 +220,41 @@ export const OPS: OpPair[] = [
         const rows = results.at(-1)! as { payload: string }[];
         if (rows.length !== 1) throw new Error('inbox empty');
         return rows.map((r) => JSON.parse(r.payload));
+      };
+    },
+  },
+  {
+    name: 'receiveMessages → ackMessages (1 message)',
+    taskfence: (store, fx) => async () => {
+      const [m] = await store.messages.receiveMessages(fx.inbox, { limit: 1, visibilityMs: 60_000 });
+      if (!m) throw new Error('inbox empty');
+      const { acked } = await store.messages.ackMessages(fx.inbox, [m.receipt]);
+      if (acked.length !== 1) throw new Error('ack refused');
+    },
+    raw: (raw, fx) => {
+      // The floor of leased delivery, as a hand-written queue does it (pgmq's read + delete):
+      // lease the oldest visible row (SKIP LOCKED on PostgreSQL), then ack it by its receipt.
+      const visible = `"to_handle" = ? and "status" = 'pending' and "dead_at" is null and ("visible_at" is null or "visible_at" <= ?)`;
+      const receive = placeholders(
+        raw.kind,
+        raw.kind === 'postgres'
+          ? `with "next" as materialized (select "id" from "messages" where ${visible} order by "seq" limit 1 for update skip locked) update "messages" set "attempts" = "attempts" + 1, "visible_at" = ?, "receipt" = ? where "id" in (select "id" from "next") returning *`
+          : `update "messages" set "attempts" = "attempts" + 1, "visible_at" = ?, "receipt" = ? where "id" in (select "id" from "messages" where ${visible} order by "seq" limit 1) returning *`,
+      );
+      const ack = placeholders(
+        raw.kind,
+        `update "messages" set "status" = 'delivered', "delivered_at" = ?, "visible_at" = null where "id" = ? and "receipt" = ? returning "id"`,
+      );
+      return async () => {
+        const now = Date.now();
+        const receipt = randomUUID();
+        const params =
+          raw.kind === 'postgres' ? [fx.inbox, now, now + 60_000, receipt] : [now + 60_000, receipt, fx.inbox, now];
+        const [rows] = await raw.tx([[receive, params]]);
+        const m = (rows as { id: string }[])[0];
+        if (!m) throw new Error('inbox empty');
+        const [acked] = await raw.tx([[ack, [Date.now(), m.id, receipt]]]);
+        if ((acked as unknown[]).length !== 1) throw new Error('ack refused');
       };
     },
   },

@@ -22,7 +22,8 @@ export async function benchOverhead(
   options: { iterations: number; runs: number },
 ): Promise<OverheadRow[]> {
   const rows: OverheadRow[] = [];
-  const messages = options.runs * Math.ceil(options.iterations * 1.1) + 100;
+  // Two ops consume one message per iteration (deliver, and receive → ack).
+  const messages = 2 * (options.runs * Math.ceil(options.iterations * 1.1) + 100);
   for (const dialect of ['sqlite', 'postgres'] as const) {
     const tfUrl = dialect === 'sqlite' ? `sqlite:${dbs.sqliteFile()}` : await dbs.postgresUrl();
     const rawFile = dialect === 'sqlite' ? dbs.sqliteFile() : null;

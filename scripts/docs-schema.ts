@@ -29,6 +29,8 @@ const PURPOSES: Record<string, string> = {
   projects: 'Groups of tasks with an optional primary workspace.',
   tasks:
     'Units of work: status, assignee, run scoping (`coordinator_run_id`, `target_key`), workspace mode, declared write paths.',
+  task_dependencies:
+    'Dependency edges: `task_id` becomes ready only when every `depends_on_id` is done (same run and target, no cycles).',
   task_leases: 'Who works on a task right now: holder, fencing token, expiry.',
   workspace_locks: 'Exclusive workspace lock claims with fencing tokens and expiry (SPEC §4).',
   coordinator_runs: 'Coordinator runs; a partial unique index allows one running run per target (SPEC §3).',
@@ -43,6 +45,8 @@ const PURPOSES: Record<string, string> = {
   cleanup_snapshots:
     'Durable cleanup inventory (resource, owner task, generation) so teardown resumes after a restart.',
   path_leases: 'Path-scoped write leases; `lease_key` compares bytewise (SPEC §5).',
+  path_lease_tokens: 'The latest path-lease fencing token granted in each workspace (0095); never reset.',
+  path_lease_claims: 'The current `claimTask` grant of each task (0095): a later claim supersedes it.',
   semaphores: 'Counting semaphores: the latest fencing token granted per name (issue 21).',
   semaphore_holders: 'One row per granted semaphore slot; it counts against the limit while unexpired.',
   idempotency_keys:

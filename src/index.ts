@@ -165,7 +165,24 @@ export {
 // Org and tasks.
 export type { Task, Project, WorkspaceRecord } from './repositories/shared/records.js';
 export type { Agent, Company, OrgRepository } from './repositories/org.js';
-export type { CreateTaskInput, ListTasksFilter, TaskRepository } from './repositories/tasks.js';
+export {
+  MAX_DEPENDENCIES,
+  TaskDependencyRefusedError,
+  type CreateTaskInput,
+  type DependencyRefusal,
+  type ListTasksFilter,
+  type TaskDependency,
+  type TaskRepository,
+  type TransitionTaskInput,
+} from './repositories/tasks.js';
+// The work lifecycle (issue 22): the state machine as data.
+export {
+  DISPATCH_TRANSITIONS,
+  TASK_TRANSITIONS,
+  TaskTransitionRefusedError,
+  type TaskTransitionRefusal,
+  type Transition,
+} from './repositories/shared/lifecycle.js';
 export { FILESYSTEM_ROLE_PATTERN, roleImpliesFilesystem } from './domain/filesystem-roles.js';
 
 // Run scoping (SPEC §3): runs, dispatches, gates, messages, orchestration targets.
@@ -190,6 +207,16 @@ export {
   DispatchAlreadyActiveError,
   DispatchRunMismatchError,
   DispatchNotActiveError,
+  DEFAULT_DISPATCH_LEASE_TTL_MS,
+  DispatchLeaseLostError,
+  LEASE_EXPIRED,
+  TerminalBusyError,
+  type CompletedDispatch,
+  type DispatchNextBatchInput,
+  type DispatchNextFilter,
+  type DispatchNextInput,
+  type DispatchReportOptions,
+  type ReclaimedDispatch,
   type Dispatch,
   type CreateDispatchInput,
   type ListDispatchesFilter,
@@ -304,7 +331,12 @@ export {
   PATH_CONFLICT_REPORT_LIMIT,
   PathLeaseTimeoutError,
   PathClaimRefusedError,
+  PathLeaseLostError,
   type PathLease,
+  type PathLeaseGrant,
+  type PathLeaseHolderInfo,
+  type AcquiredPaths,
+  type RenewPathLeaseOptions,
   type PathLeaseConflict,
   type AcquirePathsInput,
   type TryAcquirePathsResult,

@@ -12,6 +12,8 @@ import type { LeaseFences } from './repositories/shared/fence.js';
 import { fenceTaskLease, fenceWorkspaceLock } from './repositories/locks.js';
 import { fenceCoordinatorRun } from './repositories/shared/running-run.js';
 import { fenceSemaphore } from './repositories/semaphores/index.js';
+import { fenceDispatch } from './repositories/dispatches/index.js';
+import { fencePathLease, requirePathGrant } from './repositories/paths/grants.js';
 
 /**
  * A transaction shared by the host and taskfence: the host's own statements on `db`, taskfence's
@@ -149,6 +151,8 @@ const FENCES: LeaseFences = {
   task_lease: fenceTaskLease,
   coordinator_run: fenceCoordinatorRun,
   semaphore: fenceSemaphore,
+  dispatch: fenceDispatch,
+  path_lease: fencePathLease,
 };
 
 const LOST = new WeakMap<object, Binding>();
@@ -206,9 +210,11 @@ export function bindTransaction(
       const fence = FENCES[requireLeaseKind(lease)];
       if (!fence)
         throw new InvalidArgumentError('lease.kind', `'${lease.kind}' leases cannot be asserted in a transaction yet`);
+      // A path-lease grant also carries its keys and task (what a dynamic claim's fence reads).
+      const checked = lease.kind === 'path_lease' ? requirePathGrant(lease) : requireLease(lease.kind, lease);
       return binding.run(async (t) => {
         try {
-          await fence(context, t, requireLease(lease.kind, lease));
+          await fence(context, t, checked);
         } catch (error) {
           if (error instanceof LeaseLostError) binding.lost = error;
           throw error;

@@ -126,8 +126,7 @@ export async function explainTask(
       .selectFrom('dispatch_contexts')
       .select(['id', 'terminal_handle', 'status', 'error', 'coordinator_run_id', 'created_at', 'ended_at'])
       .where('task_id', '=', taskId)
-      .orderBy('created_at')
-      .orderBy('id')
+      .orderBy('seq')
       .execute();
     const dependencies = (await dependenciesTracked(trx, source.dialect, source.dialect.kind))
       ? await readDependenciesOf(trx, taskId)
@@ -238,16 +237,14 @@ export async function runTimeline(
       .selectFrom('tasks')
       .select(['id', 'title', 'status', 'parent_id', 'created_at', 'updated_at'])
       .where('coordinator_run_id', '=', runId)
-      .orderBy('created_at')
-      .orderBy('id')
+      .orderBy('seq')
       .limit(scope.limit)
       .execute();
     const dispatches = await trx
       .selectFrom('dispatch_contexts')
       .select(['id', 'task_id', 'terminal_handle', 'status', 'created_at', 'ended_at'])
       .where('coordinator_run_id', '=', runId)
-      .orderBy('created_at')
-      .orderBy('id')
+      .orderBy('seq')
       .limit(scope.limit)
       .execute();
     const counts = await taskCountsByRun(trx, [runId]);

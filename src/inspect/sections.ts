@@ -594,12 +594,13 @@ export async function readSemaphores(trx: Trx, scope: SectionScope): Promise<Sem
 }
 
 /**
- * The dependency edges of the lifecycle work (issue 22): a migration on another branch adds
- * `task_dependencies (task_id, depends_on_id)` and the `blocked` status. This code reads the
- * table only where it exists, so it runs on databases with and without it: whether it exists is
+ * The dependency edges of the lifecycle work (issue 22): migration 0090 adds
+ * `task_dependencies (task_id, depends_on_id)` and the `blocked` status. This code was written
+ * before 0090 was merged and reads the table only where it exists: whether it exists is
  * detected once per store (a table, once there, stays: a positive answer is kept; a negative one
  * is asked again at the next snapshot, one catalog query, so a store migrated while a dashboard
- * runs starts showing dependencies). Without the table nothing is blocked by a dependency.
+ * runs starts showing dependencies). Without the table nothing is blocked by a dependency. Since
+ * inspect requires the latest schema, the table is always there now; the check can go.
  */
 interface TaskDependenciesTable {
   task_id: string;
@@ -705,10 +706,11 @@ export async function readReadyQueue(trx: Trx, scope: SectionScope, tracked: boo
     .where('t.status', '=', 'ready')
     .where((eb) => eb.not(openGate(eb)))
     .$if(tracked, (qb) => qb.where((eb) => eb.not(openDependency(eb))));
+  // The order dispatchNext takes them in: highest priority first, then oldest (seq).
   const readyRows = await ready
     .select(TASK_COLUMNS)
-    .orderBy('t.created_at')
-    .orderBy('t.id')
+    .orderBy('t.priority', 'desc')
+    .orderBy('t.seq')
     .limit(scope.limit)
     .execute();
 

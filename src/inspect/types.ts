@@ -291,7 +291,7 @@ export interface ReadyQueueSection extends SectionStamp {
    * not, `blockedByDependency` is empty because nothing can block a task that way.
    */
   readonly dependenciesTracked: boolean;
-  /** Status `ready`, no open gate, every dependency done: oldest first. */
+  /** Status `ready`, no open gate, every dependency done: in `dispatchNext` order (highest priority, then oldest). */
   readonly ready: Capped<QueuedTaskView>;
   /** Not finished and not in flight, with a dependency that is not done: longest waiting first. */
   readonly blockedByDependency: Capped<DependencyBlockedTaskView>;

@@ -12,6 +12,8 @@ import { migration0070 } from './0070_message_delivery.js';
 import { migration0071 } from './0071_idempotency_keys.js';
 import { migration0072 } from './0072_gate_consumption.js';
 import { migration0080 } from './0080_audit_events.js';
+import { migration0090 } from './0090_work_lifecycle.js';
+import { migration0095 } from './0095_path_lease_tokens.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -30,6 +32,8 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0071,
   migration0072,
   migration0080,
+  migration0090,
+  migration0095,
 ]);
 
 /** The schema version this code expects. */

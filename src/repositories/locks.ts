@@ -14,6 +14,8 @@ import { requireCounter, requireId, requireInput, requirePositiveMs } from './va
 import { lostReason, requireLease, type LeaseLostError } from './shared/lease.js';
 import { isLiveGrant, readLeaseRowLocked, type LeaseFence } from './shared/fence.js';
 import { tableIn } from '../query/schema.js';
+import { anyLivePathLease } from './shared/workspace-exclusion.js';
+import { pathsLockKey } from './shared/lock-keys.js';
 import {
   DEFAULT_TASK_LEASE_TTL_MS,
   DEFAULT_WORKSPACE_LOCK_TTL_MS,
@@ -283,8 +285,23 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       const ttlMs = input.ttlMs === undefined ? DEFAULT_WORKSPACE_LOCK_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
       return mapMissing('workspace', workspaceId, () =>
         dialect.writeTransaction(async (trx): Promise<WorkspaceLockClaim> => {
+          // One exclusion rule per workspace: the lock is the whole-workspace path key, so it is
+          // claimed under the workspace's paths key (lock-keys.ts, level 7) and a live path lease blocks it.
+          await dialect.lockKey(trx, pathsLockKey(workspaceId));
           const now = ctx.clock.now();
           const expiresAt = now + ttlMs;
+          const path = await anyLivePathLease(trx, workspaceId, now);
+          if (path)
+            return {
+              status: 'busy',
+              heldBy: {
+                holder: path.holder,
+                runId: null,
+                token: path.token ?? 0,
+                expiresAt: path.expiresAt,
+                pathKey: path.key,
+              },
+            };
           const row = await CLAIM_WORKSPACE_LOCK.first(trx, { workspaceId, holder, runId, now, expiresAt });
           if (row) {
             const lease = Object.freeze({

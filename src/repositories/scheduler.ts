@@ -14,7 +14,9 @@ import {
   type WorkspaceResolution,
   type WorkspaceSource,
 } from '../domain/lock-mode.js';
+import type { TaskStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
+import { TaskNotDispatchableError } from './shared/lifecycle.js';
 import {
   DEFAULT_TASK_LEASE_TTL_MS,
   StaleTaskLeaseError,
@@ -29,6 +31,9 @@ import { optionalId, requireBoolean, requireId, requireInput, requirePositiveMs 
 
 /** Lease and lock lifetime of a dispatched run unless the caller says otherwise (renew at about a third of it). */
 export const DEFAULT_DISPATCH_TTL_MS = DEFAULT_TASK_LEASE_TTL_MS;
+
+/** Statuses `dispatchRun` refuses: the task waits for something, or it is over. */
+const NOT_RUNNABLE: readonly TaskStatus[] = ['blocked', 'done', 'failed', 'cancelled'];
 
 /** `heartbeat`: a failed resolution is a skipped beat. `task-runner`: it is an error the UI shows. */
 export type DispatchMode = 'heartbeat' | 'task-runner';
@@ -171,8 +176,10 @@ export function createSchedulerRepository(ctx: StoreContext, locks: LockReposito
       // Refusals come before the first write: a missing agent or task must not bump the task lease's token.
       if (!(await db.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst()))
         throw new NotFoundError('agent', agentId);
-      if (!(await db.selectFrom('tasks').select('id').where('id', '=', taskId).executeTakeFirst()))
-        throw new NotFoundError('task', taskId);
+      const taskStatus = await db.selectFrom('tasks').select('status').where('id', '=', taskId).executeTakeFirst();
+      if (!taskStatus) throw new NotFoundError('task', taskId);
+      // A blocked or finished task is not runnable (issue 22): refused before the lease is taken.
+      if (NOT_RUNNABLE.includes(taskStatus.status)) throw new TaskNotDispatchableError(taskId, taskStatus.status);
 
       const lease = await locks.claimTaskLease(taskId, { holder: runId, ttlMs });
       if (lease.status === 'busy') return { outcome: 'skipped', reason: 'task_leased', heldBy: lease.heldBy };

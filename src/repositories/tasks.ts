@@ -1,9 +1,25 @@
-import { InvalidArgumentError, NotFoundError } from '../errors.js';
-import { TASK_STATUSES, type TaskRow, type TaskStatus, type WorkspaceMode } from '../schema/database.js';
+import { sql, type Transaction } from 'kysely';
+import { tableIn } from '../query/schema.js';
+import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
+import {
+  TASK_STATUSES,
+  type Database,
+  type NewTaskRow,
+  type TaskStatus,
+  type WorkspaceMode,
+} from '../schema/database.js';
 import { normalizeWritePath } from '../domain/write-paths.js';
 import { lockBarriers, refuseIfAdmitted } from './shared/barrier.js';
 import { activeGroupOf } from './shared/groups.js';
-import { runTargetLockKey } from './shared/lock-keys.js';
+import {
+  callerMayTransition,
+  failedDependencyReason,
+  openDependencies,
+  propagateFinish,
+  TaskTransitionRefusedError,
+  waitingReason,
+} from './shared/lifecycle.js';
+import { dispatchTaskLockKey, runTargetLockKey } from './shared/lock-keys.js';
 import { toTask, type Task } from './shared/records.js';
 import { findRunningRun } from './shared/running-run.js';
 import type { StoreContext } from './context.js';
@@ -18,6 +34,7 @@ import {
   requireBoolean,
   requireId,
   requireInput,
+  requireJson,
   requireOneOf,
   requirePathList,
   requireText,
@@ -43,7 +60,55 @@ export interface CreateTaskInput {
   readonly workspaceMode?: WorkspaceMode | null;
   /** Paths the task writes; omitted/null = the whole workspace, [] = dynamic. */
   readonly writes?: readonly string[] | null;
+  /** Higher is taken first by `dispatchNext`; an integer, default 0. */
+  readonly priority?: number;
+  /** A JSON payload describing the work (validated like a message payload). */
+  readonly spec?: unknown;
+  /**
+   * Tasks this one waits for (same run and target). While any is not `done` the task is stored
+   * `blocked` (reason: its dependencies), even when `status` says `ready`.
+   */
+  readonly dependsOn?: readonly string[];
 }
+
+/** `tasks.transitionTask`: the status the caller believes is current, and the one it wants. */
+export interface TransitionTaskInput {
+  readonly from: TaskStatus;
+  readonly to: TaskStatus;
+  /** Stored as `blockedReason` when `to` is `blocked` (default: "blocked by caller"). */
+  readonly reason?: string | null;
+}
+
+/** One dependency edge: `taskId` waits for `dependsOnId` to be done. */
+export interface TaskDependency {
+  readonly taskId: string;
+  readonly dependsOnId: string;
+  /** The dependency's status now. */
+  readonly dependsOnStatus: TaskStatus;
+  readonly createdAt: number;
+}
+
+/** Why a dependency edge was refused. */
+export type DependencyRefusal = 'self' | 'cycle' | 'cross_run' | 'cross_target' | 'task_started';
+
+/** A dependency edge was refused (a cycle, a task of another run or target, or a task already started); nothing changed. */
+export class TaskDependencyRefusedError extends TaskfenceError {
+  readonly code = 'TASK_DEPENDENCY_REFUSED';
+  constructor(
+    readonly taskId: string,
+    readonly dependsOnId: string,
+    readonly refusal: DependencyRefusal,
+    detail: string,
+  ) {
+    super(
+      `Task ${taskId} cannot depend on task ${dependsOnId}: ${detail}. ` +
+        'Dependencies form a DAG inside one run and target, added before the task starts.',
+    );
+  }
+}
+
+/** Most dependencies one call adds. */
+export const MAX_DEPENDENCIES = 1_000;
 
 export interface ListTasksFilter {
   /** Only tasks of this coordinator run. */
@@ -64,8 +129,25 @@ export interface TaskRepository {
   getTask(id: string): Promise<Task | null>;
   /** Like `getTask`, but a missing task is a `NotFoundError`. */
   requireTask(id: string): Promise<Task>;
-  /** Tasks matching the filter, oldest first. */
+  /** Tasks matching the filter, oldest first (by `seq`, the insertion order). */
   listTasks(filter?: ListTasksFilter): Promise<Task[]>;
+  /**
+   * Moves a task from `from` to `to` if `TASK_TRANSITIONS` lets the caller (README "The work
+   * lifecycle") and the task is still `from`; otherwise `TaskTransitionRefusedError` and nothing
+   * changes. Cancel (`to: 'cancelled'`) ends an in-flight task's active dispatch as cancelled and
+   * blocks its dependents; retry is `failed`/`cancelled` → `ready`. A task becomes `ready` only
+   * when its dependencies are all done.
+   */
+  transitionTask(taskId: string, input: TransitionTaskInput): Promise<Task>;
+  /**
+   * Adds the edge "`taskId` waits for `dependsOnId`", atomically with its checks (serialized per
+   * target): a self edge, a cycle, a task of another run or target, or a task that already
+   * started is refused with `TaskDependencyRefusedError`. A `ready` task with a dependency not
+   * done becomes `blocked`. Adding an existing edge changes nothing.
+   */
+  addDependency(taskId: string, dependsOnId: string): Promise<Task>;
+  /** The dependencies of a task, oldest first, with their current statuses. */
+  listDependencies(taskId: string): Promise<TaskDependency[]>;
 }
 
 /** Checks `writes` and stores canonical paths; a bad path is an `InvalidWritePathError` at creation, not at claim. */
@@ -97,6 +179,63 @@ function checkCreateTaskInput(input: CreateTaskInput): void {
   if (input.workspaceMode !== undefined && input.workspaceMode !== null)
     requireOneOf('workspaceMode', input.workspaceMode, ['isolated', 'shared']);
   if (input.writes !== undefined && input.writes !== null) requirePathList('writes', input.writes);
+  if (input.priority !== undefined) requirePriority(input.priority);
+  if (input.dependsOn !== undefined) requireDependencyList(input.dependsOn);
+}
+
+/** A priority: a safe integer. */
+function requirePriority(value: unknown): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || Math.abs(value) > 2_147_483_647)
+    throw new InvalidArgumentError('priority', 'must be an integer from -2147483647 to 2147483647');
+  return value;
+}
+
+/** A list of task ids, deduplicated. */
+function requireDependencyList(value: unknown): string[] {
+  if (!Array.isArray(value)) throw new InvalidArgumentError('dependsOn', 'must be an array of task ids');
+  if (value.length > MAX_DEPENDENCIES)
+    throw new InvalidArgumentError('dependsOn', `must hold at most ${MAX_DEPENDENCIES} task ids`);
+  return [...new Set(value.map((id, i) => requireId(`dependsOn[${i}]`, id)))];
+}
+
+type Trx = Transaction<Database>;
+
+/** Reads task rows, row-locked where the dialect has row locks (SQLite's write transaction already holds the database). */
+function lockedTasks(ctx: StoreContext, trx: Trx, ids: readonly string[], mode: 'update' | 'share') {
+  const query = trx.selectFrom('tasks').selectAll().where('id', 'in', ids).orderBy('id');
+  if (!ctx.dialect.supportsSkipLocked) return query.execute();
+  return mode === 'update' ? query.forUpdate().execute() : query.forShare().execute();
+}
+
+/** Refuses an edge to a task of another run or target. */
+function checkSameScope(
+  task: { id: string; coordinator_run_id: string | null; target_key: string | null },
+  dep: { id: string; coordinator_run_id: string | null; target_key: string | null },
+): void {
+  if ((task.target_key ?? '') !== (dep.target_key ?? ''))
+    throw new TaskDependencyRefusedError(
+      task.id,
+      dep.id,
+      'cross_target',
+      `it belongs to target ${JSON.stringify(dep.target_key)}, not ${JSON.stringify(task.target_key)}`,
+    );
+  if ((task.coordinator_run_id ?? '') !== (dep.coordinator_run_id ?? ''))
+    throw new TaskDependencyRefusedError(
+      task.id,
+      dep.id,
+      'cross_run',
+      `it belongs to ${dep.coordinator_run_id === null ? 'no run' : `run ${dep.coordinator_run_id}`}, not ${
+        task.coordinator_run_id === null ? 'no run' : `run ${task.coordinator_run_id}`
+      }`,
+    );
+}
+
+/** The status and reason a task with these dependency statuses is stored with (null: as asked). */
+function blockedBy(deps: readonly { id: string; status: TaskStatus }[]): string | null {
+  const failed = deps.find((d) => d.status === 'failed' || d.status === 'cancelled');
+  if (failed) return failedDependencyReason(failed.id, failed.status);
+  const open = deps.filter((d) => d.status !== 'done');
+  return open.length === 0 ? null : waitingReason(open.map((d) => d.id));
 }
 
 export function createTaskRepository(ctx: StoreContext): TaskRepository {
@@ -110,6 +249,9 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
         throw new InvalidArgumentError('status', `must be one of ${TASK_STATUSES.join(', ')}`);
       if (input.targetKey === '') throw new InvalidArgumentError('targetKey', 'must be null or a non-empty key');
       const writes = validateWrites(input.writes);
+      const priority = input.priority === undefined ? 0 : requirePriority(input.priority);
+      const spec = requireJson('spec', input.spec);
+      const dependsOn = input.dependsOn === undefined ? [] : requireDependencyList(input.dependsOn);
       const id = input.id ?? ctx.newId();
       const now = ctx.clock.now();
       const companyId = requireText('companyId', input.companyId);
@@ -138,6 +280,8 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
                 parentId: [input.parentId ?? null, existing.parent_id],
                 workspaceMode: [input.workspaceMode ?? null, existing.workspace_mode],
                 writes: [writes === null ? null : JSON.stringify(writes), existing.writes],
+                priority: [priority, Number(existing.priority)],
+                spec: [spec, existing.spec],
               });
               return toTask(existing);
             }
@@ -174,7 +318,14 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
               'a shared task needs a parentId whose workspace group it joins',
             );
           }
-          const row: TaskRow = {
+          const deps = dependsOn.length === 0 ? [] : await lockedTasks(ctx, trx, dependsOn, 'share');
+          for (const depId of dependsOn)
+            if (!deps.some((d) => d.id === depId)) throw new NotFoundError('task (dependency)', depId);
+          for (const dep of deps)
+            checkSameScope({ id, coordinator_run_id: runId, target_key: input.targetKey ?? null }, dep);
+          const reason = blockedBy(deps);
+          const stored = reason !== null && (status === 'ready' || status === 'blocked') ? 'blocked' : status;
+          const row: NewTaskRow = {
             id,
             company_id: companyId,
             project_id: input.projectId ?? null,
@@ -182,7 +333,7 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
             workspace_id: input.workspaceId ?? null,
             title,
             description: input.description ?? null,
-            status,
+            status: stored,
             created_at: now,
             updated_at: now,
             coordinator_run_id: runId,
@@ -191,16 +342,26 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
             parent_id: input.parentId ?? null,
             workspace_mode: input.workspaceMode ?? null,
             writes: writes === null ? null : JSON.stringify(writes),
+            priority,
+            spec,
+            blocked_reason: stored === 'blocked' ? reason : null,
           };
           await trx.insertInto('tasks').values(row).execute();
+          if (dependsOn.length > 0) {
+            await trx
+              .insertInto('task_dependencies')
+              .values(dependsOn.map((depId) => ({ task_id: id, depends_on_id: depId, created_at: now })))
+              .execute();
+          }
           if (groupId) {
             await trx
               .insertInto('workspace_group_members')
               .values({ group_id: groupId, task_id: id, role: 'member', joined_at: now })
               .execute();
           }
-          // What the transaction wrote, not a read after it: a connection lost after COMMIT must not turn a created task into a failure.
-          return toTask(row);
+          // What the transaction wrote (read back inside it for the seq the database assigned), not a
+          // read after it: a connection lost after COMMIT must not turn a created task into a failure.
+          return toTask(await trx.selectFrom('tasks').selectAll().where('id', '=', id).executeTakeFirstOrThrow());
         }),
       );
     },
@@ -232,9 +393,138 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
         query = targetKey === null ? query.where('target_key', 'is', null) : query.where('target_key', '=', targetKey);
       }
       if (statuses !== null) query = query.where('status', 'in', statuses);
-      const rows = await query.orderBy('created_at').orderBy('id').execute();
+      const rows = await query.orderBy('seq').execute();
       return rows.map(toTask);
+    },
+
+    async transitionTask(taskId, input) {
+      requireId('taskId', taskId);
+      requireInput('input', input);
+      const from = requireOneOf('from', input.from, TASK_STATUSES);
+      const to = requireOneOf('to', input.to, TASK_STATUSES);
+      const reason = optionalString('reason', input.reason);
+      if (!callerMayTransition(from, to)) {
+        const current = await repo.requireTask(taskId);
+        throw new TaskTransitionRefusedError(taskId, from, to, current.status, 'not_in_table');
+      }
+      return dialect.writeTransaction(async (trx) => {
+        // The dispatch key first: a cancel ends the task's active dispatch, as dispatch calls do.
+        await dialect.lockKey(trx, dispatchTaskLockKey(taskId));
+        const [task] = await lockedTasks(ctx, trx, [taskId], 'update');
+        if (!task) throw new NotFoundError('task', taskId);
+        if (task.status !== from) throw new TaskTransitionRefusedError(taskId, from, to, task.status, 'stale_from');
+        if (to === 'ready' && (await openDependencies(trx, taskId)).length > 0)
+          throw new TaskTransitionRefusedError(taskId, from, to, task.status, 'open_dependencies');
+        const now = ctx.clock.now();
+        if (to === 'cancelled') {
+          await trx
+            .updateTable('dispatch_contexts')
+            .set({ status: 'cancelled', updated_at: now, ended_at: now, error: reason ?? 'task cancelled' })
+            .where('task_id', '=', taskId)
+            .where('status', '=', 'active')
+            .execute();
+        }
+        const row = await trx
+          .updateTable('tasks')
+          .set({
+            status: to,
+            updated_at: now,
+            blocked_reason: to === 'blocked' ? (reason ?? 'blocked by caller') : null,
+          })
+          .where('id', '=', taskId)
+          .where('status', '=', from)
+          .returningAll()
+          .executeTakeFirstOrThrow();
+        if (to === 'cancelled') await propagateFinish(trx, taskId, 'cancelled', now, dialect.supportsSkipLocked);
+        return toTask(row);
+      });
+    },
+
+    async addDependency(taskId, dependsOnId) {
+      requireId('taskId', taskId);
+      requireId('dependsOnId', dependsOnId);
+      if (taskId === dependsOnId)
+        throw new TaskDependencyRefusedError(taskId, dependsOnId, 'self', 'a task cannot wait for itself');
+      return dialect.writeTransaction(async (trx) => {
+        const target = await trx.selectFrom('tasks').select('target_key').where('id', '=', taskId).executeTakeFirst();
+        if (!target) throw new NotFoundError('task', taskId);
+        // Every edge of a target is added under its run-target key, so two concurrent edges that
+        // would close a cycle are checked one after the other.
+        await dialect.lockKey(trx, runTargetLockKey(target.target_key));
+        const [task] = await lockedTasks(ctx, trx, [taskId], 'update');
+        const [dep] = await lockedTasks(ctx, trx, [dependsOnId], 'share');
+        if (!task) throw new NotFoundError('task', taskId);
+        if (!dep) throw new NotFoundError('task (dependency)', dependsOnId);
+        if (!['backlog', 'todo', 'ready', 'blocked'].includes(task.status))
+          throw new TaskDependencyRefusedError(
+            taskId,
+            dependsOnId,
+            'task_started',
+            `task ${taskId} is already ${task.status}`,
+          );
+        checkSameScope(task, dep);
+        const existing = await trx
+          .selectFrom('task_dependencies')
+          .select('task_id')
+          .where('task_id', '=', taskId)
+          .where('depends_on_id', '=', dependsOnId)
+          .executeTakeFirst();
+        if (existing) return toTask(task);
+        if (await reaches(trx, dependsOnId, taskId))
+          throw new TaskDependencyRefusedError(
+            taskId,
+            dependsOnId,
+            'cycle',
+            `task ${dependsOnId} already waits for task ${taskId}, directly or through others`,
+          );
+        const now = ctx.clock.now();
+        await trx
+          .insertInto('task_dependencies')
+          .values({ task_id: taskId, depends_on_id: dependsOnId, created_at: now })
+          .execute();
+        const reason = blockedBy([{ id: dep.id, status: dep.status }]);
+        if (reason !== null && task.status === 'ready') {
+          const blocked = await trx
+            .updateTable('tasks')
+            .set({ status: 'blocked', blocked_reason: reason, updated_at: now })
+            .where('id', '=', taskId)
+            .returningAll()
+            .executeTakeFirstOrThrow();
+          return toTask(blocked);
+        }
+        return toTask(task);
+      });
+    },
+
+    async listDependencies(taskId) {
+      requireId('taskId', taskId);
+      const rows = await dialect.db
+        .selectFrom('task_dependencies as d')
+        .innerJoin('tasks as t', 't.id', 'd.depends_on_id')
+        .select(['d.task_id', 'd.depends_on_id', 'd.created_at', 't.status'])
+        .where('d.task_id', '=', taskId)
+        .orderBy('t.seq')
+        .execute();
+      return rows.map((r) => ({
+        taskId: r.task_id,
+        dependsOnId: r.depends_on_id,
+        dependsOnStatus: r.status,
+        createdAt: Number(r.created_at),
+      }));
     },
   };
   return repo;
+}
+
+/** Does `from` wait for `to`, directly or through others? (A recursive walk of the edges, in the transaction.) */
+async function reaches(trx: Trx, from: string, to: string): Promise<boolean> {
+  const deps = tableIn(trx, 'task_dependencies');
+  const found = await sql<{ hit: number }>`
+    with recursive reach(id) as (
+      select depends_on_id from ${deps} where task_id = ${from}
+      union
+      select d.depends_on_id from ${deps} d join reach r on d.task_id = r.id
+    )
+    select 1 as hit from reach where id = ${to} limit 1`.execute(trx);
+  return found.rows.length > 0;
 }

@@ -11,6 +11,7 @@ export interface Database {
   agents: AgentsTable;
   projects: ProjectsTable;
   tasks: TasksTable;
+  task_dependencies: TaskDependenciesTable;
   task_leases: TaskLeasesTable;
   workspace_locks: WorkspaceLocksTable;
   coordinator_runs: CoordinatorRunsTable;
@@ -23,6 +24,8 @@ export interface Database {
   task_cleanup_admissions: TaskCleanupAdmissionsTable;
   cleanup_snapshots: CleanupSnapshotsTable;
   path_leases: PathLeasesTable;
+  path_lease_tokens: PathLeaseTokensTable;
+  path_lease_claims: PathLeaseClaimsTable;
   audit_events: AuditEventsTable;
   semaphores: SemaphoresTable;
   semaphore_holders: SemaphoreHoldersTable;
@@ -114,6 +117,23 @@ export interface TasksTable {
   workspace_mode: WorkspaceMode | null;
   /** 0055: JSON array of paths; null = omitted (the whole workspace). */
   writes: string | null;
+  /** 0090: the insertion order (a sequence default on PostgreSQL, a trigger on SQLite). */
+  seq: Generated<number>;
+  /** 0090: higher is taken first by `dispatchNext`. */
+  priority: ColumnType<number, number | undefined, number>;
+  /** 0090: JSON text. */
+  spec: ColumnType<string | null, string | null | undefined, string | null>;
+  /** 0090: JSON text, set when the task finishes. */
+  result: ColumnType<string | null, string | null | undefined, string | null>;
+  /** 0090: why the task is `blocked` (null otherwise). */
+  blocked_reason: ColumnType<string | null, string | null | undefined, string | null>;
+}
+
+/** 0090: `task_id` waits for `depends_on_id` to be `done`. */
+export interface TaskDependenciesTable {
+  task_id: string;
+  depends_on_id: string;
+  created_at: EpochMs;
 }
 
 export interface TaskLeasesTable {
@@ -157,6 +177,10 @@ export interface DispatchContextsTable {
   ended_at: EpochMs | null;
   /** 0006 */
   coordinator_run_id: string | null;
+  /** 0090: the insertion order, and the dispatch lease's fencing token. */
+  seq: Generated<number>;
+  /** 0090: when the dispatch lease lapses unless renewed; null: no lease (legacy). */
+  lease_expires_at: ColumnType<EpochMs | null, EpochMs | null | undefined, EpochMs | null>;
 }
 
 export interface DecisionGatesTable {
@@ -272,6 +296,24 @@ export interface PathLeasesTable {
   task_id: string | null;
   acquired_at: EpochMs;
   expires_at: EpochMs;
+  /** 0095: the grant (fencing token) this row belongs to; null on rows written before 0095. */
+  token: number | null;
+}
+
+/** 0095: the latest path-lease token granted in a workspace (never reset, never reused). */
+export interface PathLeaseTokensTable {
+  workspace_id: string;
+  token: number;
+  updated_at: EpochMs;
+}
+
+/** 0095: the latest `claimTask` grant of a task. */
+export interface PathLeaseClaimsTable {
+  task_id: string;
+  workspace_id: string;
+  holder: string;
+  token: number;
+  claimed_at: EpochMs;
 }
 
 /** 0080: the audit trail, one row per recorded act, written in the act's own transaction. */

@@ -31,9 +31,24 @@ export function defineDeploySuite(makeFixture: () => DialectFixture) {
     it('migrate 0008 → latest under a writer every 10 ms: every acknowledged write kept, the backfill exact, writes interleaved with its batches', async () => {
       const url = await fx.freshUrl();
       await seedAt0008(url, TASKS);
+      // A pause between batches (--pause-ms, the throttle deploys use) leaves the writer windows
+      // even on a loaded machine, so the interleaving below is not left to scheduling luck.
       const run = await runDeploy(url, {
         seeded: TASKS,
-        migrateArgv: [process.execPath, '--import', TSX, CLI, 'migrate', '--db', url, '--json', '--batch-size', '1000'],
+        migrateArgv: [
+          process.execPath,
+          '--import',
+          TSX,
+          CLI,
+          'migrate',
+          '--db',
+          url,
+          '--json',
+          '--batch-size',
+          '1000',
+          '--pause-ms',
+          '25',
+        ],
       });
       expect(run.stderr).toBe('');
       expect(run.exitCode).toBe(0);

@@ -64,6 +64,14 @@ export async function takeOver(
     } else if (args.kind === 'semaphore') {
       const claim = await store.semaphores.acquire(args.resource, { holder: args.holder, limit: 1, ttlMs: 60_000 });
       if (claim.status === 'acquired') token = claim.lease.token;
+    } else if (args.kind === 'path_lease') {
+      const claim = await store.paths.tryAcquirePaths({
+        workspaceId: args.resource,
+        holder: args.holder,
+        paths: ['src/a.ts'],
+        ttlMs: 60_000,
+      });
+      if (claim.status === 'acquired') token = claim.lease.token;
     } else if (args.kind === 'coordinator_run') {
       const failed = await store.runs.reconcileStaleRuns({ staleAfterMs: args.staleAfterMs! });
       if (failed.some((r) => r.id === args.resource)) {

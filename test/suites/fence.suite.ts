@@ -49,7 +49,22 @@ export function defineFenceSuite(makeFixture: () => DialectFixture) {
       .execute();
 
   /** A fresh resource of `kind` and A's lease on it, lapsing after TTL_MS. */
-  async function grantA(kind: 'workspace_lock' | 'task_lease' | 'coordinator_run' | 'semaphore', round: number) {
+  async function grantA(
+    kind: 'workspace_lock' | 'task_lease' | 'coordinator_run' | 'semaphore' | 'path_lease',
+    round: number,
+  ) {
+    if (kind === 'path_lease') {
+      // B takes a path below A's: the takeover prunes nothing of A's, so only the token row fences it.
+      const ws = await store.org.createWorkspace({ companyId, name: `paths-${round}` });
+      const claim = await store.paths.tryAcquirePaths({
+        workspaceId: ws.id,
+        holder: 'A',
+        paths: ['src'],
+        ttlMs: TTL_MS,
+      });
+      if (claim.status !== 'acquired') throw new Error('expected a grant');
+      return { lease: claim.lease as Lease, takeOver: { kind, resource: ws.id, holder: 'B' } };
+    }
     if (kind === 'semaphore') {
       const name = `sem-${round}`;
       const claim = await store.semaphores.acquire(name, { holder: 'A', limit: 1, ttlMs: TTL_MS });
@@ -81,16 +96,18 @@ export function defineFenceSuite(makeFixture: () => DialectFixture) {
     task_lease: 'STALE_TASK_LEASE',
     coordinator_run: 'COORDINATOR_RUN_NOT_RUNNING',
     semaphore: 'SEMAPHORE_LEASE_LOST',
+    path_lease: 'PATH_LEASE_LOST',
   };
   const lateReason = {
     workspace_lock: 'superseded',
     task_lease: 'superseded',
     coordinator_run: 'released',
     semaphore: 'expired',
+    path_lease: 'expired',
   };
 
   let round = 0;
-  describe.each(['workspace_lock', 'task_lease', 'coordinator_run', 'semaphore'] as const)(
+  describe.each(['workspace_lock', 'task_lease', 'coordinator_run', 'semaphore', 'path_lease'] as const)(
     'tx.assertLease on a %s',
     (kind) => {
       it('a takeover waits for the fenced transaction: no host row under the old token commits after the new grant', async () => {

@@ -31,6 +31,7 @@ const DOCUMENTED_CODES = new Set([
   'COORDINATOR_RUN_CONFLICT',
   'COORDINATOR_RUN_NOT_RUNNING',
   'DISPATCH_ALREADY_ACTIVE',
+  'DISPATCH_LEASE_LOST',
   'DISPATCH_NOT_ACTIVE',
   'DISPATCH_RUN_MISMATCH',
   'GATE_ALREADY_RESOLVED',
@@ -42,6 +43,7 @@ const DOCUMENTED_CODES = new Set([
   'OWNERSHIP_CHANGED',
   'PARENT_CHANGED',
   'PATH_CLAIM_REFUSED',
+  'PATH_LEASE_LOST',
   'PATH_LEASE_TIMEOUT',
   'RESOLUTION_ALREADY_CONSUMED',
   'STALE_OWNERSHIP',
@@ -49,7 +51,10 @@ const DOCUMENTED_CODES = new Set([
   'SEMAPHORE_LEASE_LOST',
   'SEMAPHORE_TIMEOUT',
   'STALE_WORKSPACE_LOCK',
+  'TASK_DEPENDENCY_REFUSED',
   'TASK_NOT_DISPATCHABLE',
+  'TASK_TRANSITION_REFUSED',
+  'TERMINAL_BUSY',
   'UNKNOWN_RECIPIENT',
   'WORKSPACE_CONFIGURATION',
   'WORKSPACE_UNRESOLVED',
@@ -221,6 +226,20 @@ function cases(p: Pools): FuzzCase[] {
       expiresAt: fc.integer(),
       limit: fc.integer({ min: 1, max: 4 }),
     });
+  /** A path-lease grant as a claim returns it, with its keys and task. */
+  const pathLease = input({
+    kind: fc.oneof(
+      { weight: 4, arbitrary: fc.constant('path_lease') },
+      { weight: 1, arbitrary: fc.constant('semaphore') },
+    ),
+    resource: id.workspace,
+    workspaceId: id.workspace,
+    holder: id.handle,
+    token,
+    expiresAt: fc.integer(),
+    keys: fc.oneof(fc.constant([]), fc.constant(['src']), paths),
+    taskId: fc.oneof(fc.constant(null), id.task),
+  });
   const c = (
     name: string,
     args: fc.Arbitrary<unknown[]>,
@@ -276,10 +295,18 @@ function cases(p: Pools): FuzzCase[] {
           parentId: id.task,
           workspaceMode: fc.constantFrom('isolated', 'shared', null),
           writes: fc.oneof(fc.constant(null), paths),
+          priority: fc.oneof(fc.integer({ min: -5, max: 5 }), fc.double()),
+          spec: fc.oneof(text, fc.constant({ a: 1 })),
+          dependsOn: fc.array(id.task, { maxLength: 3 }),
         }),
       ),
       (s, a) => s.tasks.createTask(A(a)[0]),
     ),
+    c('tasks.transitionTask', tuple(arg(id.task), input({ from: taskStatus, to: taskStatus, reason: text })), (s, a) =>
+      s.tasks.transitionTask(A(a)[0], A(a)[1]),
+    ),
+    c('tasks.addDependency', tuple(arg(id.task), arg(id.task)), (s, a) => s.tasks.addDependency(A(a)[0], A(a)[1])),
+    c('tasks.listDependencies', tuple(arg(id.task)), (s, a) => s.tasks.listDependencies(A(a)[0])),
     c('tasks.getTask', tuple(arg(id.task)), (s, a) => s.tasks.getTask(A(a)[0])),
     c('tasks.requireTask', tuple(arg(id.task)), (s, a) => s.tasks.requireTask(A(a)[0])),
     c(
@@ -318,11 +345,54 @@ function cases(p: Pools): FuzzCase[] {
     c('dispatches.getActiveDispatchForTerminal', tuple(arg(id.handle)), (s, a) =>
       s.dispatches.getActiveDispatchForTerminal(A(a)[0]),
     ),
-    c('dispatches.failActiveDispatchOnExit', tuple(arg(id.handle), input({ error: text })), (s, a) =>
-      s.dispatches.failActiveDispatchOnExit(A(a)[0], A(a)[1]),
+    c(
+      'dispatches.failActiveDispatchOnExit',
+      tuple(arg(id.handle), input({ error: text, dispatchId: id.dispatch })),
+      (s, a) => s.dispatches.failActiveDispatchOnExit(A(a)[0], A(a)[1]),
     ),
-    c('dispatches.endDispatch', tuple(arg(id.dispatch), arg(dispatchStatus)), (s, a) =>
-      s.dispatches.endDispatch(A(a)[0], A(a)[1]),
+    c(
+      'dispatches.endDispatch',
+      tuple(arg(id.dispatch), arg(dispatchStatus), input({ lease: lease('dispatch', id.dispatch) })),
+      (s, a) => s.dispatches.endDispatch(A(a)[0], A(a)[1], A(a)[2]),
+    ),
+    c(
+      'dispatches.dispatchNext',
+      tuple(
+        input({
+          runId: id.run,
+          terminalHandle: id.handle,
+          agentId: id.agent,
+          filter: input({ assigneeAgentId: id.agent, minPriority: fc.oneof(fc.integer(), fc.double()) }),
+          ttlMs: ttl,
+        }),
+      ),
+      (s, a) => s.dispatches.dispatchNext(A(a)[0]),
+    ),
+    c(
+      'dispatches.dispatchNextBatch',
+      tuple(
+        input({
+          runId: id.run,
+          terminalHandles: fc.array(id.handle, { maxLength: 3 }),
+          agentId: id.agent,
+          limit: fc.integer({ min: -1, max: 4 }),
+          ttlMs: ttl,
+        }),
+      ),
+      (s, a) => s.dispatches.dispatchNextBatch(A(a)[0]),
+    ),
+    c(
+      'dispatches.completeDispatch',
+      tuple(arg(id.dispatch), input({ result: text, lease: lease('dispatch', id.dispatch) })),
+      (s, a) => s.dispatches.completeDispatch(A(a)[0], A(a)[1]),
+    ),
+    c('dispatches.heartbeatDispatch', tuple(lease('dispatch', id.dispatch), input({ ttlMs: ttl })), (s, a) =>
+      s.dispatches.heartbeatDispatch(A(a)[0], A(a)[1]),
+    ),
+    c(
+      'dispatches.reclaimExpiredDispatches',
+      tuple(input({ runId: id.run, limit: fc.integer({ min: -1, max: 5 }) })),
+      (s, a) => s.dispatches.reclaimExpiredDispatches(A(a)[0]),
     ),
     c(
       'dispatches.listDispatches',
@@ -346,6 +416,9 @@ function cases(p: Pools): FuzzCase[] {
     c('gates.getGate', tuple(arg(id.gate)), (s, a) => s.gates.getGate(A(a)[0])),
     c('gates.resolveGate', tuple(arg(id.gate), arg(text)), (s, a) => s.gates.resolveGate(A(a)[0], A(a)[1])),
     c('gates.listOpenGates', tuple(arg(id.run)), (s, a) => s.gates.listOpenGates(A(a)[0])),
+    c('gates.consumeResolution', tuple(arg(id.gate), input({ consumer: text, idempotencyKey: opt(text) })), (s, a) =>
+      s.gates.consumeResolution(A(a)[0], A(a)[1]),
+    ),
 
     c(
       'messages.sendMessage',
@@ -358,6 +431,42 @@ function cases(p: Pools): FuzzCase[] {
       (s, a) => s.messages.deliverPendingMessages(A(a)[0], A(a)[1]),
     ),
     c('messages.countPendingMessages', tuple(arg(id.handle)), (s, a) => s.messages.countPendingMessages(A(a)[0])),
+    c(
+      'messages.receiveMessages',
+      tuple(
+        arg(id.handle),
+        opt(input({ limit: fc.integer({ min: 0, max: 50 }), visibilityMs: fc.integer({ min: 0, max: 120_000 }) })),
+      ),
+      (s, a) => s.messages.receiveMessages(A(a)[0], A(a)[1]),
+    ),
+    c(
+      'messages.ackMessages',
+      tuple(
+        arg(id.handle),
+        arg(fc.array(fc.oneof(fc.uuid(), text), { maxLength: 4 })),
+        opt(input({ idempotencyKey: text })),
+      ),
+      (s, a) => s.messages.ackMessages(A(a)[0], A(a)[1], A(a)[2]),
+    ),
+    c(
+      'messages.releaseMessages',
+      tuple(
+        arg(id.handle),
+        arg(fc.array(fc.oneof(fc.uuid(), text), { maxLength: 4 })),
+        opt(input({ delayMs: fc.integer({ min: 0, max: 60_000 }), error: text, idempotencyKey: text })),
+      ),
+      (s, a) => s.messages.releaseMessages(A(a)[0], A(a)[1], A(a)[2]),
+    ),
+    c(
+      'messages.listDeadMessages',
+      tuple(arg(id.handle), opt(input({ limit: fc.integer({ min: 0, max: 50 }) }))),
+      (s, a) => s.messages.listDeadMessages(A(a)[0], A(a)[1]),
+    ),
+    c(
+      'messages.requeueDeadMessages',
+      tuple(arg(id.handle), arg(fc.array(fc.oneof(fc.uuid(), text), { maxLength: 4 }))),
+      (s, a) => s.messages.requeueDeadMessages(A(a)[0], A(a)[1]),
+    ),
 
     c(
       'locks.claimWorkspaceLock',
@@ -461,6 +570,15 @@ function cases(p: Pools): FuzzCase[] {
     ),
     c('paths.renewPaths', tuple(input({ workspaceId: id.workspace, holder: id.handle, paths, ttlMs: ttl })), (s, a) =>
       s.paths.renewPaths(A(a)[0]),
+    ),
+    c('paths.releasePaths (lease)', tuple(pathLease), (s, a) => s.paths.releasePaths(A(a)[0])),
+    c('paths.renewPaths (lease)', tuple(pathLease, input({ ttlMs: ttl })), (s, a) =>
+      s.paths.renewPaths(A(a)[0], A(a)[1]),
+    ),
+    c(
+      'paths.submitTaskResult (lease)',
+      tuple(arg(id.task), pathLease, input({ status: fc.constantFrom('done', 'failed') })),
+      (s, a) => s.paths.submitTaskResult(A(a)[0], A(a)[1], A(a)[2]),
     ),
     c('paths.listPathLeases', tuple(input({ workspaceId: id.workspace, holder: id.handle })), (s, a) =>
       s.paths.listPathLeases(A(a)[0]),
@@ -672,7 +790,17 @@ export function defineFuzzSuite(makeFixture: () => DialectFixture): void {
         await fc.assert(
           fc.asyncProperty(fuzzCase.args, async (args) => {
             calls++;
-            const before = await databaseState(store, { schema });
+            // A refusal under an idempotency key is recorded by contract (a retry returns it), so
+            // such a call may write its key's row and nothing else.
+            const except = args.some(
+              (a) =>
+                typeof a === 'object' &&
+                a !== null &&
+                typeof (a as { idempotencyKey?: unknown }).idempotencyKey === 'string',
+            )
+              ? ['idempotency_keys']
+              : [];
+            const before = await databaseState(store, { schema, except });
             let error: unknown;
             try {
               await withTimeout(fuzzCase.call(store, args), fuzzCase.name);
@@ -690,7 +818,7 @@ export function defineFuzzSuite(makeFixture: () => DialectFixture): void {
             if (!DOCUMENTED_CODES.has(error.code))
               throw new Error(`${where} threw an undocumented code ${error.code}: ${error.message}`);
             if (!RECORDING_REFUSALS.has(error.code)) {
-              const after = await databaseState(store, { schema });
+              const after = await databaseState(store, { schema, except });
               if (after !== before) throw new Error(`${where} was refused with ${error.code} but changed the database`);
             }
           }),

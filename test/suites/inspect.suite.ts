@@ -116,7 +116,11 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
       expect.objectContaining({ holder: expect.stringMatching(/-agent-b$/), taskId: null }),
     ]);
     expect(node('docs/README.md').leases).toHaveLength(1);
-    expect(snapshot.paths.workspaces.items[0]).toMatchObject({ live: 3, expired: 0 });
+    expect(snapshot.paths.workspaces.items[0]).toMatchObject({
+      workspaceId: world.pathsWorkspaceId,
+      live: 3,
+      expired: 0,
+    });
 
     // ownership: the environment at generation 1, no cleanup.
     expect(snapshot.ownership.resources.items).toEqual([
@@ -171,9 +175,9 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
       }),
     ]);
 
-    // readyQueue: no task is ready (one dispatched, one behind its gate); no dependency table here.
+    // readyQueue: no task is ready (one dispatched, one behind its gate), none waits on a dependency.
     expect(snapshot.readyQueue).toMatchObject({
-      dependenciesTracked: false,
+      dependenciesTracked: true,
       ready: { total: 0, items: [] },
       blockedByDependency: { total: 0, items: [] },
       blockedByGate: {
@@ -213,7 +217,7 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
     expect(result.out).toMatch(/\n {4}└─ src\n {7}├─ auth {2}\S+-agent-a/);
     expect(result.out).toMatch(/\nINBOX: 3 pending messages in 2 inboxes, 1 redelivered, 1 dead\n/);
     expect(result.out).toMatch(/\nSEMAPHORES: 1 with slots\n/);
-    expect(result.out).toMatch(/\nREADY QUEUE: 0 ready, dependencies not tracked, 1 blocked by a gate\n/);
+    expect(result.out).toMatch(/\nREADY QUEUE: 0 ready, 0 blocked by a dependency, 1 blocked by a gate\n/);
     if (secret !== null) {
       expect(result.out + result.err).not.toContain(secret);
       expect(result.out).toMatch(/:\*\*\*@/);
@@ -274,48 +278,33 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
     }
   });
 
-  it('readyQueue reads dependencies where a task_dependencies table exists: blocked until every dependency is done', async () => {
-    // A store of its own: the edges table this test creates (as the lifecycle migration will)
-    // must not change what the other tests see.
+  it('readyQueue: a task waits while a dependency is not done, and is ready once every one is', async () => {
     const deps = await fx.freshStore();
     const ns = `d${randomBytes(3).toString('hex')}`;
     const company = await deps.org.createCompany({ id: `${ns}-co`, name: 'Acme' });
-    const task = (id: string, status: 'ready' | 'todo' | 'done' = 'ready') =>
-      deps.tasks.createTask({ id: `${ns}-${id}`, companyId: company.id, title: id, status, requiresFilesystem: false });
-    const [build, test, ship, docs] = [
-      await task('build'),
-      await task('test', 'todo'),
-      await task('ship'),
-      await task('docs'),
-    ];
-    const before = await inspectStore(deps);
-    expect(before.readyQueue.dependenciesTracked).toBe(false);
-    expect(before.readyQueue.ready.items.map((t) => t.id)).toEqual([build.id, ship.id, docs.id]);
-    expect((await explainTask(deps, ship.id)).dependencies).toBeNull();
-
-    await deps.db.schema
-      .createTable('task_dependencies')
-      .ifNotExists()
-      .addColumn('task_id', 'text', (c) => c.notNull())
-      .addColumn('depends_on_id', 'text', (c) => c.notNull())
-      .execute();
-    // ship waits on build (ready) and test (todo); docs on build.
-    await deps.db
-      .insertInto('task_dependencies' as never)
-      .values([
-        { task_id: ship.id, depends_on_id: build.id },
-        { task_id: ship.id, depends_on_id: test.id },
-        { task_id: docs.id, depends_on_id: build.id },
-      ] as never)
-      .execute();
-    const after = (await inspectStore(deps)).readyQueue;
-    expect(after.dependenciesTracked).toBe(true);
-    expect(after.ready.items.map((t) => t.id)).toEqual([build.id]);
-    expect(after.blockedByDependency.total).toBe(2);
-    expect(after.blockedByDependency.items).toEqual(
+    const task = (id: string, status: 'ready' | 'todo', dependsOn: string[] = []) =>
+      deps.tasks.createTask({
+        id: `${ns}-${id}`,
+        companyId: company.id,
+        title: id,
+        status,
+        requiresFilesystem: false,
+        dependsOn,
+      });
+    const build = await task('build', 'ready');
+    const test = await task('test', 'todo');
+    // ship waits on build (ready) and test (todo); docs on build. Both are stored blocked.
+    const ship = await task('ship', 'ready', [build.id, test.id]);
+    const docs = await task('docs', 'ready', [build.id]);
+    const q = (await inspectStore(deps)).readyQueue;
+    expect(q.dependenciesTracked).toBe(true);
+    expect(q.ready.items.map((t) => t.id)).toEqual([build.id]);
+    expect(q.blockedByDependency.total).toBe(2);
+    expect(q.blockedByDependency.items).toEqual(
       expect.arrayContaining([
         expect.objectContaining({
           id: ship.id,
+          status: 'blocked',
           openDependencies: 2,
           waitingOn: [
             { id: build.id, status: 'ready' },
@@ -332,14 +321,16 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
     ]);
     expect(why.reasons[0]).toBe(`It waits on 2 dependencies not done: ${build.id} (ready), ${test.id} (todo).`);
 
-    // build and test done: ship and docs are ready again, in creation order.
-    for (const t of [build, test])
-      await deps.db.updateTable('tasks').set({ status: 'done' }).where('id', '=', t.id).execute();
+    // build and test done (dispatched and completed): ship and docs are ready, oldest first.
+    await deps.tasks.transitionTask(test.id, { from: 'todo', to: 'ready' });
+    for (const t of [build, test]) {
+      const dispatch = await deps.dispatches.createDispatch({ taskId: t.id, terminalHandle: `${ns}-terminal` });
+      await deps.dispatches.completeDispatch(dispatch.id);
+    }
     const done = (await inspectStore(deps)).readyQueue;
     expect(done.blockedByDependency).toEqual({ total: 0, items: [] });
     expect(done.ready.items.map((t) => t.id)).toEqual([ship.id, docs.id]);
 
-    // The CLI (a process of its own) detects the table too and prints the section.
     const text = await runCli(['inspect', '--db', deps.location.url], { env: { COLUMNS: '200' } });
     expect(text.code, text.err).toBe(0);
     expect(text.out).toMatch(/\nREADY QUEUE: 2 ready, 0 blocked by a dependency, 0 blocked by a gate\n/);

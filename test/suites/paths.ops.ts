@@ -45,7 +45,7 @@ export type RaceEvent =
       readonly keys: string[];
       readonly grantNs: string;
       readonly releaseNs: string;
-      readonly via: 'try' | 'wait';
+      readonly via: 'try' | 'wait' | 'lock';
     }
   | {
       readonly type: 'conflict';
@@ -113,6 +113,69 @@ export async function raceRounds(store: Store, args: RaceArgs, tools: ContenderT
     const releaseNs = now();
     await store.paths.releasePaths({ workspaceId: args.workspaceId, holder });
     events.push({ type: 'grant', holder, keys, grantNs, releaseNs, via });
+  }
+  return events;
+}
+
+/**
+ * One workspace, one exclusion rule: even contenders take the workspace's exclusive lock
+ * (`claimWorkspaceLock`, what `dispatchRun` takes), the others random path sets
+ * (`tryAcquirePaths`), `rounds` times each, holding a few ms and releasing by grant. Path holders
+ * pause 5–25 ms between rounds, so the workspace is often empty and the lock is often granted. A lock is
+ * logged as a hold of the whole workspace (`""`), so the path history checker judges both.
+ */
+export async function mixedRounds(store: Store, args: RaceArgs, tools: ContenderTools): Promise<RaceEvent[]> {
+  const random = prng(args.seed * 1000 + tools.index);
+  const holder = `c${tools.index}`;
+  const locker = tools.index % 2 === 0;
+  const events: RaceEvent[] = [];
+  for (let round = 0; round < args.rounds; round++) {
+    if (locker) {
+      const claim = await store.locks.claimWorkspaceLock(args.workspaceId, {
+        holder,
+        runId: `${holder}-${round}`,
+        ttlMs: args.ttlMs,
+      });
+      if (claim.status === 'busy') {
+        const { holder: by, expiresAt, token, pathKey } = claim.heldBy;
+        events.push({
+          type: 'conflict',
+          holder,
+          keys: ['.'],
+          conflicts: [{ key: pathKey ?? '', holder: by, expiresAt, token }],
+        });
+        await sleep(1 + Math.floor(random() * 3));
+        continue;
+      }
+      const grantNs = now();
+      await sleep(1 + Math.floor(random() * args.holdMaxMs));
+      const releaseNs = now();
+      await store.locks.releaseWorkspaceLock(claim.lease);
+      events.push({ type: 'grant', holder, keys: [''], grantNs, releaseNs, via: 'lock' });
+      await sleep(5 + Math.floor(random() * 20));
+      continue;
+    }
+    const paths = Array.from(
+      { length: 1 + Math.floor(random() * 3) },
+      () => RACE_UNIVERSE[Math.floor(random() * RACE_UNIVERSE.length)]!,
+    );
+    const result = await store.paths.tryAcquirePaths({
+      workspaceId: args.workspaceId,
+      holder,
+      paths,
+      ttlMs: args.ttlMs,
+    });
+    if (result.status === 'busy') {
+      events.push({ type: 'conflict', holder, keys: paths, conflicts: [...result.heldBy.conflicts] });
+      await sleep(5 + Math.floor(random() * 20));
+      continue;
+    }
+    const grantNs = now();
+    await sleep(1 + Math.floor(random() * args.holdMaxMs));
+    const releaseNs = now();
+    await store.paths.releasePaths(result.lease);
+    events.push({ type: 'grant', holder, keys: [...result.lease.keys], grantNs, releaseNs, via: 'try' });
+    await sleep(5 + Math.floor(random() * 20));
   }
   return events;
 }
@@ -187,6 +250,7 @@ export async function claimAndHang(
 /** The operations this module's contenders run (see test/support/operations.ts). */
 export const ops = defineOperations(import.meta.url, {
   raceRounds,
+  mixedRounds,
   hold,
   release,
   waitAfterBlocked,

@@ -5,6 +5,7 @@ import {
   InvalidWritePathError,
   NotFoundError,
   PathClaimRefusedError,
+  PathLeaseLostError,
   PathLeaseTimeoutError,
   type Store,
 } from '../../src/index.js';
@@ -155,28 +156,54 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const ws = await workspace();
       await store.paths.tryAcquirePaths(req(ws, 'h1', ['b']));
       const r = await store.paths.tryAcquirePaths(req(ws, 'h2', ['a', 'b/x', 'c']));
-      expect(r).toEqual({ acquired: false, conflicts: [{ key: 'b', holder: 'h1', expiresAt: expect.any(Number) }] });
+      const conflict = { key: 'b', holder: 'h1', expiresAt: expect.any(Number), token: expect.any(Number) };
+      expect(r).toEqual({
+        status: 'busy',
+        heldBy: { holder: 'h1', expiresAt: expect.any(Number), conflicts: [conflict] },
+        acquired: false,
+        conflicts: [conflict],
+      });
       expect(await store.paths.listPathLeases({ workspaceId: ws, holder: 'h2' })).toEqual([]);
       expect((await store.paths.tryAcquirePaths(req(ws, 'h3', ['a', 'c']))).acquired).toBe(true);
     });
 
-    it('lets a holder re-acquire and extend what it already holds, and never conflicts with itself', async () => {
+    it('grants each acquisition its own rising token; the same holder name does not share a grant', async () => {
       const ws = await workspace();
-      expect((await store.paths.tryAcquirePaths(req(ws, 'h1', ['src'], 1_000))).acquired).toBe(true);
-      const again = await store.paths.tryAcquirePaths(req(ws, 'h1', ['src', 'src/a.ts', '.'], 90_000));
-      expect(again).toMatchObject({ acquired: true, leases: [{ key: '' }] });
-      expect(
-        (await store.paths.listPathLeases({ workspaceId: ws })).map((l) => [l.key, l.expiresAt - l.acquiredAt]),
-      ).toEqual([
-        ['', 90_000],
-        ['src', 1_000],
+      const first = await store.paths.tryAcquirePaths(req(ws, 'h1', ['src'], 1_000));
+      expect(first).toMatchObject({
+        status: 'acquired',
+        lease: { kind: 'path_lease', resource: ws, workspaceId: ws, holder: 'h1', keys: ['src'], taskId: null },
+      });
+      if (first.status !== 'acquired') return;
+      expect(first.leases.map((l) => l.token)).toEqual([first.lease.token]);
+      // A second process using the same holder name is blocked like anyone else.
+      const twin = await store.paths.tryAcquirePaths(req(ws, 'h1', ['src/a.ts'], 90_000));
+      expect(twin).toMatchObject({
+        status: 'busy',
+        heldBy: { holder: 'h1', conflicts: [{ key: 'src', token: first.lease.token }] },
+      });
+      const other = await store.paths.tryAcquirePaths(req(ws, 'h1', ['docs']));
+      if (other.status !== 'acquired') throw new Error('docs should be free');
+      expect(other.lease.token).toBeGreaterThan(first.lease.token);
+      // Renew and release act on one grant only, whatever the holder name.
+      const renewed = await store.paths.renewPaths(first.lease, { ttlMs: 90_000 });
+      expect(renewed).toMatchObject({ token: first.lease.token, keys: ['src'] });
+      expect((await store.paths.listPathLeases({ workspaceId: ws })).map((l) => [l.key, l.expiresAt])).toEqual([
+        ['docs', other.lease.expiresAt],
+        ['src', renewed.expiresAt],
       ]);
-      expect((await store.paths.tryAcquirePaths(req(ws, 'h1', ['src'], 90_000))).acquired).toBe(true);
-      const leases = await store.paths.listPathLeases({ workspaceId: ws });
-      expect(leases.map((l) => [l.key, l.expiresAt - l.acquiredAt])).toEqual([
-        ['', 90_000],
-        ['src', 90_000],
-      ]);
+      expect(await store.paths.releasePaths(other.lease)).toEqual({ released: ['docs'] });
+      expect(await store.paths.releasePaths(other.lease)).toEqual({ released: [] }); // a repeat is a no-op
+      expect((await store.paths.listPathLeases({ workspaceId: ws })).map((l) => l.key)).toEqual(['src']);
+      await expect(store.paths.renewPaths(other.lease)).rejects.toMatchObject({
+        code: 'PATH_LEASE_LOST',
+        kind: 'path_lease',
+        reason: 'released',
+      });
+      const forged = { ...first.lease, token: other.lease.token + 100 };
+      await expect(store.paths.releasePaths(forged)).rejects.toMatchObject({ reason: 'never_granted' });
+      await expect(store.paths.renewPaths(forged)).rejects.toBeInstanceOf(PathLeaseLostError);
+      await expect(store.paths.renewPaths({ ...first.lease, holder: 'h2' })).rejects.toBeInstanceOf(PathLeaseLostError);
       expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['src/b']))).acquired).toBe(false);
     });
 
@@ -223,7 +250,8 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       let t = 1_000_000;
       const clocked = await fx.open(url, { clock: { now: () => t } });
       const ws = await workspace(clocked);
-      await clocked.paths.tryAcquirePaths(req(ws, 'h1', ['src', 'docs'], 1_000));
+      const held = await clocked.paths.tryAcquirePaths(req(ws, 'h1', ['src', 'docs'], 1_000));
+      if (held.status !== 'acquired') throw new Error('free paths');
       t += 999;
       expect((await clocked.paths.tryAcquirePaths(req(ws, 'h2', ['src/a']))).acquired).toBe(false);
       const renewed = await clocked.paths.renewPaths({ workspaceId: ws, holder: 'h1', ttlMs: 1_000, paths: ['docs'] });
@@ -233,6 +261,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const taken = await clocked.paths.tryAcquirePaths(req(ws, 'h2', ['src/a'], 1_000));
       expect(taken.acquired).toBe(true);
       expect((await clocked.paths.tryAcquirePaths(req(ws, 'h2', ['docs/x']))).acquired).toBe(false);
+      await expect(clocked.paths.renewPaths(held.lease)).rejects.toMatchObject({ reason: 'expired' });
       const late = await clocked.paths.renewPaths({
         workspaceId: ws,
         holder: 'h1',
@@ -285,9 +314,11 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       expect(claim).toMatchObject({ claimed: true, mode: 'whole-workspace' });
       if (claim.claimed) expect(claim.leases.map((l) => [l.key, l.taskId])).toEqual([['', legacy.id]]);
       expect((await store.tasks.requireTask(legacy.id)).status).toBe('in_progress');
-      expect(await store.paths.claimTask(other.id, 'h2')).toEqual({
+      expect(await store.paths.claimTask(other.id, 'h2')).toMatchObject({
+        status: 'busy',
         claimed: false,
         mode: 'paths',
+        heldBy: { holder: 'h1' },
         conflicts: [{ key: '', holder: 'h1', expiresAt: expect.any(Number) }],
       });
       expect((await store.tasks.requireTask(other.id)).status).toBe('todo');
@@ -338,23 +369,111 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const ws = await workspace();
       const dynamic = await task(ws, []);
       const claim = await store.paths.claimTask(dynamic.id, 'h1');
-      expect(claim).toEqual({ claimed: true, mode: 'dynamic', leases: [] });
+      expect(claim).toMatchObject({
+        status: 'acquired',
+        claimed: true,
+        mode: 'dynamic',
+        leases: [],
+        lease: { keys: [], taskId: dynamic.id },
+      });
       expect(await store.paths.listPathLeases({ workspaceId: ws })).toEqual([]);
-      await store.paths.acquirePaths(
+      const got = await store.paths.acquirePaths(
         { ...req(ws, 'h1', ['lib', 'src/x.ts']), taskId: dynamic.id },
         { timeoutMs: 1_000 },
       );
+      expect(got.map((l) => l.key)).toEqual(['lib', 'src/x.ts']);
+      expect(got.lease).toMatchObject({ keys: ['lib', 'src/x.ts'], taskId: dynamic.id });
       await store.paths.tryAcquirePaths(req(ws, 'h1', ['unrelated'])); // not tagged with the task
-      // Re-acquiring a tagged key without a taskId keeps the tag.
-      expect(await store.paths.tryAcquirePaths(req(ws, 'h1', ['lib']))).toMatchObject({
-        acquired: true,
-        leases: [{ key: 'lib', taskId: dynamic.id }],
-      });
       expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['lib/y']))).acquired).toBe(false);
       const outcome = await store.paths.submitTaskResult(dynamic.id, 'h1', { status: 'done' });
       expect(outcome).toEqual({ status: 'done', released: ['lib', 'src/x.ts'] });
       expect((await store.paths.listPathLeases({ workspaceId: ws })).map((l) => l.key)).toEqual(['unrelated']);
       expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['lib/y']))).acquired).toBe(true);
+    });
+
+    it('takes the claim grant as proof: a stale claim of the same holder name is superseded, and the lease is fenced', async () => {
+      let t = 5_000_000;
+      const clocked = await fx.open(url, { clock: { now: () => t } });
+      const ws = await workspace(clocked);
+      const job = await task(ws, ['src']);
+      const first = await clocked.paths.claimTask(job.id, 'agent', { ttlMs: 1_000 });
+      if (first.status !== 'acquired') throw new Error('free workspace');
+      expect(first.lease).toMatchObject({ kind: 'path_lease', keys: ['src'], taskId: job.id, holder: 'agent' });
+      t += 2_000; // the first process stalls; its lease lapses; a second process of the same name claims again
+      const second = await clocked.paths.claimTask(job.id, 'agent', { ttlMs: 1_000 });
+      if (second.status !== 'acquired') throw new Error('the lapsed claim must not block');
+      expect(second.lease.token).toBeGreaterThan(first.lease.token);
+      await expect(clocked.paths.submitTaskResult(job.id, first.lease, { status: 'done' })).rejects.toMatchObject({
+        code: 'PATH_LEASE_LOST',
+        reason: 'superseded',
+      });
+      await expect(clocked.transaction((tx) => tx.assertLease(first.lease))).rejects.toBeInstanceOf(PathLeaseLostError);
+      await clocked.transaction((tx) => tx.assertLease(second.lease));
+      expect((await clocked.tasks.requireTask(job.id)).status).toBe('in_progress');
+      expect(await clocked.paths.submitTaskResult(job.id, second.lease, { status: 'done' })).toEqual({
+        status: 'done',
+        released: ['src'],
+      });
+      // A dynamic claim leases no keys; its grant is live while it is the task's current claim.
+      const dynamic = await task(ws, []);
+      const claim = await clocked.paths.claimTask(dynamic.id, 'agent');
+      if (claim.status !== 'acquired') throw new Error('dynamic claims lease nothing');
+      await clocked.transaction((tx) => tx.assertLease(claim.lease));
+      expect(await clocked.paths.renewPaths(claim.lease, { ttlMs: 5 })).toMatchObject({ expiresAt: t + 5 });
+      await expect(
+        clocked.paths.submitTaskResult(dynamic.id, { ...claim.lease, token: 999_999 }, { status: 'done' }),
+      ).rejects.toMatchObject({ reason: 'never_granted' });
+      await expect(
+        clocked.paths.submitTaskResult(dynamic.id, { kind: 'path_lease' } as never, { status: 'done' }),
+      ).rejects.toBeInstanceOf(InvalidArgumentError);
+    });
+
+    it('one exclusion rule: the workspace lock blocks tryAcquirePaths and claimTask, and path leases block the lock and dispatchRun', async () => {
+      const ws = await workspace();
+      const lock = await store.locks.claimWorkspaceLock(ws, { holder: 'run-1', runId: 'run-1' });
+      if (lock.status !== 'acquired') throw new Error('free workspace');
+      const blockedPaths = await store.paths.tryAcquirePaths(req(ws, 'h1', ['src/a.ts']));
+      expect(blockedPaths).toMatchObject({
+        status: 'busy',
+        heldBy: {
+          holder: 'run-1',
+          conflicts: [{ key: '', holder: 'run-1', kind: 'workspace_lock', token: lock.lease.token }],
+        },
+      });
+      const job = await task(ws, ['docs']);
+      expect(await store.paths.claimTask(job.id, 'h1')).toMatchObject({ status: 'busy', heldBy: { holder: 'run-1' } });
+      expect((await store.tasks.requireTask(job.id)).status).toBe('todo');
+      await store.locks.releaseWorkspaceLock(lock.lease);
+
+      const claim = await store.paths.claimTask(job.id, 'h1');
+      if (claim.status !== 'acquired') throw new Error('the lock was released');
+      expect(await store.locks.claimWorkspaceLock(ws, { holder: 'run-2', runId: 'run-2' })).toMatchObject({
+        status: 'busy',
+        heldBy: { holder: 'h1', runId: null, pathKey: 'docs', token: claim.lease.token },
+      });
+      const agent = await store.org.createAgent({ companyId, name: 'dev', role: 'engineer', workspaceId: ws });
+      const coding = await store.tasks.createTask({
+        companyId,
+        title: 'whole-workspace run',
+        assigneeAgentId: agent.id,
+        requiresFilesystem: true,
+      });
+      const dispatch = await store.scheduler.dispatchRun({
+        taskId: coding.id,
+        agentId: agent.id,
+        runId: 'run-3',
+        mode: 'heartbeat',
+      });
+      expect(dispatch).toMatchObject({ outcome: 'cancelled', reason: 'workspace_busy', heldBy: { pathKey: 'docs' } });
+      expect(await store.locks.getTaskLease(coding.id)).toBeNull(); // given back
+      await store.paths.submitTaskResult(job.id, claim.lease, { status: 'done' });
+      const retry = await store.scheduler.dispatchRun({
+        taskId: coding.id,
+        agentId: agent.id,
+        runId: 'run-4',
+        mode: 'heartbeat',
+      });
+      expect(retry).toMatchObject({ outcome: 'dispatched', lockMode: 'exclusive' });
     });
 
     it('refuses a submission from another holder, a finished task, a task without workspace, and bad stored paths', async () => {
@@ -506,7 +625,12 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       expect(serial).toMatchObject({ violations: [], parallelDisjoint: 0 });
       const bogus = checkHistory([
         grant('c0', ['a'], 0, 10),
-        { type: 'conflict', holder: 'c1', keys: ['b'], conflicts: [{ key: 'a', holder: 'c0', expiresAt: 0 }] },
+        {
+          type: 'conflict',
+          holder: 'c1',
+          keys: ['b'],
+          conflicts: [{ key: 'a', holder: 'c0', expiresAt: 0, token: 1 }],
+        },
       ]);
       expect(bogus.bogusConflicts.length).toBe(1);
     });
@@ -534,6 +658,31 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       expect(report.parallelDisjoint, context).toBeGreaterThan(0);
       expect(await parent.paths.listPathLeases({ workspaceId: ws })).toEqual([]);
     });
+
+    it('one workspace, one exclusion rule: 4 lock holders and 4 path holders never hold at once', async () => {
+      const ws = await workspace(parent, raceCompany);
+      const seed = Date.now() % 100_000;
+      const events: RaceEvent[] = [];
+      for (let wave = 0; wave < 2; wave++) {
+        const outcomes = await contenders.race('mixedRounds', () => ({
+          workspaceId: ws,
+          rounds: 25,
+          seed: seed + wave,
+          ttlMs: LONG_TTL,
+          holdMaxMs: 8,
+        }));
+        for (const o of outcomes) events.push(...ok(o));
+      }
+      const report = checkHistory(events);
+      const holds = events.filter((e) => e.type === 'grant');
+      const locks = holds.filter((e) => e.via === 'lock').length;
+      const context = `seed ${seed}: ${locks} lock grants, ${holds.length - locks} path grants, ${report.refusals} refusals`;
+      expect(report.violations, context).toEqual([]);
+      expect(report.bogusConflicts, context).toEqual([]);
+      expect(locks, context).toBeGreaterThan(0);
+      expect(holds.length - locks, context).toBeGreaterThan(0);
+      expect(report.parallelDisjoint, context).toBeGreaterThan(0); // path holders still run in parallel
+    }, 120_000);
 
     it('a blocked acquirePaths holds nothing while it waits and takes the whole set once the blocker releases', async () => {
       const ws = await workspace(parent, raceCompany);

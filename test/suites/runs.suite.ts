@@ -404,24 +404,30 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       ).rejects.toBeInstanceOf(CoordinatorRunNotRunningError);
     });
 
-    it("finds a terminal's newest active dispatch deterministically", async () => {
+    it('holds one active dispatch per terminal and picks the newest dispatch by insertion order, not time', async () => {
       const clock = frozenClock();
       const store = await fx.freshStore({ clock });
       const c = await company(store);
       const tasks = [await task(store, c, null), await task(store, c, null), await task(store, c, null)];
       const first = await store.dispatches.createDispatch({ taskId: tasks[0]!.id, terminalHandle: 'shared-term' });
-      clock.advance(10);
+      // Issue 22: a second active dispatch on one terminal is refused (the partial unique index decides).
+      await expect(
+        store.dispatches.createDispatch({ taskId: tasks[1]!.id, terminalHandle: 'shared-term' }),
+      ).rejects.toMatchObject({ code: 'TERMINAL_BUSY', terminalHandle: 'shared-term', activeDispatchId: first.id });
+      expect((await store.tasks.requireTask(tasks[1]!.id)).status).toBe('ready');
+      await store.dispatches.endDispatch(first.id, 'cancelled');
+      // The clock is frozen: every dispatch below has the same timestamp, and seq orders them.
       const second = await store.dispatches.createDispatch({ taskId: tasks[1]!.id, terminalHandle: 'shared-term' });
+      expect((await store.dispatches.getActiveDispatchForTerminal('shared-term'))?.id).toBe(second.id);
+      await store.dispatches.completeDispatch(second.id);
       const third = await store.dispatches.createDispatch({ taskId: tasks[2]!.id, terminalHandle: 'shared-term' });
-      // second and third share a timestamp: the id breaks the tie.
-      const newest = [second, third].sort((a, b) => (a.id < b.id ? 1 : -1))[0]!;
-      expect((await store.dispatches.getActiveDispatchForTerminal('shared-term'))?.id).toBe(newest.id);
-      await store.dispatches.endDispatch(newest.id, 'completed');
-      const next = newest.id === second.id ? third : second;
-      expect((await store.dispatches.getActiveDispatchForTerminal('shared-term'))?.id).toBe(next.id);
-      await store.dispatches.endDispatch(next.id, 'cancelled');
-      expect((await store.dispatches.getActiveDispatchForTerminal('shared-term'))?.id).toBe(first.id);
-      await expect(store.dispatches.endDispatch(next.id, 'completed')).rejects.toMatchObject({
+      expect(third.seq).toBeGreaterThan(second.seq);
+      expect((await store.dispatches.listDispatches({ terminalHandle: 'shared-term' })).map((d) => d.id)).toEqual([
+        first.id,
+        second.id,
+        third.id,
+      ]);
+      await expect(store.dispatches.endDispatch(first.id, 'completed')).rejects.toMatchObject({
         code: 'DISPATCH_NOT_ACTIVE',
         status: 'cancelled',
       });

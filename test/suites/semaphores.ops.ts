@@ -20,7 +20,6 @@ export async function useSlots(
   tools: ContenderTools,
 ) {
   const holder = `c${tools.index}`;
-  const inside = store.db.withTables<SemaphoreHostTables>();
   let maxSeen = 0;
   let acquired = 0;
   let busy = 0;
@@ -44,19 +43,29 @@ export async function useSlots(
       continue;
     }
     acquired++;
-    await inside.insertInto('sem_inside').values({ name: args.name, token: claim.lease.token, holder }).execute();
-    const row = await inside
-      .selectFrom('sem_inside')
-      .select((eb) => eb.fn.countAll<number | string>().as('n'))
-      .where('name', '=', args.name)
-      .executeTakeFirstOrThrow();
-    maxSeen = Math.max(maxSeen, Number(row.n));
+    // The host's writes go through store.transaction, as a host's should: on SQLite a busy file
+    // is waited out by the write transaction's retry loop (a bare store.db write under 8 writers
+    // on a loaded machine can exceed busy_timeout and fail with SQLITE_BUSY).
+    const seen = await store.transaction(async (tx) => {
+      const host = tx.db.withTables<SemaphoreHostTables>();
+      await host.insertInto('sem_inside').values({ name: args.name, token: claim.lease.token, holder }).execute();
+      const row = await host
+        .selectFrom('sem_inside')
+        .select((eb) => eb.fn.countAll<number | string>().as('n'))
+        .where('name', '=', args.name)
+        .executeTakeFirstOrThrow();
+      return Number(row.n);
+    });
+    maxSeen = Math.max(maxSeen, seen);
     await sleep(args.holdMs);
-    await inside
-      .deleteFrom('sem_inside')
-      .where('name', '=', args.name)
-      .where('token', '=', claim.lease.token)
-      .execute();
+    await store.transaction((tx) =>
+      tx.db
+        .withTables<SemaphoreHostTables>()
+        .deleteFrom('sem_inside')
+        .where('name', '=', args.name)
+        .where('token', '=', claim.lease.token)
+        .execute(),
+    );
     await store.semaphores.release(claim.lease);
   }
   return { maxSeen, acquired, busy };

@@ -1,7 +1,7 @@
 /**
  * A small world for the operator views (`inspect`, `ui`): one live run with a dispatched task (its
  * task lease, its workspace lock and its dispatch), a task behind an open gate, path leases of two
- * holders, an environment, messages in the run's inbox, a semaphore with two slots, a worker
+ * holders (in a second workspace), an environment, messages in the run's inbox, a semaphore with two slots, a worker
  * inbox with a dead and a redelivered message, and one run whose coordinator went silent
  * ten minutes ago (stale). Every id is prefixed with `ns`, so worlds do not collide.
  */
@@ -10,6 +10,8 @@ import type { Store } from '../../src/index.js';
 export interface OpsWorld {
   readonly companyId: string;
   readonly workspaceId: string;
+  /** The workspace the path leases are in (the task's workspace is locked whole). */
+  readonly pathsWorkspaceId: string;
   readonly runId: string;
   readonly coordinatorHandle: string;
   readonly staleRunId: string;
@@ -84,15 +86,22 @@ export async function seedOpsWorld(
   if (result.outcome !== 'dispatched' || result.lockMode !== 'exclusive')
     throw new Error('expected an exclusive dispatch');
   const gate = await store.gates.openGate({ taskId: gated.id, question: 'Release on Friday?' });
+  // Path leases in a workspace of their own: the workspace lock and path leases exclude each other.
+  const site = await store.org.createWorkspace({
+    id: `${ns}-site`,
+    companyId: company.id,
+    name: 'site',
+    rootPath: '/srv/acme/site',
+  });
   const a = await store.paths.tryAcquirePaths({
-    workspaceId: workspace.id,
+    workspaceId: site.id,
     holder: `${ns}-agent-a`,
     paths: ['src/auth', 'docs/README.md'],
     ttlMs: 600_000,
     taskId: fix.id,
   });
   const b = await store.paths.tryAcquirePaths({
-    workspaceId: workspace.id,
+    workspaceId: site.id,
     holder: `${ns}-agent-b`,
     paths: ['src/ui/button.ts'],
     ttlMs: 300_000,
@@ -134,6 +143,7 @@ export async function seedOpsWorld(
   return {
     companyId: company.id,
     workspaceId: workspace.id,
+    pathsWorkspaceId: site.id,
     runId: run.id,
     coordinatorHandle: run.coordinatorHandle,
     staleRunId: stale.id,

@@ -4,6 +4,7 @@
  */
 import { sql, type Kysely, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError } from '../../errors.js';
+import { tableIn } from '../../query/schema.js';
 import type {
   CoordinatorRunRow,
   Database,
@@ -12,7 +13,11 @@ import type {
   TaskStatus,
 } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
+import type { LeaseFence } from '../shared/fence.js';
+import { requireLease, type Lease, type LeaseLostReason } from '../shared/lease.js';
+import { moveInFlightTask } from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../shared/lock-keys.js';
+import { toTask } from '../shared/records.js';
 import { findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
 import {
   optionalId,
@@ -22,10 +27,20 @@ import {
   optionalString,
   requireId,
   requireInput,
+  requireJson,
+  requireLimit,
+  requirePositiveMs,
 } from '../validate.js';
 import {
+  DEFAULT_DISPATCH_LEASE_TTL_MS,
   DISPATCH_FAILURE_LIMIT,
   DispatchAlreadyActiveError,
+  DispatchLeaseLostError,
+  LEASE_EXPIRED,
+  TerminalBusyError,
+  type DispatchExitResult,
+  type DispatchNextFilter,
+  type ReclaimedDispatch,
   DispatchNotActiveError,
   DispatchRunMismatchError,
   TaskNotDispatchableError,
@@ -47,23 +62,123 @@ export function toDispatch(row: DispatchContextRow): Dispatch {
     updatedAt: row.updated_at,
     endedAt: row.ended_at,
     coordinatorRunId: row.coordinator_run_id,
+    seq: Number(row.seq),
+    leaseExpiresAt: row.lease_expires_at === null ? null : Number(row.lease_expires_at),
+    lease:
+      row.status === 'active' && row.lease_expires_at !== null
+        ? Object.freeze({
+            kind: 'dispatch' as const,
+            resource: row.id,
+            holder: row.terminal_handle,
+            token: Number(row.seq),
+            expiresAt: Number(row.lease_expires_at),
+          })
+        : null,
   };
 }
 
 const IN_FLIGHT: readonly TaskStatus[] = ['dispatched', 'in_progress'];
 const DISPATCH_STATUSES: readonly DispatchStatus[] = ['active', 'completed', 'failed', 'cancelled'];
 
-/** The newest active dispatch of a terminal (ties broken by id), read in `db` (a transaction or the store). */
-function newestActiveFor(trx: Transaction<Database> | Kysely<Database>, terminalHandle: string) {
+type Trx = Transaction<Database>;
+
+/** The newest active dispatch of a terminal (by `seq`), read in `db` (a transaction or the store). */
+function newestActiveFor(trx: Trx | Kysely<Database>, terminalHandle: string) {
   return trx
     .selectFrom('dispatch_contexts')
     .selectAll()
     .where('terminal_handle', '=', terminalHandle)
     .where('status', '=', 'active')
-    .orderBy('created_at', 'desc')
-    .orderBy('id', 'desc')
+    .orderBy('seq', 'desc')
     .limit(1)
     .executeTakeFirst();
+}
+
+/** Why a dispatch that is not active (any more) is not its worker's: superseded by a newer dispatch of its task, reclaimed, or ended. */
+async function endedReason(trx: Trx | Kysely<Database>, row: DispatchContextRow): Promise<LeaseLostReason> {
+  const newer = await trx
+    .selectFrom('dispatch_contexts')
+    .select('id')
+    .where('task_id', '=', row.task_id)
+    .where('seq', '>', row.seq)
+    .limit(1)
+    .executeTakeFirst();
+  if (newer) return 'superseded';
+  return row.error === LEASE_EXPIRED ? 'expired' : 'released';
+}
+
+/**
+ * The check every worker report makes before it changes anything: the dispatch is active and, if
+ * the worker passed its lease, the lease is this dispatch's. A lease that lapsed but was not
+ * reclaimed still reports: expiry makes a dispatch reclaimable, reclaiming makes it lost.
+ */
+async function checkReport(trx: Trx, row: DispatchContextRow, lease: Lease<'dispatch'> | undefined): Promise<void> {
+  if (lease !== undefined) {
+    if (lease.resource !== row.id)
+      throw new InvalidArgumentError('lease.resource', `must be the lease of dispatch ${row.id}`);
+    if (lease.token !== Number(row.seq)) throw new DispatchLeaseLostError(row.id, lease.token, 'never_granted');
+  }
+  if (row.status === 'active') return;
+  const reason = await endedReason(trx, row);
+  if (reason !== 'released' || lease !== undefined)
+    throw new DispatchLeaseLostError(row.id, lease?.token ?? Number(row.seq), reason);
+  throw new DispatchNotActiveError(row.id, row.status);
+}
+
+/** A `dispatch_contexts` insert with its seq read back (SQLite assigns it in a trigger that RETURNING does not see). */
+async function insertDispatch(trx: Trx, values: Omit<DispatchContextRow, 'seq'>): Promise<DispatchContextRow> {
+  await trx.insertInto('dispatch_contexts').values(values).execute();
+  return trx.selectFrom('dispatch_contexts').selectAll().where('id', '=', values.id).executeTakeFirstOrThrow();
+}
+
+/**
+ * Fails an active dispatch in `trx` (the caller holds its task's key) and moves its task: the
+ * breaker counts the task's failed dispatches. Null if it already ended.
+ */
+async function failDispatchIn(
+  trx: Trx,
+  dispatchId: string,
+  error: string,
+  now: number,
+  rowLocks: boolean,
+): Promise<Omit<DispatchExitResult, 'escalateTo'> | null> {
+  const failed = await trx
+    .updateTable('dispatch_contexts')
+    .set({ status: 'failed', error, updated_at: now, ended_at: now })
+    .where('id', '=', dispatchId)
+    .where('status', '=', 'active')
+    .returningAll()
+    .executeTakeFirst();
+  if (!failed) return null;
+  const { failures } = await trx
+    .selectFrom('dispatch_contexts')
+    .select((eb) => eb.fn.countAll<number>().as('failures'))
+    .where('task_id', '=', failed.task_id)
+    .where('status', '=', 'failed')
+    .executeTakeFirstOrThrow();
+  const failureCount = Number(failures);
+  const tripped = failureCount >= DISPATCH_FAILURE_LIMIT;
+  const before = await trx
+    .selectFrom('tasks')
+    .select('status')
+    .where('id', '=', failed.task_id)
+    .executeTakeFirstOrThrow();
+  const inFlight = IN_FLIGHT.includes(before.status);
+  const taskStatus = await moveInFlightTask(trx, failed.task_id, tripped ? 'failed' : 'ready', now, rowLocks);
+  return { dispatch: toDispatch(failed), failureCount, circuitBreakerTripped: tripped && inFlight, taskStatus };
+}
+
+/** Checks `dispatchNext`'s filter. */
+function checkFilter(value: unknown): DispatchNextFilter {
+  const filter = optionalInput('filter', value as DispatchNextFilter | undefined);
+  if (filter.assigneeAgentId !== undefined && filter.assigneeAgentId !== null)
+    requireId('filter.assigneeAgentId', filter.assigneeAgentId);
+  if (
+    filter.minPriority !== undefined &&
+    (typeof filter.minPriority !== 'number' || !Number.isInteger(filter.minPriority))
+  )
+    throw new InvalidArgumentError('filter.minPriority', 'must be an integer');
+  return filter;
 }
 
 async function escalationFor(
@@ -111,6 +226,135 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     return row ? toDispatch(row) : null;
   }
 
+  /** Runs a write that inserts a dispatch; the one-active-per-terminal index's violation becomes `TerminalBusyError`. */
+  async function onFreeTerminal<T>(terminalHandles: readonly string[], write: () => Promise<T>): Promise<T> {
+    try {
+      return await write();
+    } catch (error) {
+      if (dialect.classifyError(error) !== 'unique_violation') throw error;
+      // The transaction is over (rolled back): name the dispatch that won the terminal.
+      for (const handle of terminalHandles) {
+        const active = await newestActiveFor(db, handle);
+        if (active) throw new TerminalBusyError(handle, active.id);
+      }
+      throw new TerminalBusyError(terminalHandles[0]!, null);
+    }
+  }
+
+  /** Checks `ttlMs`. */
+  const ttlOf = (value: unknown) =>
+    value === undefined ? DEFAULT_DISPATCH_LEASE_TTL_MS : requirePositiveMs('ttlMs', value);
+
+  /**
+   * The claim-next step of `dispatchNext`, in `trx`: the run's best ready task with every
+   * dependency done, row-locked and skipping rows other claimers hold (PostgreSQL), dispatched
+   * to `terminalHandle`. Null when none is ready.
+   */
+  async function claimNextIn(
+    trx: Trx,
+    p: { runId: string; terminalHandle: string; agentId: string | null; filter: DispatchNextFilter; ttlMs: number },
+  ): Promise<DispatchContextRow | null> {
+    const tasks = tableIn(trx, 'tasks');
+    const deps = tableIn(trx, 'task_dependencies');
+    let query = trx
+      .selectFrom('tasks')
+      .select(['id', 'coordinator_run_id'])
+      .where('coordinator_run_id', '=', p.runId)
+      .where('status', '=', 'ready')
+      .where(
+        sql<boolean>`not exists (select 1 from ${deps} d join ${tasks} dep on dep.id = d.depends_on_id
+          where d.task_id = ${sql.ref('tasks.id')} and dep.status <> 'done')`,
+      );
+    if (p.filter.assigneeAgentId !== undefined)
+      query =
+        p.filter.assigneeAgentId === null
+          ? query.where('assignee_agent_id', 'is', null)
+          : query.where('assignee_agent_id', '=', p.filter.assigneeAgentId);
+    if (p.filter.minPriority !== undefined) query = query.where('priority', '>=', p.filter.minPriority);
+    query = query.orderBy('priority', 'desc').orderBy('seq').limit(1);
+    const pick = await (dialect.supportsSkipLocked ? query.forUpdate().skipLocked() : query).executeTakeFirst();
+    if (!pick) return null;
+    const now = ctx.clock.now();
+    const claimed = await trx
+      .updateTable('tasks')
+      .set({ status: 'dispatched', updated_at: now })
+      .where('id', '=', pick.id)
+      .where('status', '=', 'ready')
+      .executeTakeFirst();
+    if (claimed.numUpdatedRows === 0n) return null;
+    return insertDispatch(trx, {
+      id: ctx.newId(),
+      task_id: pick.id,
+      agent_id: p.agentId,
+      terminal_handle: p.terminalHandle,
+      status: 'active',
+      error: null,
+      created_at: now,
+      updated_at: now,
+      ended_at: null,
+      coordinator_run_id: pick.coordinator_run_id,
+      lease_expires_at: now + p.ttlMs,
+    });
+  }
+
+  /** Checks `dispatchNext`'s common input and the agent reference. */
+  async function requireAgent(trx: Trx, agentId: string | null): Promise<void> {
+    if (agentId !== null && !(await trx.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst()))
+      throw new NotFoundError('agent', agentId);
+  }
+
+  /** Reads a dispatch for a report, under its task's key, and checks the report may be made. */
+  async function reportable(trx: Trx, dispatchId: string, lease: Lease<'dispatch'> | undefined) {
+    const first = await trx
+      .selectFrom('dispatch_contexts')
+      .select('task_id')
+      .where('id', '=', dispatchId)
+      .executeTakeFirst();
+    if (!first) throw new NotFoundError('dispatch', dispatchId);
+    await dialect.lockKey(trx, dispatchTaskLockKey(first.task_id));
+    const row = await trx
+      .selectFrom('dispatch_contexts')
+      .selectAll()
+      .where('id', '=', dispatchId)
+      .executeTakeFirstOrThrow();
+    await checkReport(trx, row, lease);
+    return row;
+  }
+
+  /** Ends an active dispatch as completed or cancelled and moves its task (done with `result`, or ready). */
+  async function endIn(
+    trx: Trx,
+    dispatchId: string,
+    status: 'completed' | 'cancelled',
+    lease: Lease<'dispatch'> | undefined,
+    result: string | null | undefined,
+  ) {
+    await reportable(trx, dispatchId, lease);
+    const now = ctx.clock.now();
+    const ended = await trx
+      .updateTable('dispatch_contexts')
+      .set({ status, updated_at: now, ended_at: now })
+      .where('id', '=', dispatchId)
+      .where('status', '=', 'active')
+      .returningAll()
+      .executeTakeFirstOrThrow();
+    await moveInFlightTask(
+      trx,
+      ended.task_id,
+      status === 'completed' ? 'done' : 'ready',
+      now,
+      dialect.supportsSkipLocked,
+      result,
+    );
+    const task = await trx.selectFrom('tasks').selectAll().where('id', '=', ended.task_id).executeTakeFirstOrThrow();
+    return { dispatch: toDispatch(ended), task: toTask(task) };
+  }
+
+  const optionalLease = (options: unknown) => {
+    const lease = optionalInput('options', options as { lease?: unknown } | undefined).lease;
+    return lease === undefined ? undefined : requireLease('dispatch', lease, 'options.lease');
+  };
+
   const repo: DispatchRepository = {
     async createDispatch(input) {
       requireInput('input', input);
@@ -118,48 +362,45 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const terminalHandle = requireId('terminalHandle', input.terminalHandle);
       const agentId = optionalId('agentId', input.agentId);
       if (input.runId !== undefined) requireId('runId', input.runId);
+      const ttlMs = ttlOf(input.ttlMs);
       const id = ctx.newId();
       const now = ctx.clock.now();
-      const row = await dialect.writeTransaction(async (trx) => {
-        await dialect.lockKey(trx, dispatchTaskLockKey(taskId));
-        const task = await trx
-          .selectFrom('tasks')
-          .select(['id', 'status', 'coordinator_run_id'])
-          .where('id', '=', taskId)
-          .executeTakeFirst();
-        if (!task) throw new NotFoundError('task', taskId);
-        if (input.runId !== undefined) {
-          await requireRunningRunIn(trx, input.runId);
-          if (task.coordinator_run_id !== input.runId)
-            throw new DispatchRunMismatchError(taskId, input.runId, task.coordinator_run_id);
-        }
-        const runId = task.coordinator_run_id;
-        const active = await trx
-          .selectFrom('dispatch_contexts')
-          .select(['id', 'terminal_handle'])
-          .where('task_id', '=', taskId)
-          .where('status', '=', 'active')
-          .where(sql<string>`coalesce(coordinator_run_id, '')`, '=', runId ?? '')
-          .executeTakeFirst();
-        if (active) throw new DispatchAlreadyActiveError(taskId, runId, active.id, active.terminal_handle);
-        // The agent reference is checked before the first write, so a missing one is a NotFoundError and changes nothing.
-        if (
-          agentId !== null &&
-          !(await trx.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst())
-        ) {
-          throw new NotFoundError('agent', agentId);
-        }
-        // The conditional UPDATE is the claim: it row-locks the task and re-checks `ready`.
-        const claimed = await trx
-          .updateTable('tasks')
-          .set({ status: 'dispatched', updated_at: now })
-          .where('id', '=', taskId)
-          .where('status', '=', 'ready')
-          .executeTakeFirst();
-        if (claimed.numUpdatedRows === 0n) throw new TaskNotDispatchableError(taskId, task.status);
-        return trx
-          .insertInto('dispatch_contexts')
-          .values({
+      const row = await onFreeTerminal([terminalHandle], () =>
+        dialect.writeTransaction(async (trx) => {
+          await dialect.lockKey(trx, dispatchTaskLockKey(taskId));
+          const task = await trx
+            .selectFrom('tasks')
+            .select(['id', 'status', 'coordinator_run_id'])
+            .where('id', '=', taskId)
+            .executeTakeFirst();
+          if (!task) throw new NotFoundError('task', taskId);
+          if (input.runId !== undefined) {
+            await requireRunningRunIn(trx, input.runId);
+            if (task.coordinator_run_id !== input.runId)
+              throw new DispatchRunMismatchError(taskId, input.runId, task.coordinator_run_id);
+          }
+          const runId = task.coordinator_run_id;
+          const active = await trx
+            .selectFrom('dispatch_contexts')
+            .select(['id', 'terminal_handle'])
+            .where('task_id', '=', taskId)
+            .where('status', '=', 'active')
+            .where(sql<string>`coalesce(coordinator_run_id, '')`, '=', runId ?? '')
+            .executeTakeFirst();
+          if (active) throw new DispatchAlreadyActiveError(taskId, runId, active.id, active.terminal_handle);
+          // The agent reference is checked before the first write, so a missing one is a NotFoundError and changes nothing.
+          await requireAgent(trx, agentId);
+          // The conditional UPDATE is the claim: it row-locks the task and re-checks `ready`.
+          const claimed = await trx
+            .updateTable('tasks')
+            .set({ status: 'dispatched', updated_at: now })
+            .where('id', '=', taskId)
+            .where('status', '=', 'ready')
+            .executeTakeFirst();
+          if (claimed.numUpdatedRows === 0n) throw new TaskNotDispatchableError(taskId, task.status);
+          // The terminal's one active dispatch is the partial unique index's to decide (no read
+          // first): a second one violates it, here or in a racing transaction.
+          return insertDispatch(trx, {
             id,
             task_id: taskId,
             agent_id: agentId,
@@ -170,11 +411,138 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
             updated_at: now,
             ended_at: null,
             coordinator_run_id: runId,
-          })
-          .returningAll()
-          .executeTakeFirstOrThrow();
-      });
+            lease_expires_at: now + ttlMs,
+          });
+        }),
+      );
       return toDispatch(row);
+    },
+
+    async dispatchNext(input) {
+      requireInput('input', input);
+      const runId = requireId('runId', input.runId);
+      const terminalHandle = requireId('terminalHandle', input.terminalHandle);
+      const agentId = optionalId('agentId', input.agentId);
+      const filter = checkFilter(input.filter);
+      const ttlMs = ttlOf(input.ttlMs);
+      const row = await onFreeTerminal([terminalHandle], () =>
+        dialect.writeTransaction(async (trx) => {
+          await requireRunningRunIn(trx, runId);
+          await requireAgent(trx, agentId);
+          const busy = await newestActiveFor(trx, terminalHandle);
+          if (busy) throw new TerminalBusyError(terminalHandle, busy.id);
+          return claimNextIn(trx, { runId, terminalHandle, agentId, filter, ttlMs });
+        }),
+      );
+      return row ? toDispatch(row) : null;
+    },
+
+    async dispatchNextBatch(input) {
+      requireInput('input', input);
+      const runId = requireId('runId', input.runId);
+      if (!Array.isArray(input.terminalHandles) || input.terminalHandles.length > 1_000)
+        throw new InvalidArgumentError('terminalHandles', 'must be an array of at most 1000 terminal handles');
+      const handles = [
+        ...new Set((input.terminalHandles as unknown[]).map((h, i) => requireId(`terminalHandles[${i}]`, h))),
+      ];
+      const agentId = optionalId('agentId', input.agentId);
+      const filter = checkFilter(input.filter);
+      const ttlMs = ttlOf(input.ttlMs);
+      const limit = requireLimit('limit', input.limit, 1_000, Math.max(handles.length, 1));
+      if (handles.length === 0) return [];
+      const rows = await onFreeTerminal(handles, () =>
+        dialect.writeTransaction(async (trx) => {
+          await requireRunningRunIn(trx, runId);
+          await requireAgent(trx, agentId);
+          const made: DispatchContextRow[] = [];
+          for (const terminalHandle of handles) {
+            if (made.length >= limit) break;
+            if (await newestActiveFor(trx, terminalHandle)) continue;
+            const row = await claimNextIn(trx, { runId, terminalHandle, agentId, filter, ttlMs });
+            if (!row) break;
+            made.push(row);
+          }
+          return made;
+        }),
+      );
+      return rows.map(toDispatch);
+    },
+
+    async completeDispatch(dispatchId, options) {
+      requireId('dispatchId', dispatchId);
+      const result = requireJson('result', optionalInput('options', options).result);
+      const lease = optionalLease(options);
+      return dialect.writeTransaction((trx) => endIn(trx, dispatchId, 'completed', lease, result));
+    },
+
+    async heartbeatDispatch(value, options) {
+      const lease = requireLease('dispatch', value);
+      const ttlMs = ttlOf(optionalInput('options', options).ttlMs);
+      return dialect.writeTransaction(async (trx) => {
+        const now = ctx.clock.now();
+        const renewed = await trx
+          .updateTable('dispatch_contexts')
+          .set({ lease_expires_at: now + ttlMs, updated_at: now })
+          .where('id', '=', lease.resource)
+          .where('seq', '=', lease.token)
+          .where('status', '=', 'active')
+          .returningAll()
+          .executeTakeFirst();
+        if (renewed) return toDispatch(renewed).lease!;
+        const row = await trx
+          .selectFrom('dispatch_contexts')
+          .selectAll()
+          .where('id', '=', lease.resource)
+          .executeTakeFirst();
+        if (!row || Number(row.seq) !== lease.token)
+          throw new DispatchLeaseLostError(lease.resource, lease.token, 'never_granted');
+        throw new DispatchLeaseLostError(lease.resource, lease.token, await endedReason(trx, row));
+      });
+    },
+
+    async reclaimExpiredDispatches(options) {
+      const opts = optionalInput('options', options);
+      const runId = optionalIdFilter('runId', opts.runId);
+      const limit = requireLimit('limit', opts.limit, 10_000, 100);
+      const out: ReclaimedDispatch[] = [];
+      // One dispatch per transaction: each takes only its task's key, and a reclaim racing
+      // another (or an exit, or a completion) ends the dispatch at most once.
+      while (out.length < limit) {
+        const now = ctx.clock.now();
+        let query = db
+          .selectFrom('dispatch_contexts')
+          .select(['id', 'task_id'])
+          .where('status', '=', 'active')
+          .where('lease_expires_at', '<=', now);
+        if (runId !== undefined) query = query.where('coordinator_run_id', '=', runId);
+        const candidates = await query
+          .orderBy('lease_expires_at')
+          .orderBy('seq')
+          .limit(limit - out.length)
+          .execute();
+        if (candidates.length === 0) break;
+        let progressed = false;
+        for (const candidate of candidates) {
+          const reclaimed = await dialect.writeTransaction(async (trx) => {
+            await dialect.lockKey(trx, dispatchTaskLockKey(candidate.task_id));
+            const row = await trx
+              .selectFrom('dispatch_contexts')
+              .select(['status', 'lease_expires_at'])
+              .where('id', '=', candidate.id)
+              .executeTakeFirstOrThrow();
+            const at = ctx.clock.now();
+            if (row.status !== 'active' || row.lease_expires_at === null || Number(row.lease_expires_at) > at)
+              return null;
+            return failDispatchIn(trx, candidate.id, LEASE_EXPIRED, at, dialect.supportsSkipLocked);
+          });
+          if (reclaimed) {
+            out.push(reclaimed);
+            progressed = true;
+          }
+        }
+        if (!progressed) break;
+      }
+      return out;
     },
 
     getDispatch,
@@ -187,71 +555,33 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
 
     async failActiveDispatchOnExit(terminalHandle, options) {
       requireId('terminalHandle', terminalHandle);
-      const error = optionalString('error', optionalInput('options', options).error) ?? 'worker terminal exited';
+      const opts = optionalInput('options', options);
+      const error = optionalString('error', opts.error) ?? 'worker terminal exited';
+      const named = optionalIdFilter('dispatchId', opts.dispatchId);
       return dialect.writeTransaction(async (trx) => {
         // Exit reports for one terminal queue here, so each sees the previous one's result.
         await dialect.lockKey(trx, dispatchTerminalLockKey(terminalHandle));
+        let first: DispatchExitResult | null = null;
+        // Every active dispatch of the terminal ends (the index allows one; legacy rows may hold more), newest first.
         for (;;) {
           const active = await newestActiveFor(trx, terminalHandle);
-          if (!active) return null;
+          if (!active) return first;
+          if (named !== undefined && active.id !== named && first === null) return null;
           await dialect.lockKey(trx, dispatchTaskLockKey(active.task_id));
-          const now = ctx.clock.now();
-          const failed = await trx
-            .updateTable('dispatch_contexts')
-            .set({ status: 'failed', error, updated_at: now, ended_at: now })
-            .where('id', '=', active.id)
-            .where('status', '=', 'active')
-            .returningAll()
-            .executeTakeFirst();
-          if (!failed) continue; // ended by endDispatch meanwhile: look again
-          const { failures } = await trx
-            .selectFrom('dispatch_contexts')
-            .select((eb) => eb.fn.countAll<number>().as('failures'))
-            .where('task_id', '=', failed.task_id)
-            .where('status', '=', 'failed')
-            .executeTakeFirstOrThrow();
-          const failureCount = Number(failures);
-          const tripped = failureCount >= DISPATCH_FAILURE_LIMIT;
-          const task = await trx
-            .updateTable('tasks')
-            .set({ status: tripped ? 'failed' : 'ready', updated_at: now })
-            .where('id', '=', failed.task_id)
-            .where('status', 'in', IN_FLIGHT)
-            .returning('status')
-            .executeTakeFirst();
-          const taskStatus =
-            task?.status ??
-            (await trx.selectFrom('tasks').select('status').where('id', '=', failed.task_id).executeTakeFirstOrThrow())
-              .status;
-          return {
-            dispatch: toDispatch(failed),
-            failureCount,
-            circuitBreakerTripped: tripped && task !== undefined,
-            taskStatus,
-            escalateTo: await escalationFor(trx, failed),
-          };
+          const failed = await failDispatchIn(trx, active.id, error, ctx.clock.now(), dialect.supportsSkipLocked);
+          if (!failed) continue; // ended meanwhile: look again
+          first ??= { ...failed, escalateTo: await escalationFor(trx, await rowOf(trx, failed.dispatch.id)) };
         }
       });
     },
 
-    async endDispatch(dispatchId, status) {
+    async endDispatch(dispatchId, status, options) {
       requireId('dispatchId', dispatchId);
       if (status !== 'completed' && status !== 'cancelled')
         throw new InvalidArgumentError('status', 'must be completed or cancelled');
-      const now = ctx.clock.now();
-      const row = await dialect.writeTransaction((trx) =>
-        trx
-          .updateTable('dispatch_contexts')
-          .set({ status, updated_at: now, ended_at: now })
-          .where('id', '=', dispatchId)
-          .where('status', '=', 'active')
-          .returningAll()
-          .executeTakeFirst(),
-      );
-      if (row) return toDispatch(row);
-      const current = await getDispatch(dispatchId);
-      if (!current) throw new NotFoundError('dispatch', dispatchId);
-      throw new DispatchNotActiveError(dispatchId, current.status);
+      const lease = optionalLease(options);
+      const ended = await dialect.writeTransaction((trx) => endIn(trx, dispatchId, status, lease, undefined));
+      return ended.dispatch;
     },
 
     async listDispatches(options) {
@@ -266,7 +596,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       if (taskId !== undefined) query = query.where('task_id', '=', taskId);
       if (terminalHandle !== undefined) query = query.where('terminal_handle', '=', terminalHandle);
       if (statuses !== null) query = query.where('status', 'in', statuses);
-      const rows = await query.orderBy('created_at').orderBy('id').execute();
+      const rows = await query.orderBy('seq').execute();
       return rows.map(toDispatch);
     },
 
@@ -285,3 +615,29 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
   };
   return repo;
 }
+
+/** A dispatch row by id (it exists). */
+function rowOf(trx: Trx, id: string): Promise<DispatchContextRow> {
+  return trx.selectFrom('dispatch_contexts').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+}
+
+/**
+ * `tx.assertLease` for a dispatch lease: its row, read `FOR SHARE` on PostgreSQL, must be active
+ * with this token and unexpired. Heartbeats, reports and reclaims update the row, so they wait
+ * for the fenced transaction.
+ */
+export const fenceDispatch: LeaseFence = async (ctx, trx, lease) => {
+  const query = trx.selectFrom('dispatch_contexts').selectAll().where('id', '=', lease.resource);
+  const row = ctx.dialect.supportsSkipLocked
+    ? await query.forShare().executeTakeFirst()
+    : await query.executeTakeFirst();
+  const now = ctx.clock.now();
+  if (!row || Number(row.seq) !== lease.token)
+    throw new DispatchLeaseLostError(lease.resource, lease.token, 'never_granted');
+  if (row.status === 'active' && (row.lease_expires_at === null || Number(row.lease_expires_at) > now)) return;
+  throw new DispatchLeaseLostError(
+    lease.resource,
+    lease.token,
+    row.status === 'active' ? 'expired' : await endedReason(trx, row),
+  );
+};

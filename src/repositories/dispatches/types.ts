@@ -1,9 +1,20 @@
 /** The public types of `store.dispatches` (SPEC §3): dispatch contexts, their errors and guarantees. */
 import { TaskfenceError } from '../../errors.js';
 import type { CoordinatorRunStatus, DispatchStatus, TaskStatus } from '../../schema/database.js';
+import { LeaseLostError, type Lease, type LeaseLostReason } from '../shared/lease.js';
+import type { Task } from '../shared/records.js';
+import { TaskNotDispatchableError } from '../shared/lifecycle.js';
+
+export { TaskNotDispatchableError };
 
 /** Failed dispatches of one task that trip its circuit breaker: the task fails instead of returning to ready. */
 export const DISPATCH_FAILURE_LIMIT = 3;
+
+/** A dispatch's lease lifetime unless the caller says otherwise (5 minutes; heartbeat at about a third of it). */
+export const DEFAULT_DISPATCH_LEASE_TTL_MS = 5 * 60_000;
+
+/** The error a reclaimed dispatch ends with, and the reason its task returned to ready. */
+export const LEASE_EXPIRED = 'lease_expired';
 
 export interface Dispatch {
   readonly id: string;
@@ -16,6 +27,66 @@ export interface Dispatch {
   readonly updatedAt: number;
   readonly endedAt: number | null;
   readonly coordinatorRunId: string | null;
+  /** The insertion order ("newest" is the highest), and the lease's fencing token. */
+  readonly seq: number;
+  /** When the lease lapses unless renewed; null for a legacy dispatch (no lease). */
+  readonly leaseExpiresAt: number | null;
+  /**
+   * The dispatch lease while the dispatch is active (kind `dispatch`, resource the dispatch id,
+   * holder the terminal, token `seq`): pass it to `heartbeatDispatch`, `completeDispatch` and
+   * `tx.assertLease`. Null once the dispatch ended, and for legacy dispatches.
+   */
+  readonly lease: Lease<'dispatch'> | null;
+}
+
+/** What `completeDispatch` ended: the dispatch and its task, in one transaction. */
+export interface CompletedDispatch {
+  readonly dispatch: Dispatch;
+  readonly task: Task;
+}
+
+/** Options of the reports a worker makes on its dispatch. */
+export interface DispatchReportOptions {
+  /** The dispatch lease it holds: a superseded or reclaimed one is refused with `DispatchLeaseLostError`. */
+  readonly lease?: Lease<'dispatch'>;
+}
+
+/** `dispatchNext`'s choice among the run's ready tasks. */
+export interface DispatchNextFilter {
+  /** Only tasks assigned to this agent (null: unassigned ones). */
+  readonly assigneeAgentId?: string | null;
+  /** Only tasks of at least this priority. */
+  readonly minPriority?: number;
+}
+
+export interface DispatchNextInput {
+  readonly runId: string;
+  readonly terminalHandle: string;
+  readonly agentId?: string | null;
+  readonly filter?: DispatchNextFilter;
+  /** The dispatch lease's lifetime (default `DEFAULT_DISPATCH_LEASE_TTL_MS`). */
+  readonly ttlMs?: number;
+}
+
+export interface DispatchNextBatchInput {
+  readonly runId: string;
+  /** Free terminals to fill, in order; a busy one is skipped. */
+  readonly terminalHandles: readonly string[];
+  readonly agentId?: string | null;
+  readonly filter?: DispatchNextFilter;
+  readonly ttlMs?: number;
+  /** At most this many dispatches (default: one per terminal). */
+  readonly limit?: number;
+}
+
+/** One dispatch `reclaimExpiredDispatches` took back. */
+export interface ReclaimedDispatch {
+  /** The dispatch, now `failed` with error `lease_expired`. */
+  readonly dispatch: Dispatch;
+  readonly failureCount: number;
+  readonly circuitBreakerTripped: boolean;
+  /** `ready` again, or `failed` by the breaker. */
+  readonly taskStatus: TaskStatus;
 }
 
 export interface CreateDispatchInput {
@@ -28,6 +99,8 @@ export interface CreateDispatchInput {
    * another run's task); default: the task's own run.
    */
   readonly runId?: string;
+  /** The dispatch lease's lifetime (default `DEFAULT_DISPATCH_LEASE_TTL_MS`). */
+  readonly ttlMs?: number;
 }
 
 export interface ListDispatchesFilter {
@@ -62,19 +135,6 @@ export interface DispatchExitResult {
   readonly taskStatus: TaskStatus;
   /** Null only for a legacy dispatch when no run is running at all. */
   readonly escalateTo: EscalationTarget | null;
-}
-
-/** The task is not `ready`, so it cannot be dispatched. */
-export class TaskNotDispatchableError extends TaskfenceError {
-  readonly code = 'TASK_NOT_DISPATCHABLE';
-  constructor(
-    readonly taskId: string,
-    readonly status: TaskStatus,
-  ) {
-    super(
-      `Task ${taskId} is ${status}, not ready, so it cannot be dispatched. Dispatch it once it is ready (a failed dispatch returns it to ready).`,
-    );
-  }
 }
 
 /** The task already has an active dispatch in this run. */
@@ -121,28 +181,105 @@ export class DispatchNotActiveError extends TaskfenceError {
   }
 }
 
+/** The terminal already has an active dispatch: one terminal runs one dispatch at a time. */
+export class TerminalBusyError extends TaskfenceError {
+  readonly code = 'TERMINAL_BUSY';
+  constructor(
+    readonly terminalHandle: string,
+    readonly activeDispatchId: string | null,
+  ) {
+    super(
+      `Terminal ${terminalHandle} already has an active dispatch${activeDispatchId === null ? '' : ` (${activeDispatchId})`}. ` +
+        'A terminal runs one dispatch at a time: complete, end or fail it first, or dispatch to a free terminal.',
+    );
+  }
+}
+
+/** The dispatch lease is not the caller's any more (reclaimed after expiry, superseded, or ended); nothing changed. */
+export class DispatchLeaseLostError extends LeaseLostError {
+  readonly code = 'DISPATCH_LEASE_LOST';
+  readonly kind = 'dispatch';
+  constructor(
+    readonly dispatchId: string,
+    readonly token: number,
+    readonly reason: LeaseLostReason,
+  ) {
+    super(
+      `Dispatch ${dispatchId} (token ${token}) is no longer this worker's (${reason}). ` +
+        'Stop the work: its task was reclaimed or ended; its result is refused.',
+    );
+  }
+}
+
 /** Dispatch contexts (SPEC §3): a task sent to a worker terminal, scoped to a run. */
 export interface DispatchRepository {
   /**
    * Dispatches a `ready` task to a terminal and moves it to `dispatched`, atomically: of
    * concurrent dispatches of one task exactly one succeeds, the others get
-   * `TaskNotDispatchableError` (or `DispatchAlreadyActiveError`). The dispatch is stamped with the task's run.
+   * `TaskNotDispatchableError` (or `DispatchAlreadyActiveError`). The dispatch is stamped with
+   * the task's run and carries a lease. A terminal that already has an active dispatch is
+   * refused with `TerminalBusyError` (a partial unique index decides, also under a race).
    */
   createDispatch(input: CreateDispatchInput): Promise<Dispatch>;
+  /**
+   * Atomically picks the run's highest-priority, oldest (`seq`) `ready` task whose dependencies
+   * are all done, dispatches it to the terminal and returns the dispatch; null when nothing is
+   * ready. PostgreSQL claims with `FOR UPDATE SKIP LOCKED`, so concurrent claimers do not
+   * serialize; SQLite's writers are serialized by `BEGIN IMMEDIATE`. A busy terminal is
+   * `TerminalBusyError`.
+   */
+  dispatchNext(input: DispatchNextInput): Promise<Dispatch | null>;
+  /** `dispatchNext` for several free terminals in one transaction: the dispatches made, at most `limit`. */
+  dispatchNextBatch(input: DispatchNextBatchInput): Promise<Dispatch[]>;
+  /**
+   * Ends an active dispatch as completed and its task as `done` (with `result`), in one
+   * transaction; dependents whose dependencies are now all done become `ready` in it too.
+   * A dispatch that was reclaimed or superseded (or whose `lease` is) is `DispatchLeaseLostError`,
+   * one ended otherwise `DispatchNotActiveError`; neither changes anything.
+   */
+  completeDispatch(
+    dispatchId: string,
+    options?: { result?: unknown } & DispatchReportOptions,
+  ): Promise<CompletedDispatch>;
+  /**
+   * Renews a dispatch lease for `ttlMs` (default: the lease's own lifetime at creation is not
+   * kept; `DEFAULT_DISPATCH_LEASE_TTL_MS`). A lease lapsed but not yet reclaimed is renewed; a
+   * reclaimed, superseded or ended one is `DispatchLeaseLostError`.
+   */
+  heartbeatDispatch(lease: Lease<'dispatch'>, options?: { ttlMs?: number }): Promise<Lease<'dispatch'>>;
+  /**
+   * Takes back every active dispatch whose lease lapsed: each ends `failed` with error
+   * `lease_expired`, counts against its task's breaker, and its task returns to `ready` (or
+   * `failed` at `DISPATCH_FAILURE_LIMIT`). Each dispatch is reclaimed exactly once however many
+   * reclaimers race. At most `limit` (default 100) per call.
+   */
+  reclaimExpiredDispatches(options?: { runId?: string; limit?: number }): Promise<ReclaimedDispatch[]>;
   /** The dispatch with this id, or null; a plain read. */
   getDispatch(id: string): Promise<Dispatch | null>;
-  /** The terminal's active dispatch; if it has several, deterministically the newest (by creation time, then id). */
+  /** The terminal's active dispatch (at most one, enforced by a unique index). */
   getActiveDispatchForTerminal(terminalHandle: string): Promise<Dispatch | null>;
   /**
    * On a worker terminal's exit: fails its active dispatch (exactly once, however many exit
-   * reports race), counts the task's failures, trips the circuit breaker at
+   * reports race; with `dispatchId`, only if that is the terminal's active dispatch, so a reaper
+   * acting on an old dispatch never fails the terminal's new one), counts the task's failures, trips the circuit breaker at
    * `DISPATCH_FAILURE_LIMIT` (task `failed`) or returns the task to `ready`, and names the run to
    * escalate to. Returns null if the terminal has no active dispatch.
    */
-  failActiveDispatchOnExit(terminalHandle: string, options?: { error?: string }): Promise<DispatchExitResult | null>;
-  /** Ends an active dispatch as completed or cancelled; an ended one gets `DispatchNotActiveError`. */
-  endDispatch(dispatchId: string, status: 'completed' | 'cancelled'): Promise<Dispatch>;
-  /** Dispatches matching the filter, oldest first. */
+  failActiveDispatchOnExit(
+    terminalHandle: string,
+    options?: { error?: string; dispatchId?: string },
+  ): Promise<DispatchExitResult | null>;
+  /**
+   * Ends an active dispatch and moves its task along the table: `completed` → task `done` (as
+   * `completeDispatch`), `cancelled` → task `ready` again. An ended one gets
+   * `DispatchNotActiveError` (`DispatchLeaseLostError` if it was reclaimed or superseded).
+   */
+  endDispatch(
+    dispatchId: string,
+    status: 'completed' | 'cancelled',
+    options?: DispatchReportOptions,
+  ): Promise<Dispatch>;
+  /** Dispatches matching the filter, oldest first (by `seq`, the insertion order). */
   listDispatches(filter?: ListDispatchesFilter): Promise<Dispatch[]>;
   /** Dispatch counts of one run by status (every status present, zero if none). */
   countDispatchesByStatus(runId: string): Promise<Record<DispatchStatus, number>>;

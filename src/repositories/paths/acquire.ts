@@ -1,14 +1,16 @@
 /**
  * The all-or-nothing acquisition every lease path goes through (`tryAcquirePaths`,
- * `acquirePaths`, `claimTask`): under the workspace's key (lock-keys.ts, level 7) it checks for
- * conflicting live leases and, only if there are none, inserts the whole set.
+ * `acquirePaths`, `claimTask`): under the workspace's key (lock-keys.ts, level 7) it locks the
+ * workspace's token row, checks for conflicting live leases and, only if there are none, takes
+ * the next fencing token and inserts the whole set under it.
  */
-import type { Transaction } from 'kysely';
+import { sql, type Transaction } from 'kysely';
 import { NotFoundError } from '../../errors.js';
 import { decodePathLeaseKey, encodePathLeaseKey } from '../../domain/write-paths.js';
 import type { Database, PathLeaseRow } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
 import { pathsLockKey } from '../shared/lock-keys.js';
+import { liveWorkspaceLock } from '../shared/workspace-exclusion.js';
 import {
   chunked,
   conflictParams,
@@ -20,17 +22,21 @@ import {
   RANGE_CHUNK,
   toPathLease,
 } from './statements.js';
-import { PATH_CONFLICT_REPORT_LIMIT, type PathLeaseConflict, type TryAcquirePathsResult } from './types.js';
+import {
+  PATH_CONFLICT_REPORT_LIMIT,
+  type PathLeaseConflict,
+  type PathLeaseGrant,
+  type TryAcquirePathsResult,
+} from './types.js';
 
-/** Live leases of other holders overlapping any of `keys`, the first few (see `buildPathConflictQuery`). */
+/** Live leases of any grant overlapping any of `keys`, the first few (see `buildPathConflictQuery`). */
 export async function findConflicts(
   trx: Transaction<Database>,
   workspaceId: string,
-  holder: string,
   keys: readonly string[],
   now: number,
 ): Promise<PathLeaseConflict[]> {
-  const all = conflictParams(workspaceId, holder, keys, now);
+  const all = conflictParams(workspaceId, keys, now);
   const ancestorChunks = chunked(all.ancestors, LIST_CHUNK);
   const keyChunks = chunked(keys, RANGE_CHUNK);
   const seen = new Set<string>();
@@ -44,7 +50,7 @@ export async function findConflicts(
     const ancestors = ancestorChunks[i] ?? [];
     const chunkKeys = keyChunks[i] ?? [];
     if (ancestors.length === 0 && chunkKeys.length === 0) continue;
-    const params = { workspaceId, holder, now, ancestors, ...descendantRanges(chunkKeys) };
+    const params = { workspaceId, now, ancestors, ...descendantRanges(chunkKeys) };
     const rows = await FIND_CONFLICTS.execute(trx, params, `${ancestors.length}:${chunkKeys.length}`);
     for (const row of rows) {
       const id = `${row.lease_key}\u0000${row.holder}`;
@@ -54,13 +60,43 @@ export async function findConflicts(
         key: decodePathLeaseKey(row.lease_key),
         holder: row.holder,
         expiresAt: Number(row.expires_at),
+        token: row.token === null ? null : Number(row.token),
       });
     }
   }
   return conflicts;
 }
 
-/** The all-or-nothing acquisition, inside the caller's write transaction. */
+/**
+ * Locks the workspace's token row against every other grant until the transaction ends
+ * (PostgreSQL `FOR UPDATE`; SQLite's write transaction already holds the database). A fenced
+ * transaction (`tx.assertLease` on a path lease) reads the row `FOR SHARE`, so a grant waits
+ * here for the fenced write to end, before it reads the clock.
+ */
+async function lockTokenRow(ctx: StoreContext, trx: Transaction<Database>, workspaceId: string): Promise<void> {
+  const query = trx.selectFrom('path_lease_tokens').select('token').where('workspace_id', '=', workspaceId);
+  await (ctx.dialect.supportsSkipLocked ? query.forUpdate() : query).executeTakeFirst();
+}
+
+/** The next fencing token of the workspace: one higher than every token granted there before. */
+async function nextToken(ctx: StoreContext, trx: Transaction<Database>, workspaceId: string, now: number) {
+  try {
+    const row = await trx
+      .insertInto('path_lease_tokens')
+      .values({ workspace_id: workspaceId, token: 1, updated_at: now })
+      .onConflict((oc) =>
+        oc.column('workspace_id').doUpdateSet({ token: sql<number>`path_lease_tokens.token + 1`, updated_at: now }),
+      )
+      .returning('token')
+      .executeTakeFirstOrThrow();
+    return Number(row.token);
+  } catch (error) {
+    if (ctx.dialect.classifyError(error) === 'foreign_key_violation') throw new NotFoundError('workspace', workspaceId);
+    throw error;
+  }
+}
+
+/** The all-or-nothing acquisition, inside the caller's write transaction: one grant, or the blockers. */
 export async function acquireKeys(
   ctx: StoreContext,
   trx: Transaction<Database>,
@@ -70,33 +106,55 @@ export async function acquireKeys(
   ttlMs: number,
   taskId: string | null,
 ): Promise<TryAcquirePathsResult> {
-  if (keys.length === 0) return { acquired: true, leases: [] };
   await ctx.dialect.lockKey(trx, pathsLockKey(workspaceId));
+  await lockTokenRow(ctx, trx, workspaceId);
   // Read the clock only once the workspace is serialized, so lease times follow commit order.
   const now = ctx.clock.now();
-  const conflicts = await findConflicts(trx, workspaceId, holder, keys, now);
-  if (conflicts.length > 0) return { acquired: false, conflicts };
+  // One exclusion rule per workspace: a live workspace lock is the whole-workspace key, so it
+  // blocks every path claim there (and `claimWorkspaceLock` takes this key and checks the leases).
+  const lock = await liveWorkspaceLock(trx, workspaceId, now);
+  const conflicts = keys.length === 0 ? [] : await findConflicts(trx, workspaceId, keys, now);
+  if (lock) conflicts.unshift(lock);
+  if (conflicts.length > 0) {
+    const first = conflicts[0]!;
+    return {
+      status: 'busy',
+      heldBy: { holder: first.holder, expiresAt: first.expiresAt, conflicts },
+      acquired: false,
+      conflicts,
+    };
+  }
+  const token = await nextToken(ctx, trx, workspaceId, now);
+  const expiresAt = now + ttlMs;
   const rows: PathLeaseRow[] = [];
-  for (const chunk of chunked(keys, LIST_CHUNK)) {
-    const stored = chunk.map(encodePathLeaseKey);
-    // Expired leases of any holder on exactly these keys are garbage from now on.
-    await PRUNE_EXPIRED.run(trx, { workspaceId, stored, holder, now }, stored.length);
-    try {
+  if (keys.length > 0) {
+    for (const chunk of chunked(keys, LIST_CHUNK)) {
+      const stored = chunk.map(encodePathLeaseKey);
+      // Expired leases of any grant on exactly these keys are garbage from now on.
+      await PRUNE_EXPIRED.run(trx, { workspaceId, stored, now }, stored.length);
       rows.push(
         ...(await INSERT_LEASES.execute(
           trx,
-          { workspaceId, stored, holder, taskId, now, expiresAt: now + ttlMs },
+          { workspaceId, stored, holder, taskId, now, expiresAt, token },
           stored.length,
         )),
       );
-    } catch (error) {
-      if (ctx.dialect.classifyError(error) === 'foreign_key_violation')
-        throw new NotFoundError('workspace', workspaceId);
-      throw error;
     }
   }
   const order = new Map(keys.map((key, i) => [key, i]));
+  const lease: PathLeaseGrant = Object.freeze({
+    kind: 'path_lease' as const,
+    resource: workspaceId,
+    holder,
+    token,
+    expiresAt,
+    workspaceId,
+    keys: Object.freeze([...keys]),
+    taskId,
+  });
   return {
+    status: 'acquired',
+    lease,
     acquired: true,
     leases: rows.map(toPathLease).sort((a, b) => order.get(a.key)! - order.get(b.key)!),
   };

@@ -11,6 +11,8 @@ import { acquireKeys } from './acquire.js';
 import { pathsTopic } from './statements.js';
 import {
   PathClaimRefusedError,
+  PathLeaseLostError,
+  type PathLeaseGrant,
   showKey,
   type PathClaimResult,
   type PathTaskSubmission,
@@ -44,13 +46,20 @@ export async function claimTask(
     const mode: TaskWriteMode = writes === null ? 'whole-workspace' : writes.length === 0 ? 'dynamic' : 'paths';
     const keys = writes === null ? [WHOLE_WORKSPACE_KEY] : leaseKeys(writes);
     const result = await acquireKeys(ctx, trx, task.workspace_id, holder, keys, ttlMs, taskId);
-    if (!result.acquired) return { claimed: false, mode, conflicts: result.conflicts };
+    if (result.status === 'busy')
+      return { status: 'busy', mode, heldBy: result.heldBy, claimed: false, conflicts: result.conflicts };
+    const now = ctx.clock.now();
+    // The task's current claim: a later claim supersedes this grant, whatever its holder name.
+    const { token, workspaceId } = result.lease;
     await trx
-      .updateTable('tasks')
-      .set({ status: 'in_progress', updated_at: ctx.clock.now() })
-      .where('id', '=', taskId)
+      .insertInto('path_lease_claims')
+      .values({ task_id: taskId, workspace_id: workspaceId, holder, token, claimed_at: now })
+      .onConflict((oc) =>
+        oc.column('task_id').doUpdateSet({ workspace_id: workspaceId, holder, token, claimed_at: now }),
+      )
       .execute();
-    return { claimed: true, mode, leases: result.leases };
+    await trx.updateTable('tasks').set({ status: 'in_progress', updated_at: now }).where('id', '=', taskId).execute();
+    return { status: 'acquired', mode, lease: result.lease, claimed: true, leases: result.leases };
   });
 }
 
@@ -58,9 +67,10 @@ export async function claimTask(
 export async function submitTaskResult(
   ctx: StoreContext,
   taskId: string,
-  holder: string,
+  by: string | PathLeaseGrant,
   status: 'done' | 'failed',
 ): Promise<PathTaskSubmission> {
+  const holder = typeof by === 'string' ? by : by.holder;
   const { dialect } = ctx;
   return dialect.writeTransaction(async (trx) => {
     const task = await trx
@@ -74,6 +84,21 @@ export async function submitTaskResult(
     }
     if (task.workspace_id !== null) await dialect.lockKey(trx, pathsLockKey(task.workspace_id));
     const now = ctx.clock.now();
+    if (typeof by !== 'string') {
+      // The grant must be the task's current claim: a later claim (any holder name) supersedes it.
+      const claim = await trx
+        .selectFrom('path_lease_claims')
+        .select(['token', 'workspace_id', 'holder'])
+        .where('task_id', '=', taskId)
+        .executeTakeFirst();
+      const current = claim && claim.workspace_id === by.resource ? Number(claim.token) : null;
+      if (current === null || current !== by.token || claim?.holder !== by.holder)
+        throw new PathLeaseLostError(
+          by.resource,
+          by.token,
+          current !== null && by.token < current ? 'superseded' : 'never_granted',
+        );
+    }
     const other = await trx
       .selectFrom('path_leases')
       .select(['holder', 'lease_key'])

@@ -20,12 +20,19 @@ import {
 } from '../validate.js';
 import { acquireKeys } from './acquire.js';
 import { claimTask, submitTaskResult } from './claims.js';
+import { isGrant, releaseGrant, renewGrant, requirePathGrant } from './grants.js';
 import { chunked, descendantRanges, pathsTopic, RANGE_CHUNK, RELEASE, RENEW, toPathLease } from './statements.js';
 import {
   DEFAULT_PATH_LEASE_TTL_MS,
   PathLeaseTimeoutError,
   type AcquirePathsInput,
+  type PathLeaseGrant,
   type PathLeaseRepository,
+  type PathTaskResult,
+  type ReleasePathsInput,
+  type RenewPathLeaseOptions,
+  type RenewPathsInput,
+  type RenewPathsResult,
 } from './types.js';
 
 /**
@@ -71,9 +78,9 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
             wake.cancel();
             throw error;
           });
-        if (result.acquired) {
+        if (result.status === 'acquired') {
           wake.cancel();
-          return result.leases;
+          return Object.assign([...result.leases], { lease: result.lease });
         }
         const left = deadline - performance.now();
         if (left <= 0) {
@@ -87,7 +94,8 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       }
     },
 
-    async releasePaths(input) {
+    releasePaths: async (input: ReleasePathsInput | PathLeaseGrant) => {
+      if (isGrant(input)) return releaseGrant(ctx, requirePathGrant(input));
       requireInput('input', input);
       const workspaceId = requireId('workspaceId', input.workspaceId);
       const holder = requireId('holder', input.holder);
@@ -107,7 +115,16 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       return { released: rows.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
     },
 
-    async renewPaths(input) {
+    // One implementation of both forms; the deprecated one returns `RenewPathsResult`.
+    renewPaths: (async (
+      input: RenewPathsInput | PathLeaseGrant,
+      options?: RenewPathLeaseOptions,
+    ): Promise<PathLeaseGrant | RenewPathsResult> => {
+      if (isGrant(input)) {
+        const opts = options === undefined ? {} : requireInput('options', options);
+        const ttlMs = opts.ttlMs === undefined ? DEFAULT_PATH_LEASE_TTL_MS : requirePositiveMs('ttlMs', opts.ttlMs);
+        return renewGrant(ctx, requirePathGrant(input), ttlMs);
+      }
       requireInput('input', input);
       const workspaceId = requireId('workspaceId', input.workspaceId);
       const holder = requireId('holder', input.holder);
@@ -144,7 +161,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
         }
       }
       return { renewed, lost: keys.filter((k) => !kept.has(k)) };
-    },
+    }) as PathLeaseRepository['renewPaths'],
 
     async listPathLeases(filter) {
       requireInput('filter', filter);
@@ -185,9 +202,9 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       return claimTask(ctx, taskId, holder, ttlMs);
     },
 
-    async submitTaskResult(taskId, holder, result) {
+    submitTaskResult: async (taskId: string, by: string | PathLeaseGrant, result: PathTaskResult) => {
       requireId('taskId', taskId);
-      requireId('holder', holder);
+      const holder = isGrant(by) ? requirePathGrant(by, 'lease') : requireId('holder', by);
       const status = requireInput('result', result).status;
       if (status !== 'done' && status !== 'failed')
         throw new InvalidArgumentError('result.status', "must be 'done' or 'failed'");

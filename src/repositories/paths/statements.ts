@@ -45,7 +45,6 @@ function onOrBelow(froms: readonly string[], tos: readonly string[]): RawBuilder
 
 export interface ConflictParams {
   readonly workspaceId: string;
-  readonly holder: string;
   readonly now: number;
   /** The proper ancestors of the keys, stored and deduplicated. */
   readonly ancestors: readonly string[];
@@ -53,15 +52,9 @@ export interface ConflictParams {
   readonly tos: readonly string[];
 }
 
-export function conflictParams(
-  workspaceId: string,
-  holder: string,
-  keys: readonly string[],
-  now: number,
-): ConflictParams {
+export function conflictParams(workspaceId: string, keys: readonly string[], now: number): ConflictParams {
   return {
     workspaceId,
-    holder,
     now,
     ancestors: [...new Set(keys.flatMap(storedPathAncestorKeys))],
     ...descendantRanges(keys),
@@ -69,22 +62,24 @@ export function conflictParams(
 }
 
 function conflictSql(db: Kysely<Database> | undefined, p: ConflictParams) {
-  const live = sql`workspace_id = ${p.workspaceId} and holder <> ${p.holder} and expires_at > ${p.now}`;
+  // Every live lease blocks, whatever its holder name: a grant never shares with another grant.
+  const live = sql`workspace_id = ${p.workspaceId} and expires_at > ${p.now}`;
   const branches: RawBuilder<unknown>[] = [];
   if (p.ancestors.length > 0) {
     branches.push(
-      sql`select lease_key, holder, expires_at from ${tableIn(db, 'path_leases')} where ${live} and lease_key in (${sql.join(p.ancestors)})`,
+      sql`select lease_key, holder, expires_at, token from ${tableIn(db, 'path_leases')} where ${live} and lease_key in (${sql.join(p.ancestors)})`,
     );
   }
   p.froms.forEach((from, i) => {
     branches.push(
-      sql`select lease_key, holder, expires_at from ${tableIn(db, 'path_leases')} where ${live} and lease_key >= ${from} and lease_key < ${p.tos[i]}`,
+      sql`select lease_key, holder, expires_at, token from ${tableIn(db, 'path_leases')} where ${live} and lease_key >= ${from} and lease_key < ${p.tos[i]}`,
     );
   });
   return sql<{
     lease_key: string;
     holder: string;
     expires_at: number;
+    token: number | null;
   }>`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`;
 }
 
@@ -93,7 +88,6 @@ export const FIND_CONFLICTS = prepared((db, p: ConflictParams, shape: string) =>
   const [ancestors, keys] = shape.split(':').map(Number) as [number, number];
   return conflictSql(db, {
     workspaceId: p.workspaceId,
-    holder: p.holder,
     now: p.now,
     ancestors: elements(p.ancestors, ancestors),
     froms: elements(p.froms, keys),
@@ -101,14 +95,13 @@ export const FIND_CONFLICTS = prepared((db, p: ConflictParams, shape: string) =>
   });
 });
 
-/** Expired leases of any holder on exactly these keys: garbage once a new holder takes them. */
+/** Expired leases of any grant on exactly these keys: garbage once a new grant takes them. */
 export const PRUNE_EXPIRED = prepared(
-  (db, p: { workspaceId: string; stored: readonly string[]; holder: string; now: number }, n: number) =>
+  (db, p: { workspaceId: string; stored: readonly string[]; now: number }, n: number) =>
     db
       .deleteFrom('path_leases')
       .where('workspace_id', '=', p.workspaceId)
       .where('lease_key', 'in', elements(p.stored, n))
-      .where('holder', '<>', p.holder)
       .where('expires_at', '<=', p.now),
 );
 
@@ -122,6 +115,7 @@ export const INSERT_LEASES = prepared(
       taskId: string | null;
       now: number;
       expiresAt: number;
+      token: number;
     },
     n: number,
   ) =>
@@ -135,6 +129,7 @@ export const INSERT_LEASES = prepared(
           task_id: p.taskId,
           acquired_at: p.now,
           expires_at: p.expiresAt,
+          token: p.token,
         })),
       )
       .onConflict((oc) =>
@@ -142,6 +137,7 @@ export const INSERT_LEASES = prepared(
           task_id: sql<string | null>`coalesce(${eb.ref('excluded.task_id')}, path_leases.task_id)`,
           acquired_at: eb.ref('excluded.acquired_at'),
           expires_at: eb.ref('excluded.expires_at'),
+          token: eb.ref('excluded.token'),
         })),
       )
       .returningAll(),
@@ -180,8 +176,8 @@ export const RENEW = prepared(
 );
 
 /**
- * The conflict check as one statement: live leases (`expires_at > now`) of holders other than
- * `holder` in the workspace that overlap any of `keys` (an antichain from `leaseKeys`). A
+ * The conflict check as one statement: live leases (`expires_at > now`) of any grant in the
+ * workspace that overlap any of `keys` (an antichain from `leaseKeys`). A
  * UNION ALL of one branch for the keys' proper ancestors, by equality, and one bytewise range
  * per key for the key itself and its descendants; each branch is a lookup on the primary key
  * (workspace_id, lease_key), and LIMIT stops at the first few conflicts, so the cost does not
@@ -194,12 +190,13 @@ export const RENEW = prepared(
  */
 export function buildPathConflictQuery(
   workspaceId: string,
-  holder: string,
+  /** Unused since schema 0095 (every live lease blocks, whatever its holder); kept for the call shape. */
+  _holder: string,
   keys: readonly string[],
   now: number,
   db?: Kysely<Database>,
 ) {
-  return conflictSql(db, conflictParams(workspaceId, holder, keys, now));
+  return conflictSql(db, conflictParams(workspaceId, keys, now));
 }
 
 /** Maps a `path_leases` row to the public shape. */
@@ -211,5 +208,18 @@ export function toPathLease(row: PathLeaseRow): PathLease {
     taskId: row.task_id,
     acquiredAt: Number(row.acquired_at),
     expiresAt: Number(row.expires_at),
+    token: row.token === null ? null : Number(row.token),
   };
+}
+
+/** The rows of one grant (workspace, token); `holder` is checked too, so a forged token of another holder finds nothing. */
+export function grantRows(
+  db: Kysely<Database>,
+  lease: { readonly resource: string; readonly holder: string; readonly token: number },
+) {
+  return db
+    .selectFrom('path_leases')
+    .where('workspace_id', '=', lease.resource)
+    .where('token', '=', lease.token)
+    .where('holder', '=', lease.holder);
 }

@@ -5,13 +5,14 @@
 import { TaskfenceError } from '../../errors.js';
 import { WHOLE_WORKSPACE_KEY } from '../../domain/write-paths.js';
 import type { TaskStatus } from '../../schema/database.js';
+import { LeaseLostError, type Lease, type LeaseHolderInfo, type LeaseLostReason } from '../shared/lease.js';
 
 /** A lease key as messages show it. */
 export function showKey(key: string): string {
   return key === WHOLE_WORKSPACE_KEY ? 'the whole workspace' : JSON.stringify(key);
 }
 
-/** TTL of the leases `claimTask` takes when the caller gives none. */
+/** TTL of the leases `claimTask` takes, and of a `renewPaths(lease)`, when the caller gives none. */
 export const DEFAULT_PATH_LEASE_TTL_MS = 60_000;
 
 /** At most this many conflicts are reported by a failed acquisition (the check stops there). */
@@ -27,13 +28,39 @@ export interface PathLease {
   readonly taskId: string | null;
   readonly acquiredAt: number;
   readonly expiresAt: number;
+  /** The grant this lease belongs to (`PathLeaseGrant.token`); null on a lease written before schema 0095. */
+  readonly token: number | null;
 }
 
-/** A live lease of another holder that overlaps what was asked for. */
+/**
+ * The grant of one acquisition (`tryAcquirePaths`, `acquirePaths`, `claimTask`): a `Lease` of
+ * kind `path_lease` on the workspace (`resource` = `workspaceId`) whose `token` rises on every
+ * grant in that workspace and is never reused, with the keys it leased. Pass it unchanged to
+ * `renewPaths`, `releasePaths`, `submitTaskResult` and `tx.assertLease`: they act on this grant
+ * only, so two processes that use the same holder name never touch each other's leases.
+ */
+export interface PathLeaseGrant extends Lease<'path_lease'> {
+  readonly workspaceId: string;
+  /** The lease keys of the grant (`leaseKeys` of the paths asked for); `[]` for a dynamic task claim. */
+  readonly keys: readonly string[];
+  /** The task the grant was taken for (`claimTask`, or `acquirePaths` with `taskId`). */
+  readonly taskId: string | null;
+}
+
+/** A live lease of another grant that overlaps what was asked for. */
 export interface PathLeaseConflict {
   readonly key: string;
   readonly holder: string;
   readonly expiresAt: number;
+  /** The blocking grant's token (null for a lease written before schema 0095); a workspace lock's token. */
+  readonly token: number | null;
+  /** Set when the blocker is the workspace's exclusive lock (`claimWorkspaceLock`): it holds the whole workspace (`key` `""`). */
+  readonly kind?: 'workspace_lock';
+}
+
+/** Who blocks a path claim: the first conflict's holder and expiry, and every conflict found (at most `PATH_CONFLICT_REPORT_LIMIT`). */
+export interface PathLeaseHolderInfo extends LeaseHolderInfo {
+  readonly conflicts: readonly PathLeaseConflict[];
 }
 
 export interface AcquirePathsInput {
@@ -46,9 +73,36 @@ export interface AcquirePathsInput {
   readonly taskId?: string | null;
 }
 
+/**
+ * The claim result (`LeaseClaim` of kind `path_lease`): `{ status: 'acquired', lease }` with the
+ * grant, or `{ status: 'busy', heldBy }`. `acquired`, `leases` and `conflicts` are the 0.x shape,
+ * kept for one release.
+ */
 export type TryAcquirePathsResult =
-  | { readonly acquired: true; readonly leases: readonly PathLease[] }
-  | { readonly acquired: false; readonly conflicts: readonly PathLeaseConflict[] };
+  | {
+      readonly status: 'acquired';
+      readonly lease: PathLeaseGrant;
+      /** @deprecated use `status === 'acquired'`. */
+      readonly acquired: true;
+      readonly leases: readonly PathLease[];
+    }
+  | {
+      readonly status: 'busy';
+      readonly heldBy: PathLeaseHolderInfo;
+      /** @deprecated use `status === 'busy'`. */
+      readonly acquired: false;
+      /** @deprecated use `heldBy.conflicts`. */
+      readonly conflicts: readonly PathLeaseConflict[];
+    };
+
+/** What `acquirePaths` returns: the leases (the 0.x shape, an array) carrying their grant as `lease`. */
+export type AcquiredPaths = readonly PathLease[] & { readonly lease: PathLeaseGrant };
+
+/** Options of `renewPaths(lease, options)`. */
+export interface RenewPathLeaseOptions {
+  /** The new TTL from now (default `DEFAULT_PATH_LEASE_TTL_MS`). */
+  readonly ttlMs?: number;
+}
 
 export interface AcquirePathsOptions {
   /** Give up after waiting this long (real time, not the store clock). */
@@ -61,6 +115,7 @@ export interface AcquirePathsOptions {
   readonly maxPollMs?: number;
 }
 
+/** @deprecated the 0.x form, by holder name: release the grant instead, `releasePaths(lease)`. */
 export interface ReleasePathsInput {
   readonly workspaceId: string;
   readonly holder: string;
@@ -68,6 +123,7 @@ export interface ReleasePathsInput {
   readonly paths?: readonly string[];
 }
 
+/** @deprecated the 0.x form, by holder name: renew the grant instead, `renewPaths(lease, { ttlMs })`. */
 export interface RenewPathsInput {
   readonly workspaceId: string;
   readonly holder: string;
@@ -80,6 +136,7 @@ export interface RenewPathsInput {
   readonly ttlMs: number;
 }
 
+/** @deprecated the result of the 0.x form of `renewPaths`. */
 export interface RenewPathsResult {
   /** The leases now extended to `now + ttlMs`. */
   readonly renewed: readonly PathLease[];
@@ -94,9 +151,29 @@ export interface RenewPathsResult {
 /** How a claimed task's write set was leased. */
 export type TaskWriteMode = 'whole-workspace' | 'paths' | 'dynamic';
 
+/**
+ * `claimTask`'s result: `{ status: 'acquired', lease }` (the claim's grant; in dynamic mode it
+ * leases no keys) or `{ status: 'busy', heldBy }`, with the task's write `mode`. `claimed`,
+ * `leases` and `conflicts` are the 0.x shape, kept for one release.
+ */
 export type PathClaimResult =
-  | { readonly claimed: true; readonly mode: TaskWriteMode; readonly leases: readonly PathLease[] }
-  | { readonly claimed: false; readonly mode: TaskWriteMode; readonly conflicts: readonly PathLeaseConflict[] };
+  | {
+      readonly status: 'acquired';
+      readonly mode: TaskWriteMode;
+      readonly lease: PathLeaseGrant;
+      /** @deprecated use `status === 'acquired'`. */
+      readonly claimed: true;
+      readonly leases: readonly PathLease[];
+    }
+  | {
+      readonly status: 'busy';
+      readonly mode: TaskWriteMode;
+      readonly heldBy: PathLeaseHolderInfo;
+      /** @deprecated use `status === 'busy'`. */
+      readonly claimed: false;
+      /** @deprecated use `heldBy.conflicts`. */
+      readonly conflicts: readonly PathLeaseConflict[];
+    };
 
 export interface PathClaimOptions {
   /** Lease TTL (default `DEFAULT_PATH_LEASE_TTL_MS`); renew with `renewPaths`. */
@@ -131,6 +208,27 @@ export class PathLeaseTimeoutError extends TaskfenceError {
   }
 }
 
+/**
+ * A path-lease grant is not (or no longer) live: `renewPaths(lease)`, `releasePaths(lease)`,
+ * `submitTaskResult(taskId, lease, …)` and `tx.assertLease` refuse it. `superseded`: the task was
+ * claimed again after this grant; `expired`: its leases lapsed; `released`: they were released
+ * (or taken over after expiry); `never_granted`: no such grant in this workspace.
+ */
+export class PathLeaseLostError extends LeaseLostError {
+  readonly code = 'PATH_LEASE_LOST';
+  readonly kind = 'path_lease';
+  constructor(
+    readonly workspaceId: string,
+    readonly token: number,
+    readonly reason: LeaseLostReason,
+  ) {
+    super(
+      `Path-lease grant ${token} in workspace ${workspaceId} is not held (${reason}). ` +
+        'This holder lost its paths: stop writing there and acquire them again.',
+    );
+  }
+}
+
 /** Why `claimTask` or `submitTaskResult` refused. */
 export type PathClaimRefusal = 'task_has_no_workspace' | 'task_finished' | 'held_by_other_holder';
 
@@ -150,31 +248,45 @@ export class PathClaimRefusedError extends TaskfenceError {
 /** Path-scoped write leases (SPEC §5, seed 002): durable, per workspace, across processes. */
 export interface PathLeaseRepository {
   /**
-   * Leases every key of `paths` for `holder`, or nothing: in one write transaction (serialized
-   * per workspace) it looks for live leases of other holders that overlap any key — ancestors by
-   * equality, descendants by one bytewise key range, never a scan of the workspace — and only if
-   * there are none writes all the leases. Keys the holder already holds are re-leased (new TTL).
-   * Expired leases never block.
+   * Leases every key of `paths` as one grant, or nothing: in one write transaction (serialized
+   * per workspace) it looks for live leases that overlap any key — ancestors by equality,
+   * descendants by one bytewise key range, never a scan of the workspace — and only if there are
+   * none writes all the leases under a new fencing token. Every live lease blocks, whoever holds
+   * it: the same holder name does not share (extend a grant with `renewPaths(lease)`). A live
+   * workspace lock (`claimWorkspaceLock`) blocks too: it is the whole-workspace key. Expired
+   * leases never block.
    *
    * @example
    * const r = await store.paths.tryAcquirePaths({ workspaceId, holder, paths: ['src/a.ts'], ttlMs: 30_000 });
-   * if (!r.acquired) console.log(r.conflicts); // [{ key: 'src', holder: 'agent-2', expiresAt }]
+   * if (r.status === 'busy') console.log(r.heldBy.conflicts); // [{ key: 'src', holder: 'agent-2', expiresAt, token }]
+   * else await store.paths.releasePaths(r.lease);
    */
   tryAcquirePaths(input: AcquirePathsInput): Promise<TryAcquirePathsResult>;
 
   /**
    * Like `tryAcquirePaths`, but waits (jittered polling) until the whole set is free, then takes
    * it at once. It holds nothing while it waits, so waiters can never deadlock each other.
-   * Throws `PathLeaseTimeoutError` naming the blockers after `timeoutMs`.
+   * Throws `PathLeaseTimeoutError` naming the blockers after `timeoutMs`. Returns the leases
+   * (an array, the 0.x shape) with the grant as `.lease`.
    *
    * @example
-   * const leases = await store.paths.acquirePaths({ workspaceId, holder, paths: ['docs'], ttlMs: 30_000 }, { timeoutMs: 5_000 });
+   * const { lease } = await store.paths.acquirePaths({ workspaceId, holder, paths: ['docs'], ttlMs: 30_000 }, { timeoutMs: 5_000 });
    */
-  acquirePaths(input: AcquirePathsInput, options: AcquirePathsOptions): Promise<readonly PathLease[]>;
+  acquirePaths(input: AcquirePathsInput, options: AcquirePathsOptions): Promise<AcquiredPaths>;
 
   /**
-   * Deletes the holder's leases in the workspace (only those on or below `paths`, if given) and
-   * returns their keys. Releasing what is not held is not an error.
+   * Releases one grant: deletes the leases of `lease` (and of no other grant, whatever its
+   * holder name) and returns their keys. A repeat release is a no-op (`released: []`); a token
+   * never granted in the workspace throws `PathLeaseLostError` (`never_granted`).
+   *
+   * @example
+   * await store.paths.releasePaths(claim.lease);
+   */
+  releasePaths(lease: PathLeaseGrant): Promise<{ readonly released: readonly string[] }>;
+  /**
+   * @deprecated the 0.x form, removed in the next release: it deletes every lease of the holder
+   * name in the workspace (only those on or below `paths`, if given), other processes' of the same
+   * name included. Release the grant instead: `releasePaths(lease)`.
    *
    * @example
    * await store.paths.releasePaths({ workspaceId, holder, paths: ['src'] });
@@ -182,6 +294,19 @@ export interface PathLeaseRepository {
   releasePaths(input: ReleasePathsInput): Promise<{ readonly released: readonly string[] }>;
 
   /**
+   * Renews one grant: extends every live lease of `lease` to now + `ttlMs` (default
+   * `DEFAULT_PATH_LEASE_TTL_MS`), serialized with acquisitions in the workspace, and returns the
+   * renewed grant. A grant with no live lease left throws `PathLeaseLostError` (`expired`,
+   * `released`, or `never_granted`): another grant may hold the paths now.
+   *
+   * @example
+   * const lease = await store.paths.renewPaths(claim.lease, { ttlMs: 30_000 });
+   */
+  renewPaths(lease: PathLeaseGrant, options?: RenewPathLeaseOptions): Promise<PathLeaseGrant>;
+  /**
+   * @deprecated the 0.x form, by holder name, removed in the next release: use
+   * `renewPaths(lease, { ttlMs })`.
+   *
    * Extends the holder's live leases on or below `paths` (required) to now + `ttlMs`, atomically
    * with respect to acquisitions in the workspace. An expired lease is not revived: every key of
    * `paths` the holder no longer holds live is reported in `lost`, whether it expired, was taken
@@ -204,17 +329,30 @@ export interface PathLeaseRepository {
    * which conflicts with every other lease there; a path list leases those paths (disjoint tasks
    * run in parallel); `[]` is dynamic mode: nothing is leased now and the holder calls
    * `acquirePaths({ …, taskId })` as it goes. Paths are normalized here (a bad stored path throws
-   * `InvalidWritePathError`). On conflict nothing changes and the blockers are returned.
+   * `InvalidWritePathError`). A live workspace lock on the task's workspace conflicts with every
+   * mode but the dynamic one. On conflict nothing changes and the blockers are returned. The
+   * grant (`lease`) is the task's current claim: a later claim of the task supersedes it.
    *
    * @example
    * const r = await store.paths.claimTask(task.id, 'agent-1', { ttlMs: 30_000 });
+   * if (r.status === 'acquired') await store.paths.submitTaskResult(task.id, r.lease, { status: 'done' });
    */
   claimTask(taskId: string, holder: string, options?: PathClaimOptions): Promise<PathClaimResult>;
 
   /**
    * Records a task's result (`done` or `failed`) and releases every lease of that task — claim
-   * leases and dynamic ones taken with its `taskId` — in the same transaction. Refused with
-   * `PathClaimRefusedError` if another holder holds a live lease of the task or it is already finished.
+   * leases and dynamic ones taken with its `taskId` — in the same transaction. `lease` must be the
+   * task's current claim (`claimTask`'s grant): a grant superseded by a later claim, even under
+   * the same holder name, throws `PathLeaseLostError`. Refused with `PathClaimRefusedError` if the
+   * task is already finished.
+   *
+   * @example
+   * await store.paths.submitTaskResult(task.id, claim.lease, { status: 'done' });
+   */
+  submitTaskResult(taskId: string, lease: PathLeaseGrant, result: PathTaskResult): Promise<PathTaskSubmission>;
+  /**
+   * @deprecated the 0.x form, by holder name, removed in the next release: pass the claim's
+   * grant. Refused with `PathClaimRefusedError` if another holder name holds a live lease of the task.
    *
    * @example
    * await store.paths.submitTaskResult(task.id, 'agent-1', { status: 'done' });

@@ -37,7 +37,8 @@ export function checkTargetKey(targetKey: unknown): string | null {
 }
 
 /**
- * @internal Adoption, inside the caller's write transaction. Unowned = no run, or a run id that is not a
+ * @internal Adoption, inside the caller's write transaction. Only unfinished tasks (not done, failed or
+ * cancelled) are adopted. Unowned = no run, or a run id that is not a
  * running run. Each UPDATE is one statement, so under READ COMMITTED it sees every run that
  * committed before it; a run that is running can only lose tasks after it stops.
  */
@@ -71,6 +72,9 @@ const ADOPT_TASKS = prepared((db, p: { runId: string; targetKey: string; now: nu
   const adopt = db
     .updateTable('tasks')
     .set({ coordinator_run_id: p.runId, updated_at: p.now })
+    // Only unfinished tasks (issue 22, deliberate): a finished task keeps the run that finished it,
+    // so history stays put and run start costs the same however much of it there is.
+    .where('status', 'not in', ['done', 'failed', 'cancelled'])
     .where(notOwnedByRunningRun(db, 'tasks.coordinator_run_id'));
   return target === 'null' ? adopt.where('target_key', 'is', null) : adopt.where('target_key', '=', p.targetKey);
 });

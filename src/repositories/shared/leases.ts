@@ -31,6 +31,12 @@ export interface WorkspaceLockHolder {
   readonly runId: string | null;
   readonly token: number;
   readonly expiresAt: number;
+  /**
+   * Set when what blocks the lock is a live path lease in the workspace (one exclusion rule: the
+   * lock is the whole-workspace key): the lease's key; `token` is then its grant's token (0 for
+   * a lease written before schema 0095) and `runId` null.
+   */
+  readonly pathKey?: string;
 }
 
 /** Who holds a task lease right now. */

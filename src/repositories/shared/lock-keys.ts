@@ -20,7 +20,8 @@
  *                                 every writer of that resource row (environments by id)
  *   6. dispatch-terminal:<handle>, then dispatch-task:<task>
  *                                 exit reports of one terminal; dispatches of one task
- *   7. paths:<workspace>          path-lease conflict check and insert of one workspace
+ *   7. paths:<workspace>          path-lease conflict check and insert of one workspace, and
+ *                                 claiming its workspace lock (the whole-workspace key)
  *   8. taskfence:semaphore:<name> counting and granting the slots of one semaphore
  *
  * Why this is deadlock-free: every transaction that holds two keys took them in list order, and

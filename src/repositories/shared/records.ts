@@ -23,6 +23,16 @@ export interface Task {
   readonly workspaceMode: WorkspaceMode | null;
   /** Paths the task writes; null = omitted (the whole workspace), [] = dynamic. */
   readonly writes: readonly string[] | null;
+  /** The insertion order: "oldest first" is ascending `seq`, never a timestamp. */
+  readonly seq: number;
+  /** Higher is taken first by `dispatchNext` (default 0). */
+  readonly priority: number;
+  /** The caller's JSON payload describing the work, or null. */
+  readonly spec: unknown;
+  /** The JSON result recorded when the task finished (`completeDispatch`), or null. */
+  readonly result: unknown;
+  /** Why the task is `blocked` (its open or failed dependencies, or the caller's reason); null otherwise. */
+  readonly blockedReason: string | null;
 }
 
 /** Maps a `tasks` row to the public shape. */
@@ -44,6 +54,11 @@ export function toTask(row: TaskRow): Task {
     parentId: row.parent_id,
     workspaceMode: row.workspace_mode,
     writes: row.writes === null ? null : (JSON.parse(row.writes) as string[]),
+    seq: Number(row.seq),
+    priority: Number(row.priority),
+    spec: row.spec === null ? null : (JSON.parse(row.spec) as unknown),
+    result: row.result === null ? null : (JSON.parse(row.result) as unknown),
+    blockedReason: row.blocked_reason,
   };
 }
 

@@ -1,0 +1,179 @@
+/**
+ * One path-lease grant (schema 0095): the leases one acquisition wrote under one fencing token.
+ * Renew, release and `tx.assertLease` address a grant by (workspace, token, holder), never by
+ * holder name alone, so two processes that use the same holder name never touch each other's
+ * leases and a stale grant is told from the current one.
+ */
+import type { Transaction } from 'kysely';
+import { decodePathLeaseKey } from '../../domain/write-paths.js';
+import { InvalidArgumentError } from '../../errors.js';
+import type { Database } from '../../schema/database.js';
+import type { StoreContext } from '../context.js';
+import { readLeaseRowLocked, type LeaseFence } from '../shared/fence.js';
+import { requireLease, type LeaseLostReason } from '../shared/lease.js';
+import { pathsLockKey } from '../shared/lock-keys.js';
+import { optionalId } from '../validate.js';
+import { pathsTopic } from './statements.js';
+import { PathLeaseLostError, type PathLeaseGrant } from './types.js';
+
+type Trx = Transaction<Database>;
+
+/** A value passed where a grant or the deprecated input object may go: a grant names its `kind`. */
+export function isGrant(value: unknown): value is PathLeaseGrant {
+  return typeof value === 'object' && value !== null && 'kind' in value;
+}
+
+/** Checks that `value` is a path-lease grant as a claim returned it, before any statement runs. */
+export function requirePathGrant(value: unknown, field = 'lease'): PathLeaseGrant {
+  const lease = requireLease('path_lease', value, field);
+  const { keys, taskId, workspaceId } = value as Partial<PathLeaseGrant>;
+  if (workspaceId !== undefined && workspaceId !== lease.resource)
+    throw new InvalidArgumentError(
+      `${field}.workspaceId`,
+      'must equal lease.resource (pass the lease the claim returned)',
+    );
+  if (!Array.isArray(keys) || !keys.every((k) => typeof k === 'string'))
+    throw new InvalidArgumentError(`${field}.keys`, 'must be the array of keys the claim returned');
+  return Object.freeze({
+    ...lease,
+    workspaceId: lease.resource,
+    keys: Object.freeze([...keys]),
+    taskId: optionalId(`${field}.taskId`, taskId) ?? null,
+  });
+}
+
+/** The latest token granted in the workspace, or 0. */
+async function latestToken(trx: Trx, workspaceId: string): Promise<number> {
+  const row = await trx
+    .selectFrom('path_lease_tokens')
+    .select('token')
+    .where('workspace_id', '=', workspaceId)
+    .executeTakeFirst();
+  return row ? Number(row.token) : 0;
+}
+
+/**
+ * Why a grant has no live lease: its rows lapsed (`expired`), or they are gone: released (or
+ * pruned after expiry, which the grant's own `expiresAt` tells), or never granted; a grant whose
+ * task was claimed again since is `superseded`.
+ */
+async function lostGrantReason(trx: Trx, lease: PathLeaseGrant, now: number): Promise<LeaseLostReason> {
+  const row = await trx
+    .selectFrom('path_leases')
+    .select('expires_at')
+    .where('workspace_id', '=', lease.resource)
+    .where('token', '=', lease.token)
+    .where('holder', '=', lease.holder)
+    .executeTakeFirst();
+  if (row) return 'expired';
+  if (lease.token > (await latestToken(trx, lease.resource))) return 'never_granted';
+  if (lease.taskId !== null) {
+    const claim = await trx
+      .selectFrom('path_lease_claims')
+      .select('token')
+      .where('task_id', '=', lease.taskId)
+      .executeTakeFirst();
+    if (claim && Number(claim.token) > lease.token) return 'superseded';
+  }
+  return lease.expiresAt <= now ? 'expired' : 'released';
+}
+
+/**
+ * A grant with no lease rows (a dynamic task claim) is live while it is its task's current
+ * claim; `never_granted` and `superseded` as for any grant.
+ */
+async function isCurrentEmptyClaim(trx: Trx, lease: PathLeaseGrant): Promise<boolean> {
+  if (lease.keys.length > 0 || lease.taskId === null) return false;
+  const claim = await trx
+    .selectFrom('path_lease_claims')
+    .select(['token', 'holder', 'workspace_id'])
+    .where('task_id', '=', lease.taskId)
+    .executeTakeFirst();
+  return (
+    claim !== undefined &&
+    Number(claim.token) === lease.token &&
+    claim.holder === lease.holder &&
+    claim.workspace_id === lease.resource
+  );
+}
+
+/**
+ * Whether the grant is live at `now`: every key it leased still has its row, unexpired (a grant
+ * partly taken over after expiry, or partly released with the deprecated by-name form, is lost);
+ * a dynamic claim without rows is live while it is its task's current claim.
+ */
+async function isLive(trx: Trx, lease: PathLeaseGrant, now: number): Promise<boolean> {
+  if (lease.keys.length === 0) return isCurrentEmptyClaim(trx, lease);
+  const rows = await trx
+    .selectFrom('path_leases')
+    .select('expires_at')
+    .where('workspace_id', '=', lease.resource)
+    .where('token', '=', lease.token)
+    .where('holder', '=', lease.holder)
+    .execute();
+  return rows.length === lease.keys.length && rows.every((r) => Number(r.expires_at) > now);
+}
+
+/** `renewPaths(lease, { ttlMs })`: extends the grant's leases while it is live, or throws `PathLeaseLostError`. */
+export async function renewGrant(ctx: StoreContext, lease: PathLeaseGrant, ttlMs: number): Promise<PathLeaseGrant> {
+  return ctx.dialect.writeTransaction(async (trx) => {
+    // Serialized with acquisitions: a lease seen live here cannot be taken over meanwhile.
+    await ctx.dialect.lockKey(trx, pathsLockKey(lease.resource));
+    const now = ctx.clock.now();
+    const expiresAt = now + ttlMs;
+    if (await isLive(trx, lease, now)) {
+      await trx
+        .updateTable('path_leases')
+        .set({ expires_at: expiresAt })
+        .where('workspace_id', '=', lease.resource)
+        .where('token', '=', lease.token)
+        .where('holder', '=', lease.holder)
+        .execute();
+      return Object.freeze({ ...lease, expiresAt });
+    }
+    throw new PathLeaseLostError(lease.resource, lease.token, await lostGrantReason(trx, lease, now));
+  });
+}
+
+/**
+ * `releasePaths(lease)`: deletes the grant's leases. A repeat release is a no-op; a token never
+ * granted in the workspace throws `PathLeaseLostError`.
+ */
+export async function releaseGrant(
+  ctx: StoreContext,
+  lease: PathLeaseGrant,
+): Promise<{ readonly released: readonly string[] }> {
+  return ctx.dialect.writeTransaction(async (trx) => {
+    const rows = await trx
+      .deleteFrom('path_leases')
+      .where('workspace_id', '=', lease.resource)
+      .where('token', '=', lease.token)
+      .where('holder', '=', lease.holder)
+      .returning('lease_key')
+      .execute();
+    if (rows.length > 0) {
+      await ctx.dialect.wakeups.notify(trx, pathsTopic(lease.resource));
+      return { released: rows.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
+    }
+    if (lease.token <= (await latestToken(trx, lease.resource))) return { released: [] };
+    throw new PathLeaseLostError(lease.resource, lease.token, 'never_granted');
+  });
+}
+
+/**
+ * `tx.assertLease` for a path-lease grant. The workspace's token row is read `FOR SHARE` on
+ * PostgreSQL: every acquisition in the workspace locks it `FOR UPDATE` before it reads the clock,
+ * so a takeover waits for this transaction to end. The grant is live while all its rows are
+ * unexpired (see `isLive`).
+ */
+export const fencePathLease: LeaseFence = async (ctx, trx, value) => {
+  // `tx.assertLease` validated it with `requirePathGrant`.
+  const lease = value as PathLeaseGrant;
+  await readLeaseRowLocked(
+    ctx,
+    trx.selectFrom('path_lease_tokens').select('token').where('workspace_id', '=', lease.resource),
+  );
+  const now = ctx.clock.now();
+  if (await isLive(trx, lease, now)) return;
+  throw new PathLeaseLostError(lease.resource, lease.token, await lostGrantReason(trx, lease, now));
+};

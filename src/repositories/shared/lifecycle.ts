@@ -1,0 +1,237 @@
+/**
+ * The work lifecycle (issue 22): the one task–dispatch state machine, written down as data and
+ * enforced by the repositories. Every status change of a task or a dispatch is a row of
+ * `TASK_TRANSITIONS` or `DISPATCH_TRANSITIONS`, made by the call the row names; README "The work
+ * lifecycle" renders the same tables (a unit test checks they match), and the lifecycle suite
+ * walks every row.
+ *
+ * The helpers below run inside the caller's write transaction, so a dispatch's end and its
+ * task's move, and a task's finish and its dependents' readiness, commit together.
+ */
+import { sql, type Transaction } from 'kysely';
+import { TaskfenceError } from '../../errors.js';
+import { tableIn } from '../../query/schema.js';
+import type { Database, DispatchStatus, TaskStatus } from '../../schema/database.js';
+
+/** One allowed status change and the public call that makes it. */
+export interface Transition<S extends string> {
+  readonly from: S;
+  readonly to: S;
+  /** The call that makes it (`tasks.transitionTask`, `dispatches.completeDispatch`, …). */
+  readonly call: string;
+}
+
+/** What `tasks.transitionTask` may do: the general, guarded moves. */
+const BY_CALLER: readonly (readonly [TaskStatus, TaskStatus])[] = [
+  ['backlog', 'todo'],
+  ['backlog', 'ready'],
+  ['todo', 'backlog'],
+  ['todo', 'ready'],
+  ['ready', 'backlog'],
+  ['ready', 'todo'],
+  ['backlog', 'blocked'],
+  ['todo', 'blocked'],
+  ['ready', 'blocked'],
+  ['blocked', 'ready'],
+  ['blocked', 'todo'],
+  ['blocked', 'backlog'],
+  ['dispatched', 'in_progress'],
+  // Cancel: an in-flight task's active dispatch ends `cancelled` in the same transaction.
+  ['backlog', 'cancelled'],
+  ['todo', 'cancelled'],
+  ['ready', 'cancelled'],
+  ['blocked', 'cancelled'],
+  ['dispatched', 'cancelled'],
+  ['in_progress', 'cancelled'],
+  // Retry.
+  ['failed', 'ready'],
+  ['cancelled', 'ready'],
+];
+
+const IN_FLIGHT = ['dispatched', 'in_progress'] as const;
+
+/**
+ * Every task status change. `tasks.transitionTask` rows are the caller's; the others are made by
+ * the dispatch calls named, or follow a dependency (`dependency done` / `dependency failed`: in
+ * the transaction that finished the dependency, whatever call finished it).
+ */
+export const TASK_TRANSITIONS: readonly Transition<TaskStatus>[] = Object.freeze([
+  ...BY_CALLER.map(([from, to]) => ({ from, to, call: 'tasks.transitionTask' })),
+  { from: 'ready', to: 'dispatched', call: 'dispatches.createDispatch' },
+  { from: 'ready', to: 'dispatched', call: 'dispatches.dispatchNext' },
+  { from: 'ready', to: 'dispatched', call: 'dispatches.dispatchNextBatch' },
+  ...IN_FLIGHT.flatMap((from) => [
+    { from, to: 'done' as const, call: 'dispatches.completeDispatch' },
+    { from, to: 'done' as const, call: "dispatches.endDispatch(id, 'completed')" },
+    { from, to: 'ready' as const, call: "dispatches.endDispatch(id, 'cancelled')" },
+    { from, to: 'ready' as const, call: 'dispatches.failActiveDispatchOnExit' },
+    { from, to: 'failed' as const, call: 'dispatches.failActiveDispatchOnExit (breaker)' },
+    { from, to: 'ready' as const, call: 'dispatches.reclaimExpiredDispatches' },
+    { from, to: 'failed' as const, call: 'dispatches.reclaimExpiredDispatches (breaker)' },
+  ]),
+  { from: 'blocked', to: 'ready', call: 'dependency done' },
+  { from: 'blocked', to: 'blocked', call: 'dependency failed' },
+]);
+
+/** Every dispatch status change (a dispatch is created `active`; the others are final). */
+export const DISPATCH_TRANSITIONS: readonly Transition<DispatchStatus>[] = Object.freeze([
+  { from: 'active', to: 'completed', call: 'dispatches.completeDispatch' },
+  { from: 'active', to: 'completed', call: "dispatches.endDispatch(id, 'completed')" },
+  { from: 'active', to: 'cancelled', call: "dispatches.endDispatch(id, 'cancelled')" },
+  { from: 'active', to: 'cancelled', call: "tasks.transitionTask(→ 'cancelled')" },
+  { from: 'active', to: 'failed', call: 'dispatches.failActiveDispatchOnExit' },
+  { from: 'active', to: 'failed', call: 'dispatches.reclaimExpiredDispatches' },
+]);
+
+/** True when `tasks.transitionTask` may move a task from `from` to `to`. */
+export function callerMayTransition(from: TaskStatus, to: TaskStatus): boolean {
+  return BY_CALLER.some(([f, t]) => f === from && t === to);
+}
+
+/** Why `transitionTask` refused. */
+export type TaskTransitionRefusal = 'not_in_table' | 'stale_from' | 'open_dependencies';
+
+/**
+ * `tasks.transitionTask` refused: the move is not in `TASK_TRANSITIONS` for the caller, the task
+ * is no longer in `from`, or it would become ready with dependencies not done. Nothing changed.
+ */
+export class TaskTransitionRefusedError extends TaskfenceError {
+  readonly code = 'TASK_TRANSITION_REFUSED';
+  constructor(
+    readonly taskId: string,
+    readonly from: TaskStatus,
+    readonly to: TaskStatus,
+    readonly current: TaskStatus,
+    readonly refusal: TaskTransitionRefusal,
+  ) {
+    super(
+      refusal === 'stale_from'
+        ? `Task ${taskId} is ${current}, not ${from}, so it was not moved to ${to}. Re-read the task and decide again.`
+        : refusal === 'open_dependencies'
+          ? `Task ${taskId} cannot become ready: some of its dependencies are not done. It becomes ready by itself when the last one is done.`
+          : `Task ${taskId} cannot move from ${from} to ${to}: that transition is not in the state machine (README "The work lifecycle"). ` +
+            'Use the call the table names for it.',
+    );
+  }
+}
+
+/** The task is not `ready`, so it cannot be dispatched. */
+export class TaskNotDispatchableError extends TaskfenceError {
+  readonly code = 'TASK_NOT_DISPATCHABLE';
+  constructor(
+    readonly taskId: string,
+    readonly status: TaskStatus,
+  ) {
+    super(
+      `Task ${taskId} is ${status}, not ready, so it cannot be dispatched. Dispatch it once it is ready (a failed dispatch returns it to ready).`,
+    );
+  }
+}
+
+/** `blocked_reason` prefixes the lifecycle writes: a task blocked by them unblocks by itself. */
+export const WAITING_REASON = 'dependencies: waiting for ';
+export const FAILED_DEPENDENCY_REASON = 'dependency_failed: ';
+
+type Trx = Transaction<Database>;
+
+/** The reason a task with open dependencies is stored with. */
+export function waitingReason(openIds: readonly string[]): string {
+  const shown = openIds.slice(0, 10).join(', ');
+  return `${WAITING_REASON}${shown}${openIds.length > 10 ? ` and ${openIds.length - 10} more` : ''}`;
+}
+
+/** The reason a task whose dependency failed or was cancelled is blocked with. */
+export function failedDependencyReason(dependencyId: string, status: TaskStatus): string {
+  return `${FAILED_DEPENDENCY_REASON}task ${dependencyId} is ${status}`;
+}
+
+/** The dependencies of `taskId` that are not done, with their statuses. */
+export async function openDependencies(
+  trx: Trx,
+  taskId: string,
+): Promise<{ readonly id: string; readonly status: TaskStatus }[]> {
+  return trx
+    .selectFrom('task_dependencies as d')
+    .innerJoin('tasks as t', 't.id', 'd.depends_on_id')
+    .select(['t.id as id', 't.status as status'])
+    .where('d.task_id', '=', taskId)
+    .where('t.status', '<>', 'done')
+    .orderBy('t.seq')
+    .execute();
+}
+
+/**
+ * After `taskId` reached `status` (done, failed or cancelled), in the same transaction: a done
+ * task's dependents waiting on it become `ready` when every dependency is done; a failed or
+ * cancelled one blocks them with the reason. Only dependents the lifecycle blocked are moved (a
+ * task blocked by its caller stays so). `rowLocks`: the dialect has row locks (PostgreSQL).
+ */
+export async function propagateFinish(
+  trx: Trx,
+  taskId: string,
+  status: TaskStatus,
+  now: number,
+  rowLocks: boolean,
+): Promise<void> {
+  const tasks = tableIn(trx, 'tasks');
+  const deps = tableIn(trx, 'task_dependencies');
+  if (rowLocks) {
+    // Two dependencies of one task finishing at once must not each miss the other's commit (READ
+    // COMMITTED: each UPDATE below reads as of its start). Locking the dependents first queues the
+    // second finisher behind the first, and its UPDATE then sees the first one's done.
+    await trx
+      .selectFrom('tasks')
+      .select('id')
+      .where('id', 'in', trx.selectFrom('task_dependencies').select('task_id').where('depends_on_id', '=', taskId))
+      .where('status', 'in', ['blocked', 'ready'])
+      .orderBy('id')
+      .forUpdate()
+      .execute();
+  }
+  const dependents = sql`${tasks}.id in (select task_id from ${deps} where depends_on_id = ${taskId})`;
+  const lifecycleBlocked = sql`${tasks}.status = 'blocked' and (${tasks}.blocked_reason like ${WAITING_REASON + '%'} or ${tasks}.blocked_reason like ${FAILED_DEPENDENCY_REASON + '%'})`;
+  if (status === 'done') {
+    await sql`
+      update ${tasks} set status = 'ready', blocked_reason = null, updated_at = ${now}
+      where ${dependents} and ${lifecycleBlocked}
+        and not exists (
+          select 1 from ${deps} d join ${tasks} t on t.id = d.depends_on_id
+          where d.task_id = ${tasks}.id and t.status <> 'done')`.execute(trx);
+  } else if (status === 'failed' || status === 'cancelled') {
+    await sql`
+      update ${tasks} set status = 'blocked', blocked_reason = ${failedDependencyReason(taskId, status)}, updated_at = ${now}
+      where ${dependents} and (${lifecycleBlocked} or ${tasks}.status = 'ready')`.execute(trx);
+  }
+}
+
+/**
+ * Moves an in-flight task to `to` (with `result` when done) and propagates the finish to its
+ * dependents (`rowLocks`: the dialect has row locks, PostgreSQL); a task that already left flight is left as it is. Returns its status afterwards.
+ */
+export async function moveInFlightTask(
+  trx: Trx,
+  taskId: string,
+  to: 'done' | 'failed' | 'ready' | 'cancelled',
+  now: number,
+  rowLocks: boolean,
+  result?: string | null,
+): Promise<TaskStatus> {
+  const moved = await trx
+    .updateTable('tasks')
+    .set({
+      status: to,
+      updated_at: now,
+      blocked_reason: null,
+      ...(result !== undefined ? { result } : {}),
+    })
+    .where('id', '=', taskId)
+    .where('status', 'in', IN_FLIGHT)
+    .returning('status')
+    .executeTakeFirst();
+  if (moved) {
+    if (to !== 'ready') await propagateFinish(trx, taskId, to, now, rowLocks);
+    return moved.status;
+  }
+  const current = await trx.selectFrom('tasks').select('status').where('id', '=', taskId).executeTakeFirstOrThrow();
+  return current.status;
+}

@@ -1,0 +1,4 @@
+import { defineLifecycleSuite } from '../suites/lifecycle.suite.js';
+import { postgresFixture } from '../support/dialects.js';
+
+defineLifecycleSuite(postgresFixture);

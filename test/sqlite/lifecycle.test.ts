@@ -1,0 +1,4 @@
+import { defineLifecycleSuite } from '../suites/lifecycle.suite.js';
+import { sqliteFixture } from '../support/dialects.js';
+
+defineLifecycleSuite(sqliteFixture);

@@ -1,0 +1,144 @@
+/** Contender operations for the lifecycle race suite (run in child processes by the race helper). */
+import { DispatchLeaseLostError, type Lease, type Store } from '../../src/index.js';
+import type { ContenderTools } from '../support/contender.js';
+import { defineOperations } from '../support/operations.js';
+
+/** The host's table: one row per task while a live worker holds it (the primary key is the check). */
+export type LifecycleHostTables = { lc_holding: { task_id: string; worker: string } };
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** What one worker loop saw. */
+interface LoopReport {
+  claims: number;
+  completed: number;
+  failed: number;
+  abandoned: number;
+  lateRefused: number;
+  /** Broken invariants, described; must stay empty. */
+  violations: string[];
+}
+
+/**
+ * `loops` concurrent worker loops (each its own terminal) over the run's ready queue until no
+ * task is ready or in flight: claim with `dispatchNext`, check the claimed task's dependencies
+ * are all done and that no other live worker holds it (a host row per held task), work a moment,
+ * then complete it (most), fail it by an exit report naming the dispatch (`failRate`), or abandon
+ * it (`abandonRate`: a short lease, no report; someone reclaims it once it lapses, and the
+ * abandoner's late completion with the old lease must be refused).
+ */
+export async function work(
+  store: Store,
+  args: { runId: string; loops: number; failRate: number; abandonRate: number; seed: number },
+  tools: ContenderTools,
+) {
+  let seed = args.seed + tools.index * 7919;
+  const random = () => {
+    seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648;
+    return seed / 2_147_483_648;
+  };
+  // Host writes go through store.transaction, so SQLite's busy writers are waited for like taskfence's own.
+  const hold = (taskId: string, worker: string) =>
+    store.transaction((tx) =>
+      tx.db.withTables<LifecycleHostTables>().insertInto('lc_holding').values({ task_id: taskId, worker }).execute(),
+    );
+  const unhold = (taskId: string) =>
+    store.transaction((tx) =>
+      tx.db.withTables<LifecycleHostTables>().deleteFrom('lc_holding').where('task_id', '=', taskId).execute(),
+    );
+  const deadline = Date.now() + 120_000;
+  const loop = async (k: number): Promise<LoopReport> => {
+    let generation = 0;
+    let terminal = `term-${tools.index}-${k}-0`;
+    const worker = `w${tools.index}-${k}`;
+    const report: LoopReport = { claims: 0, completed: 0, failed: 0, abandoned: 0, lateRefused: 0, violations: [] };
+    const abandoned: Lease<'dispatch'>[] = [];
+    for (let idle = 0; ; ) {
+      if (Date.now() > deadline) throw new Error(`${worker}: the queue did not drain in time`);
+      const abandon = random() < args.abandonRate;
+      const d = await store.dispatches.dispatchNext({
+        runId: args.runId,
+        terminalHandle: terminal,
+        ttlMs: abandon ? 250 : 30_000,
+      });
+      if (!d) {
+        await store.dispatches.reclaimExpiredDispatches({ runId: args.runId });
+        const open = await store.db
+          .selectFrom('tasks')
+          .select('id')
+          .where('coordinator_run_id', '=', args.runId)
+          .where('status', 'in', ['ready', 'dispatched', 'in_progress'])
+          .limit(1)
+          .execute();
+        if (open.length === 0) break;
+        await sleep(idle++ < 5 ? 2 : 20);
+        continue;
+      }
+      idle = 0;
+      report.claims++;
+      const notDone = await store.tasks.listDependencies(d.taskId);
+      for (const dep of notDone)
+        if (dep.dependsOnStatus !== 'done')
+          report.violations.push(
+            `task ${d.taskId} dispatched while dependency ${dep.dependsOnId} was ${dep.dependsOnStatus}`,
+          );
+      try {
+        await hold(d.taskId, worker);
+      } catch {
+        report.violations.push(`task ${d.taskId} claimed by ${worker} while another live worker held it`);
+        continue;
+      }
+      await sleep(Math.floor(random() * 3));
+      if (abandon) {
+        // This worker "dies": it stops working (its row goes) and never reports.
+        await unhold(d.taskId);
+        abandoned.push(d.lease!);
+        report.abandoned++;
+        // Its terminal still holds the lapsed dispatch until it is reclaimed: a new worker gets a new terminal.
+        terminal = `term-${tools.index}-${k}-${++generation}`;
+        continue;
+      }
+      await unhold(d.taskId);
+      if (random() < args.failRate) {
+        const exit = await store.dispatches.failActiveDispatchOnExit(terminal, { dispatchId: d.id });
+        if (!exit) report.violations.push(`exit of ${terminal} found its dispatch ${d.id} already ended`);
+        report.failed++;
+      } else {
+        await store.dispatches.completeDispatch(d.id, { result: { by: worker }, lease: d.lease! });
+        report.completed++;
+      }
+      if (report.claims % 16 === 0) await store.dispatches.reclaimExpiredDispatches({ runId: args.runId });
+    }
+    // Every abandoned dispatch was reclaimed by now (nothing is in flight): the late reports.
+    for (const lease of abandoned) {
+      try {
+        await store.dispatches.completeDispatch(lease.resource, { lease, result: { late: true } });
+        report.violations.push(`late completion of ${lease.resource} with an old token was accepted`);
+      } catch (error) {
+        if (!(error instanceof DispatchLeaseLostError)) throw error;
+        report.lateRefused++;
+      }
+    }
+    return report;
+  };
+  return Promise.all(Array.from({ length: args.loops }, (_, k) => loop(k)));
+}
+
+/**
+ * Claims and completes from a static pool (no dependencies, nothing becomes ready meanwhile)
+ * until it is empty; returns each claim's dispatch seq and task priority for the priority check.
+ */
+export async function drain(store: Store, args: { runId: string; loops: number }, tools: ContenderTools) {
+  const loop = async (k: number) => {
+    const claims: { seq: number; taskId: string }[] = [];
+    for (;;) {
+      const d = await store.dispatches.dispatchNext({ runId: args.runId, terminalHandle: `pool-${tools.index}-${k}` });
+      if (!d) return claims;
+      claims.push({ seq: d.seq, taskId: d.taskId });
+      await store.dispatches.completeDispatch(d.id);
+    }
+  };
+  return (await Promise.all(Array.from({ length: args.loops }, (_, k) => loop(k)))).flat();
+}
+
+export const ops = defineOperations(import.meta.url, { work, drain });

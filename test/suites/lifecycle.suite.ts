@@ -1,0 +1,381 @@
+/**
+ * The work lifecycle (issue 22), single process: every row of the state machine walked through
+ * its call, the combined completion, guarded transitions, one active dispatch per terminal,
+ * dependencies and the ready queue, and dispatch leases.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  DISPATCH_TRANSITIONS,
+  DispatchLeaseLostError,
+  TASK_TRANSITIONS,
+  TaskDependencyRefusedError,
+  TaskTransitionRefusedError,
+  TerminalBusyError,
+  type Dispatch,
+  type Store,
+  type Task,
+  type TaskStatus,
+} from '../../src/index.js';
+import type { DialectFixture } from '../support/fixtures.js';
+
+/** Real time plus an offset the test moves forward. */
+function movableClock() {
+  let offset = 0;
+  return { now: () => Date.now() + offset, advance: (ms: number) => void (offset += ms) };
+}
+
+export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
+  let fx: DialectFixture;
+  let store: Store;
+  let company: string;
+  const clock = movableClock();
+  let n = 0;
+  const unique = (name: string) => `${name}-${++n}-${Math.random().toString(16).slice(2, 8)}`;
+
+  beforeAll(async () => {
+    fx = makeFixture();
+    store = await fx.freshStore({ clock });
+    company = (await store.org.createCompany({ name: 'acme' })).id;
+  }, 120_000);
+  afterAll(() => fx.cleanup());
+
+  /** A target with a running run: tasks created on it are the run's. */
+  async function runOn() {
+    const targetKey = `worktree:${unique('t')}`;
+    const run = await store.runs.startCoordinatorRun({ targetKey });
+    const create = (extra: Partial<Parameters<Store['tasks']['createTask']>[0]> = {}) =>
+      store.tasks.createTask({
+        companyId: company,
+        title: 't',
+        targetKey,
+        requiresFilesystem: false,
+        status: 'ready',
+        ...extra,
+      });
+    return { run, targetKey, create };
+  }
+
+  /** A dispatch of a ready task (on a terminal of its own). */
+  const dispatchOf = (task: Task, ttlMs?: number) =>
+    store.dispatches.createDispatch({ taskId: task.id, terminalHandle: unique('term'), ...(ttlMs ? { ttlMs } : {}) });
+
+  /** A task of `create` put in `status` through the public calls (finished ones by a direct write). */
+  async function taskIn(create: () => Promise<Task>, status: TaskStatus): Promise<{ task: Task; dispatch?: Dispatch }> {
+    if (status === 'dispatched' || status === 'in_progress') {
+      const task = await create();
+      const dispatch = await dispatchOf(task);
+      if (status === 'in_progress')
+        await store.tasks.transitionTask(task.id, { from: 'dispatched', to: 'in_progress' });
+      return { task, dispatch };
+    }
+    if (['done', 'failed', 'cancelled'].includes(status)) {
+      const task = await create();
+      await store.db.updateTable('tasks').set({ status }).where('id', '=', task.id).execute();
+      return { task };
+    }
+    return { task: await store.tasks.createTask({ ...(await baseOf(create)), status }) };
+  }
+  /** The createTask input `create` uses, read back from one task it creates (then cancelled). */
+  async function baseOf(create: () => Promise<Task>) {
+    const probe = await create();
+    await store.tasks.transitionTask(probe.id, { from: probe.status, to: 'cancelled' });
+    return { companyId: company, title: 't', targetKey: probe.targetKey, requiresFilesystem: false };
+  }
+
+  /** Exit failures of a task before the one the row makes (the breaker rows need two). */
+  async function failTimes(task: Task, times: number) {
+    for (let i = 0; i < times; i++) {
+      const d = await dispatchOf(task);
+      await store.dispatches.failActiveDispatchOnExit(d.terminalHandle);
+    }
+  }
+
+  /** Makes the row's call on a task in `row.from`; returns the task and dispatch afterwards. */
+  async function perform(row: { from: string; to: string; call: string }) {
+    const { run, create } = await runOn();
+    const from = row.from as TaskStatus;
+    const breaker = row.call.endsWith('(breaker)');
+    const call = row.call.replace(' (breaker)', '');
+    if (call === 'dependency done' || call === 'dependency failed') {
+      const dep = await create();
+      const task = await create({ dependsOn: [dep.id] });
+      expect(task.status).toBe('blocked');
+      const d = await dispatchOf(dep);
+      if (call === 'dependency done') await store.dispatches.completeDispatch(d.id);
+      else await store.tasks.transitionTask(dep.id, { from: 'dispatched', to: 'cancelled' });
+      return { task: await store.tasks.requireTask(task.id), dispatch: await store.dispatches.getDispatch(d.id) };
+    }
+    if (call.startsWith('dispatches.createDispatch') || call.startsWith('dispatches.dispatchNext')) {
+      const task = await create();
+      const terminal = unique('term');
+      const dispatch =
+        call === 'dispatches.createDispatch'
+          ? await store.dispatches.createDispatch({ taskId: task.id, terminalHandle: terminal })
+          : call === 'dispatches.dispatchNext'
+            ? await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: terminal })
+            : (await store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: [terminal] }))[0];
+      expect(dispatch?.taskId).toBe(task.id);
+      return { task: await store.tasks.requireTask(task.id), dispatch: dispatch ?? null };
+    }
+    if (call === 'tasks.transitionTask' || call === "tasks.transitionTask(→ 'cancelled')") {
+      const { task, dispatch } = await taskIn(create, call === 'tasks.transitionTask' ? from : 'dispatched');
+      const to = (call === 'tasks.transitionTask' ? row.to : 'cancelled') as TaskStatus;
+      await store.tasks.transitionTask(task.id, { from: call === 'tasks.transitionTask' ? from : 'dispatched', to });
+      return {
+        task: await store.tasks.requireTask(task.id),
+        dispatch: dispatch ? await store.dispatches.getDispatch(dispatch.id) : null,
+      };
+    }
+    // The dispatch calls on an in-flight task (or, for dispatch rows, on a dispatched one).
+    const inFlight = from === 'in_progress' ? 'in_progress' : 'dispatched';
+    const task = await create();
+    if (breaker) await failTimes(task, 2);
+    const dispatch = await dispatchOf(task, call === 'dispatches.reclaimExpiredDispatches' ? 1_000 : undefined);
+    if (inFlight === 'in_progress')
+      await store.tasks.transitionTask(task.id, { from: 'dispatched', to: 'in_progress' });
+    if (call === 'dispatches.completeDispatch')
+      await store.dispatches.completeDispatch(dispatch.id, { result: { ok: 1 } });
+    else if (call === "dispatches.endDispatch(id, 'completed')")
+      await store.dispatches.endDispatch(dispatch.id, 'completed');
+    else if (call === "dispatches.endDispatch(id, 'cancelled')")
+      await store.dispatches.endDispatch(dispatch.id, 'cancelled');
+    else if (call === 'dispatches.failActiveDispatchOnExit')
+      await store.dispatches.failActiveDispatchOnExit(dispatch.terminalHandle);
+    else if (call === 'dispatches.reclaimExpiredDispatches') {
+      clock.advance(1_001);
+      const reclaimed = await store.dispatches.reclaimExpiredDispatches({ runId: run.id });
+      expect(reclaimed.map((r) => r.dispatch.id)).toEqual([dispatch.id]);
+    } else throw new Error(`no way to make the call ${row.call}`);
+    return { task: await store.tasks.requireTask(task.id), dispatch: await store.dispatches.getDispatch(dispatch.id) };
+  }
+
+  describe('the state machine', () => {
+    it('walks every row of TASK_TRANSITIONS through the call it names', async () => {
+      for (const row of TASK_TRANSITIONS) {
+        const { task } = await perform(row);
+        expect({ ...row, status: task.status }).toEqual({ ...row, status: row.to });
+      }
+    }, 120_000);
+
+    it('walks every row of DISPATCH_TRANSITIONS through the call it names', async () => {
+      for (const row of DISPATCH_TRANSITIONS) {
+        const { dispatch } = await perform({ ...row, from: 'dispatched' });
+        expect({ ...row, status: dispatch?.status }).toEqual({ ...row, status: row.to });
+      }
+    }, 60_000);
+
+    it('refuses a transition not in the table, a stale from, and ready with open dependencies, changing nothing', async () => {
+      const { create } = await runOn();
+      const task = await create();
+      await expect(store.tasks.transitionTask(task.id, { from: 'ready', to: 'done' })).rejects.toMatchObject({
+        code: 'TASK_TRANSITION_REFUSED',
+        refusal: 'not_in_table',
+      });
+      await expect(store.tasks.transitionTask(task.id, { from: 'todo', to: 'ready' })).rejects.toMatchObject({
+        code: 'TASK_TRANSITION_REFUSED',
+        refusal: 'stale_from',
+        current: 'ready',
+      });
+      const dependent = await create({ dependsOn: [task.id], status: 'backlog' });
+      await expect(store.tasks.transitionTask(dependent.id, { from: 'backlog', to: 'ready' })).rejects.toBeInstanceOf(
+        TaskTransitionRefusedError,
+      );
+      expect((await store.tasks.requireTask(dependent.id)).status).toBe('backlog');
+      expect((await store.tasks.requireTask(task.id)).status).toBe('ready');
+    });
+
+    it('completeDispatch ends the dispatch and completes the task in one call, with its result', async () => {
+      const { create } = await runOn();
+      const task = await create({ spec: { goal: 'x' }, priority: 3 });
+      expect(task).toMatchObject({ spec: { goal: 'x' }, priority: 3, blockedReason: null });
+      const d = await dispatchOf(task);
+      const done = await store.dispatches.completeDispatch(d.id, { result: { lines: 12 } });
+      expect(done.dispatch).toMatchObject({ id: d.id, status: 'completed', lease: null });
+      expect(done.task).toMatchObject({ id: task.id, status: 'done', result: { lines: 12 } });
+      // A later exit of that terminal counts nothing against the finished task.
+      expect(await store.dispatches.failActiveDispatchOnExit(d.terminalHandle)).toBeNull();
+      await expect(store.dispatches.completeDispatch(d.id)).rejects.toMatchObject({ code: 'DISPATCH_NOT_ACTIVE' });
+    });
+  });
+
+  describe('one active dispatch per terminal', () => {
+    it('refuses a second dispatch on a busy terminal with TerminalBusyError, also when they race', async () => {
+      const { create } = await runOn();
+      const tasks = await Promise.all(Array.from({ length: 8 }, () => create()));
+      const terminal = unique('term');
+      const outcomes = await Promise.allSettled(
+        tasks.map((t) => store.dispatches.createDispatch({ taskId: t.id, terminalHandle: terminal })),
+      );
+      expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(1);
+      for (const o of outcomes) if (o.status === 'rejected') expect(o.reason).toBeInstanceOf(TerminalBusyError);
+      // The losers' tasks are still ready: nothing of their transaction stayed.
+      const statuses = await Promise.all(tasks.map(async (t) => (await store.tasks.requireTask(t.id)).status));
+      expect(statuses.filter((s) => s === 'dispatched')).toHaveLength(1);
+      expect(statuses.filter((s) => s === 'ready')).toHaveLength(7);
+    });
+
+    it("ends the terminal's active work exactly once on exit, and an exit naming an old dispatch fails nothing new", async () => {
+      const { create } = await runOn();
+      const task = await create();
+      const terminal = unique('term');
+      const old = await store.dispatches.createDispatch({ taskId: task.id, terminalHandle: terminal });
+      const exits = await Promise.all(
+        Array.from({ length: 4 }, () => store.dispatches.failActiveDispatchOnExit(terminal)),
+      );
+      expect(exits.filter((e) => e !== null)).toHaveLength(1);
+      expect(exits.find((e) => e !== null)).toMatchObject({ failureCount: 1, taskStatus: 'ready' });
+      const fresh = await store.dispatches.createDispatch({ taskId: task.id, terminalHandle: terminal });
+      // A reaper acting on the old dispatch does not fail the terminal's new, healthy one.
+      expect(await store.dispatches.failActiveDispatchOnExit(terminal, { dispatchId: old.id })).toBeNull();
+      expect((await store.dispatches.getDispatch(fresh.id))?.status).toBe('active');
+      expect(await store.dispatches.listDispatches({ terminalHandle: terminal, status: 'active' })).toHaveLength(1);
+    });
+  });
+
+  describe('dependencies and the ready queue', () => {
+    it('stores a task with open dependencies blocked, readies it when the last is done, blocks it on a failure', async () => {
+      const { create } = await runOn();
+      const a = await create();
+      const b = await create();
+      const c = await create({ dependsOn: [a.id, b.id] });
+      expect(c).toMatchObject({ status: 'blocked' });
+      expect(c.blockedReason).toContain(a.id);
+      expect((await store.tasks.listDependencies(c.id)).map((d) => d.dependsOnId)).toEqual([a.id, b.id]);
+      await store.dispatches.completeDispatch((await dispatchOf(a)).id);
+      expect((await store.tasks.requireTask(c.id)).status).toBe('blocked');
+      const done = await store.dispatches.completeDispatch((await dispatchOf(b)).id);
+      expect(done.task.status).toBe('done');
+      expect((await store.tasks.requireTask(c.id)).status).toBe('ready');
+
+      const d = await create();
+      const e = await create({ dependsOn: [d.id] });
+      await failTimes(d, 3);
+      expect((await store.tasks.requireTask(d.id)).status).toBe('failed');
+      expect(await store.tasks.requireTask(e.id)).toMatchObject({
+        status: 'blocked',
+        blockedReason: `dependency_failed: task ${d.id} is failed`,
+      });
+      // Retry of the dependency, then its completion, readies the dependent.
+      await store.tasks.transitionTask(d.id, { from: 'failed', to: 'ready' });
+      await store.dispatches.completeDispatch((await dispatchOf(d)).id);
+      expect((await store.tasks.requireTask(e.id)).status).toBe('ready');
+    });
+
+    it('refuses cycles and edges across runs and targets, atomically under concurrent inserts', async () => {
+      const { create } = await runOn();
+      const other = await runOn();
+      const a = await create();
+      const b = await create();
+      const c = await create();
+      await store.tasks.addDependency(b.id, a.id);
+      await store.tasks.addDependency(c.id, b.id);
+      await expect(store.tasks.addDependency(a.id, c.id)).rejects.toMatchObject({ refusal: 'cycle' });
+      await expect(store.tasks.addDependency(a.id, a.id)).rejects.toMatchObject({ refusal: 'self' });
+      const foreign = await other.create();
+      await expect(store.tasks.addDependency(a.id, foreign.id)).rejects.toMatchObject({ refusal: 'cross_target' });
+      await expect(create({ dependsOn: [foreign.id] })).rejects.toBeInstanceOf(TaskDependencyRefusedError);
+      // Two edges that together close a cycle, inserted at once: exactly one is kept.
+      for (let round = 0; round < 5; round++) {
+        const x = await create();
+        const y = await create();
+        const outcomes = await Promise.allSettled([
+          store.tasks.addDependency(x.id, y.id),
+          store.tasks.addDependency(y.id, x.id),
+        ]);
+        expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(1);
+        const rejected = outcomes.find((o) => o.status === 'rejected');
+        expect(rejected?.reason).toMatchObject({ code: 'TASK_DEPENDENCY_REFUSED', refusal: 'cycle' });
+      }
+    });
+
+    it('dispatchNext takes the highest priority, then the oldest, ready task whose dependencies are done; null when none', async () => {
+      const { run, create } = await runOn();
+      const low = await create({ priority: 1 });
+      const highOld = await create({ priority: 5 });
+      const highNew = await create({ priority: 5 });
+      const gate = await create({ priority: 0 });
+      const waiting = await create({ priority: 9, dependsOn: [gate.id] });
+      const order: string[] = [];
+      for (let i = 0; i < 4; i++) {
+        const d = await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: unique('term') });
+        order.push(d!.taskId);
+      }
+      expect(order).toEqual([highOld.id, highNew.id, low.id, gate.id]);
+      expect(await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: unique('term') })).toBeNull();
+      const gateDispatch = (await store.dispatches.listDispatches({ taskId: gate.id }))[0]!;
+      await store.dispatches.completeDispatch(gateDispatch.id);
+      const terminals = [unique('term'), unique('term')];
+      const batch = await store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: terminals });
+      expect(batch.map((d) => d.taskId)).toEqual([waiting.id]);
+      await expect(
+        store.dispatches.dispatchNext({ runId: run.id, terminalHandle: batch[0]!.terminalHandle }),
+      ).rejects.toBeInstanceOf(TerminalBusyError);
+    });
+  });
+
+  describe('dispatch leases', () => {
+    it('heartbeats extend the lease; an expired dispatch is reclaimed once and its late reports are refused', async () => {
+      const { run, create } = await runOn();
+      const task = await create();
+      const d = await dispatchOf(task, 1_000);
+      expect(d.lease).toMatchObject({ kind: 'dispatch', resource: d.id, token: d.seq, holder: d.terminalHandle });
+      clock.advance(600);
+      const renewed = await store.dispatches.heartbeatDispatch(d.lease!, { ttlMs: 1_000 });
+      expect(renewed.expiresAt).toBeGreaterThan(d.lease!.expiresAt);
+      clock.advance(600);
+      expect(await store.dispatches.reclaimExpiredDispatches({ runId: run.id })).toEqual([]);
+      await store.transaction(async (tx) => tx.assertLease(renewed));
+      clock.advance(1_000);
+      const [a, b] = await Promise.all([
+        store.dispatches.reclaimExpiredDispatches({ runId: run.id }),
+        store.dispatches.reclaimExpiredDispatches({ runId: run.id }),
+      ]);
+      expect([...a, ...b]).toHaveLength(1);
+      expect([...a, ...b][0]).toMatchObject({
+        taskStatus: 'ready',
+        failureCount: 1,
+        dispatch: { error: 'lease_expired' },
+      });
+      // The late worker: every report with the old token is refused and changes nothing.
+      await expect(store.dispatches.completeDispatch(d.id, { lease: renewed })).rejects.toMatchObject({
+        code: 'DISPATCH_LEASE_LOST',
+        reason: 'expired',
+      });
+      await expect(store.dispatches.heartbeatDispatch(renewed)).rejects.toBeInstanceOf(DispatchLeaseLostError);
+      await expect(store.transaction(async (tx) => tx.assertLease(renewed))).rejects.toBeInstanceOf(
+        DispatchLeaseLostError,
+      );
+      const again = await dispatchOf(await store.tasks.requireTask(task.id));
+      await expect(store.dispatches.completeDispatch(d.id)).rejects.toMatchObject({ reason: 'superseded' });
+      expect((await store.tasks.requireTask(task.id)).status).toBe('dispatched');
+      expect((await store.dispatches.getDispatch(again.id))?.status).toBe('active');
+    });
+  });
+
+  describe('run start and dispatchRun', () => {
+    it('adopts only unfinished tasks; dispatchRun refuses blocked and finished tasks', async () => {
+      const targetKey = `worktree:${unique('adopt')}`;
+      const first = await store.runs.startCoordinatorRun({ targetKey });
+      const mk = () =>
+        store.tasks.createTask({
+          companyId: company,
+          title: 't',
+          targetKey,
+          requiresFilesystem: false,
+          status: 'ready',
+        });
+      const finished = await mk();
+      const open = await mk();
+      await store.dispatches.completeDispatch((await dispatchOf(finished)).id);
+      await store.runs.stopCoordinatorRun(first.id, 'completed');
+      const second = await store.runs.startCoordinatorRun({ targetKey });
+      expect(second.adoptedTaskCount).toBe(1);
+      expect((await store.tasks.requireTask(finished.id)).coordinatorRunId).toBe(first.id);
+      expect((await store.tasks.requireTask(open.id)).coordinatorRunId).toBe(second.id);
+      const agent = await store.org.createAgent({ companyId: company, name: 'dev', role: 'engineer' });
+      await expect(
+        store.scheduler.dispatchRun({ taskId: finished.id, agentId: agent.id, runId: second.id, mode: 'heartbeat' }),
+      ).rejects.toMatchObject({ code: 'TASK_NOT_DISPATCHABLE', status: 'done' });
+    });
+  });
+}
