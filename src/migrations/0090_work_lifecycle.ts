@@ -30,7 +30,7 @@ function sequenceName(db: Kysely<any>, table: Sequenced): string {
  *   The fencing token is the dispatch's `seq`.
  * - `priority` (default 0), `spec` and `result` (JSON text) and `blocked_reason` on tasks.
  * - `task_dependencies` (task_id depends on depends_on_id) and the ready-queue index
- *   (run, status, priority desc, seq).
+ *   (run, status, priority, seq).
  */
 export const migration0090: MigrationDefinition = {
   version: 90,
@@ -127,11 +127,13 @@ export const migration0090: MigrationDefinition = {
       .on('dispatch_contexts')
       .columns(['status', 'lease_expires_at'])
       .execute();
-    // The ready queue: a run's ready tasks, highest priority first, then oldest.
+    // The ready queue: a run's ready tasks by priority, then oldest (read backwards for the highest
+    // priority; ties within it are sorted by seq: an ascending column, since doctor's schema
+    // description does not record a descending one).
     await db.schema
       .createIndex('tasks_ready_queue_idx')
       .on('tasks')
-      .columns(['coordinator_run_id', 'status', 'priority desc', 'seq'])
+      .columns(['coordinator_run_id', 'status', 'priority', 'seq'])
       .execute();
 
     await db.schema

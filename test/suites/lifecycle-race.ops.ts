@@ -1,5 +1,5 @@
 /** Contender operations for the lifecycle race suite (run in child processes by the race helper). */
-import { DispatchLeaseLostError, type Lease, type Store } from '../../src/index.js';
+import { DispatchLeaseLostError, TerminalBusyError, type Lease, type Store } from '../../src/index.js';
 import type { ContenderTools } from '../support/contender.js';
 import { defineOperations } from '../support/operations.js';
 
@@ -38,10 +38,16 @@ export async function work(
     return seed / 2_147_483_648;
   };
   // Host writes go through store.transaction, so SQLite's busy writers are waited for like taskfence's own.
-  const hold = (taskId: string, worker: string) =>
-    store.transaction((tx) =>
-      tx.db.withTables<LifecycleHostTables>().insertInto('lc_holding').values({ task_id: taskId, worker }).execute(),
-    );
+  // The hold row is a fenced host write: it commits only while the dispatch lease is live.
+  const hold = (lease: Lease<'dispatch'>, taskId: string, worker: string) =>
+    store.transaction(async (tx) => {
+      await tx.assertLease(lease);
+      await tx.db
+        .withTables<LifecycleHostTables>()
+        .insertInto('lc_holding')
+        .values({ task_id: taskId, worker })
+        .execute();
+    });
   const unhold = (taskId: string) =>
     store.transaction((tx) =>
       tx.db.withTables<LifecycleHostTables>().deleteFrom('lc_holding').where('task_id', '=', taskId).execute(),
@@ -53,14 +59,25 @@ export async function work(
     const worker = `w${tools.index}-${k}`;
     const report: LoopReport = { claims: 0, completed: 0, failed: 0, abandoned: 0, lateRefused: 0, violations: [] };
     const abandoned: Lease<'dispatch'>[] = [];
+    const log: string[] = [];
     for (let idle = 0; ; ) {
       if (Date.now() > deadline) throw new Error(`${worker}: the queue did not drain in time`);
       const abandon = random() < args.abandonRate;
-      const d = await store.dispatches.dispatchNext({
-        runId: args.runId,
-        terminalHandle: terminal,
-        ttlMs: abandon ? 250 : 30_000,
-      });
+      let d;
+      try {
+        d = await store.dispatches.dispatchNext({
+          runId: args.runId,
+          terminalHandle: terminal,
+          ttlMs: abandon ? 250 : 30_000,
+        });
+      } catch (error) {
+        if (!(error instanceof TerminalBusyError)) throw error;
+        const held = await store.dispatches.getDispatch(error.activeDispatchId ?? '-');
+        report.violations.push(
+          `${worker}: its own terminal ${terminal} is busy with ${JSON.stringify(held)}; last: ${JSON.stringify(log.slice(-4))}`,
+        );
+        break;
+      }
       if (!d) {
         await store.dispatches.reclaimExpiredDispatches({ runId: args.runId });
         const open = await store.db
@@ -76,35 +93,49 @@ export async function work(
       }
       idle = 0;
       report.claims++;
+      log.push(`claimed ${d.id} on ${terminal}`);
       const notDone = await store.tasks.listDependencies(d.taskId);
       for (const dep of notDone)
         if (dep.dependsOnStatus !== 'done')
           report.violations.push(
             `task ${d.taskId} dispatched while dependency ${dep.dependsOnId} was ${dep.dependsOnStatus}`,
           );
-      try {
-        await hold(d.taskId, worker);
-      } catch {
-        report.violations.push(`task ${d.taskId} claimed by ${worker} while another live worker held it`);
-        continue;
-      }
-      await sleep(Math.floor(random() * 3));
       if (abandon) {
-        // This worker "dies": it stops working (its row goes) and never reports.
-        await unhold(d.taskId);
+        // This worker "dies" right after its claim: it never works, never reports.
         abandoned.push(d.lease!);
         report.abandoned++;
         // Its terminal still holds the lapsed dispatch until it is reclaimed: a new worker gets a new terminal.
         terminal = `term-${tools.index}-${k}-${++generation}`;
         continue;
       }
+      try {
+        await hold(d.lease!, d.taskId, worker);
+      } catch (error) {
+        const other = await store.db
+          .withTables<LifecycleHostTables>()
+          .selectFrom('lc_holding')
+          .select('worker')
+          .where('task_id', '=', d.taskId)
+          .executeTakeFirst();
+        if (!other) throw error; // not the primary key: a fault of the write itself
+        const history = (await store.dispatches.listDispatches({ taskId: d.taskId })).map(
+          (x) => `${x.seq}:${x.terminalHandle}:${x.status}:${x.error ?? ''}:${x.createdAt}:${x.endedAt ?? ''}`,
+        );
+        report.violations.push(
+          `task ${d.taskId} claimed by ${worker} while ${other.worker} held it; dispatches ${history.join(' | ')}; last: ${JSON.stringify(log.slice(-3))}`,
+        );
+        continue;
+      }
+      await sleep(Math.floor(random() * 3));
       await unhold(d.taskId);
       if (random() < args.failRate) {
         const exit = await store.dispatches.failActiveDispatchOnExit(terminal, { dispatchId: d.id });
         if (!exit) report.violations.push(`exit of ${terminal} found its dispatch ${d.id} already ended`);
+        log.push(`exit ${d.id}: ${exit?.dispatch.status}`);
         report.failed++;
       } else {
         await store.dispatches.completeDispatch(d.id, { result: { by: worker }, lease: d.lease! });
+        log.push(`completed ${d.id}`);
         report.completed++;
       }
       if (report.claims % 16 === 0) await store.dispatches.reclaimExpiredDispatches({ runId: args.runId });
@@ -141,4 +172,16 @@ export async function drain(store: Store, args: { runId: string; loops: number }
   return (await Promise.all(Array.from({ length: args.loops }, (_, k) => loop(k)))).flat();
 }
 
-export const ops = defineOperations(import.meta.url, { work, drain });
+/** Claims the run's next task with a short lease, signals `holding`, and hangs (the parent SIGKILLs it). */
+export async function holdAndHang(store: Store, args: { runId: string; ttlMs: number }, tools: ContenderTools) {
+  const d = await store.dispatches.dispatchNext({
+    runId: args.runId,
+    terminalHandle: `doomed-${tools.index}`,
+    ttlMs: args.ttlMs,
+  });
+  if (!d) throw new Error('nothing to claim');
+  tools.signal('holding');
+  await sleep(600_000);
+}
+
+export const ops = defineOperations(import.meta.url, { work, drain, holdAndHang });

@@ -96,10 +96,9 @@ export function defineLifecycleRaceSuite(makeFixture: () => DialectFixture, proc
         return o.value;
       });
       const elapsed = Date.now() - started;
-      expect(
-        reports.flatMap((r) => r.violations),
-        `seed ${seed}`,
-      ).toEqual([]);
+      const violations = reports.flatMap((r) => r.violations);
+      if (violations.length > 0) console.log(`[lifecycle race] seed ${seed} violations:\n${violations.join('\n')}`);
+      expect(violations, `seed ${seed}`).toEqual([]);
       const total = (k: 'claims' | 'completed' | 'failed' | 'abandoned' | 'lateRefused') =>
         reports.reduce((sum, r) => sum + r[k], 0);
       expect(total('lateRefused')).toBe(total('abandoned'));
@@ -167,5 +166,33 @@ export function defineLifecycleRaceSuite(makeFixture: () => DialectFixture, proc
       });
       expect(worst).toBeLessThanOrEqual(bound);
     }, 300_000);
+
+    // Last: it kills a contender.
+    it('a worker SIGKILLed while holding a dispatch: after the TTL its task is ready again, its late completion refused', async () => {
+      const targetKey = `worktree:crash-${Date.now()}`;
+      const run = await store.runs.startCoordinatorRun({ targetKey });
+      const task = await store.tasks.createTask({
+        companyId: company,
+        title: 'crash',
+        targetKey,
+        requiresFilesystem: false,
+        status: 'ready',
+      });
+      const victim = processes - 1;
+      const hanging = contenders.start(victim, 'holdAndHang', { runId: run.id, ttlMs: 500 });
+      await contenders.waitForSignal(victim, 'holding');
+      const [held] = await store.dispatches.listDispatches({ taskId: task.id, status: 'active' });
+      await contenders.kill(victim);
+      await hanging.catch(() => undefined);
+      expect(await store.dispatches.reclaimExpiredDispatches({ runId: run.id })).toEqual([]);
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      const [reclaimed] = await store.dispatches.reclaimExpiredDispatches({ runId: run.id });
+      expect(reclaimed).toMatchObject({ taskStatus: 'ready', dispatch: { id: held!.id, error: 'lease_expired' } });
+      await expect(store.dispatches.completeDispatch(held!.id, { lease: held!.lease! })).rejects.toMatchObject({
+        code: 'DISPATCH_LEASE_LOST',
+        reason: 'expired',
+      });
+      expect((await store.tasks.requireTask(task.id)).status).toBe('ready');
+    }, 120_000);
   });
 }

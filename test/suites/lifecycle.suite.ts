@@ -149,6 +149,55 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
     return { task: await store.tasks.requireTask(task.id), dispatch: await store.dispatches.getDispatch(dispatch.id) };
   }
 
+  describe('migration 0090', () => {
+    it('numbers legacy rows in their old order (created_at, id) and keeps only the newest active dispatch of a terminal', async () => {
+      const legacy = await fx.freshStore({ to: 80 });
+      try {
+        await legacy.db.insertInto('companies').values({ id: 'c1', name: 'Acme', created_at: 1 }).execute();
+        const t = (id: string, at: number) => ({
+          id,
+          company_id: 'c1',
+          title: id,
+          status: 'dispatched' as const,
+          created_at: at,
+          updated_at: at,
+          requires_filesystem: 0 as const,
+        });
+        await legacy.db
+          .insertInto('tasks')
+          .values([t('t-b', 5), t('t-a', 5), t('t-c', 3)])
+          .execute();
+        const d = (id: string, task: string, terminal: string, at: number) => ({
+          id,
+          task_id: task,
+          terminal_handle: terminal,
+          status: 'active' as const,
+          created_at: at,
+          updated_at: at,
+        });
+        await legacy.db
+          .insertInto('dispatch_contexts')
+          .values([d('d2', 't-b', 'x', 5), d('d1', 't-a', 'x', 5), d('d3', 't-c', 'y', 3)])
+          .execute();
+        await legacy.migrate();
+        expect((await legacy.tasks.listTasks()).map((task) => task.id)).toEqual(['t-c', 't-a', 't-b']);
+        const dispatches = await legacy.dispatches.listDispatches();
+        expect(dispatches.map((x) => [x.id, x.status])).toEqual([
+          ['d3', 'active'],
+          ['d1', 'failed'],
+          ['d2', 'active'],
+        ]);
+        expect((await legacy.tasks.requireTask('t-a')).status).toBe('ready');
+        expect((await legacy.dispatches.getActiveDispatchForTerminal('x'))?.id).toBe('d2');
+        const fresh = await legacy.tasks.createTask({ companyId: 'c1', title: 'new', requiresFilesystem: false });
+        expect(fresh.seq).toBeGreaterThan(Math.max(...(await legacy.tasks.listTasks()).slice(0, 3).map((x) => x.seq)));
+        expect(dispatches.every((x) => x.lease === null || x.status === 'active')).toBe(true);
+      } finally {
+        await legacy.close();
+      }
+    });
+  });
+
   describe('the state machine', () => {
     it('walks every row of TASK_TRANSITIONS through the call it names', async () => {
       for (const row of TASK_TRANSITIONS) {

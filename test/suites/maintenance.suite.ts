@@ -135,9 +135,11 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     expect(await count(store, 'workspace_locks')).toBe(1);
     expect(await count(store, 'cleanup_snapshots')).toBe(before.snapshots - 1);
     expect(await count(store, 'tasks')).toBe(3);
-    // The pruned run's task is unowned, as a stopped run's would be: the next run on its target adopts it.
+    // The pruned run's task is unowned, as a stopped run's would be; it is done (its dispatch
+    // completed it), and run start adopts only unfinished tasks (issue 22): it stays out of the next run.
     const next = await store.runs.startCoordinatorRun({ targetKey: 'worktree:old' });
-    expect(next.adoptedTaskCount).toBe(1);
+    expect(next.adoptedTaskCount).toBe(0);
+    expect((await store.tasks.requireTask(task.id)).status).toBe('done');
     // The fencing token goes on increasing.
     const again = await store.locks.claimWorkspaceLock(ws.id, { holder: 'y', runId: live.id, ttlMs: 100 });
     expect(again).toMatchObject({ status: 'acquired', lease: { token: claim.lease.token + 1 } });

@@ -235,3 +235,30 @@ export async function moveInFlightTask(
   const current = await trx.selectFrom('tasks').select('status').where('id', '=', taskId).executeTakeFirstOrThrow();
   return current.status;
 }
+
+/**
+ * @internal For a task finished outside the dispatch calls (`paths.submitTaskResult`), after its
+ * status was set to `status` in `trx`: ends its active dispatch (`completed` for done, `failed`
+ * otherwise) so a later exit of that terminal counts nothing against it, and moves its dependents
+ * as `propagateFinish` does. The caller holds the task's dispatch key (`dispatchTaskLockKey`).
+ */
+export async function afterTaskFinished(
+  trx: Trx,
+  taskId: string,
+  status: 'done' | 'failed',
+  now: number,
+  rowLocks: boolean,
+): Promise<void> {
+  await trx
+    .updateTable('dispatch_contexts')
+    .set({
+      status: status === 'done' ? 'completed' : 'failed',
+      error: status === 'done' ? null : 'task result: failed',
+      updated_at: now,
+      ended_at: now,
+    })
+    .where('task_id', '=', taskId)
+    .where('status', '=', 'active')
+    .execute();
+  await propagateFinish(trx, taskId, status, now, rowLocks);
+}
