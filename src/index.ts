@@ -52,6 +52,7 @@ export {
   DataLossError,
   TransactionReentryError,
   ForeignTransactionError,
+  TransactionAbortedError,
   TransactionEndedError,
   DriverNotInstalledError,
   type DataLoss,

@@ -93,6 +93,7 @@ const PUBLIC_EXPORTS = [
   'TASK_STATUSES',
   'TaskNotDispatchableError',
   'TaskfenceError',
+  'TransactionAbortedError',
   'TransactionEndedError',
   'TransactionReentryError',
   'UnknownMigrationsError',

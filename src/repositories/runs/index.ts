@@ -69,7 +69,7 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
       const chosenHandle =
         input.coordinatorHandle === undefined ? null : requireText('coordinatorHandle', input.coordinatorHandle);
       const spec = input.spec ?? null;
-      const chosenId = input.id === undefined ? null : requireText('id', input.id);
+      const chosenId = input.id === undefined ? null : requireId('id', input.id);
       /** The caller's own run, when a run with the chosen id exists: the same start → that run; another → AlreadyExistsError. */
       const ownRun = (row: CoordinatorRunRow | undefined): StartedCoordinatorRun | undefined => {
         if (!row) return undefined;
