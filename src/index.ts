@@ -176,6 +176,8 @@ export {
   type CoordinatorRun,
   type StartCoordinatorRunInput,
   type StartedCoordinatorRun,
+  type CoordinatorRunClaim,
+  type CoordinatorRunHolder,
   type StoppedRunStatus,
   type ListCoordinatorRunsFilter,
   type RunRepository,
@@ -360,6 +362,8 @@ export type {
   CleanupAdmission,
   CleanupTarget,
   CleanupClaim,
+  CleanupClaimResult,
+  CleanupClaimHolder,
   DetachResult,
   OwnershipRepository,
 } from './repositories/ownership/types.js';

@@ -21,6 +21,7 @@ import {
 } from '../validate.js';
 import { runTargetLockKey } from '../shared/lock-keys.js';
 import {
+  coordinatorRunLease,
   CoordinatorRunNotRunningError,
   findRunningRun,
   requireRunningRunIn,
@@ -60,6 +61,24 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
   }
 
   const repo: RunRepository = {
+    async tryStartCoordinatorRun(input) {
+      try {
+        const run = await repo.startCoordinatorRun(input);
+        return { status: 'acquired', run, lease: coordinatorRunLease(run) };
+      } catch (error) {
+        if (!(error instanceof CoordinatorRunConflictError)) throw error;
+        return {
+          status: 'busy',
+          heldBy: {
+            holder: error.runningCoordinatorHandle,
+            expiresAt: Number.MAX_SAFE_INTEGER,
+            runId: error.runningRunId,
+            targetKey: error.targetKey,
+          },
+        };
+      }
+    },
+
     async startCoordinatorRun(input) {
       requireInput('input', input);
       checkTargetKey(input.targetKey);
