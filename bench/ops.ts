@@ -127,10 +127,17 @@ export const OPS: OpPair[] = [
           update workspace_locks set holder = null, run_id = null, expires_at = ?
           where workspace_id = ? and token = ? and holder is not null
           returning token`);
+      // Since the one exclusion rule: the claim takes the workspace's paths key and probes its path leases.
+      const probe = p(`select lease_key from path_leases where workspace_id = ? and expires_at > ? limit 1`);
       return async () => {
         const now = Date.now();
-        const [rows] = await raw.tx([[claim, [fx.lockWorkspaceId, 'bench', 'run', now, now + 60_000, now]]]);
-        const token = (rows![0] as { token: number } | undefined)?.token;
+        const token = await raw.txWith(async (run) => {
+          if (raw.kind === 'postgres')
+            await run('select pg_advisory_xact_lock(hashtextextended($1, 0))', [pathsLockKey(fx.lockWorkspaceId)]);
+          if ((await run(probe, [fx.lockWorkspaceId, now])).length > 0) throw new Error('paths held');
+          const rows = await run(claim, [fx.lockWorkspaceId, 'bench', 'run', now, now + 60_000, now]);
+          return (rows[0] as { token: number } | undefined)?.token;
+        });
         if (token === undefined) throw new Error('lock busy');
         await raw.tx([[release, [Date.now(), fx.lockWorkspaceId, token]]]);
       };
@@ -145,8 +152,8 @@ export const OPS: OpPair[] = [
         paths: ['src/a', 'docs'],
         ttlMs: 60_000,
       });
-      if (!r.acquired) throw new Error('paths busy');
-      await store.paths.releasePaths({ workspaceId: fx.pathWorkspaceId, holder: 'bench' });
+      if (r.status !== 'acquired') throw new Error('paths busy');
+      await store.paths.releasePaths(r.lease);
     },
     raw: (raw, fx) => rawPathCycle(raw, fx.pathWorkspaceId, ['src/a', 'docs']),
   },
@@ -266,45 +273,61 @@ export function rawPathCycle(raw: RawClient, workspaceId: string, paths: string[
   const keys = leaseKeys(paths.map(normalizeWritePath));
   const stored = keys.map(encodePathLeaseKey);
   const ancestors = [...new Set(keys.flatMap(storedPathAncestorKeys))];
-  const live = 'workspace_id = ? and holder <> ? and expires_at > ?';
+  const live = 'workspace_id = ? and expires_at > ?';
   const branches: string[] = [];
   if (ancestors.length > 0)
     branches.push(
-      `select lease_key, holder, expires_at from path_leases where ${live} and lease_key in (${ancestors.map(() => '?').join(', ')})`,
+      `select lease_key, holder, expires_at, token from path_leases where ${live} and lease_key in (${ancestors.map(() => '?').join(', ')})`,
     );
   for (const _ of keys)
     branches.push(
-      `select lease_key, holder, expires_at from path_leases where ${live} and lease_key >= ? and lease_key < ?`,
+      `select lease_key, holder, expires_at, token from path_leases where ${live} and lease_key >= ? and lease_key < ?`,
     );
   const conflicts = p(`${branches.join(' union all ')} limit ?`);
+  // Since 0095: lock the workspace's token row, read its workspace lock, take the next token.
+  const lockTokens = p(
+    `select "token" from "path_lease_tokens" where "workspace_id" = ?${raw.kind === 'postgres' ? ' for update' : ''}`,
+  );
+  const readLock = p(
+    `select "holder", "token", "expires_at" from "workspace_locks" where "workspace_id" = ? and "holder" is not null and "expires_at" > ?`,
+  );
+  const nextToken = p(
+    `insert into "path_lease_tokens" ("workspace_id", "token", "updated_at") values (?, 1, ?) on conflict ("workspace_id") do update set "token" = path_lease_tokens.token + 1, "updated_at" = ? returning "token"`,
+  );
   const prune = p(
-    `delete from "path_leases" where "workspace_id" = ? and "lease_key" in (${stored.map(() => '?').join(', ')}) and "holder" <> ? and "expires_at" <= ?`,
+    `delete from "path_leases" where "workspace_id" = ? and "lease_key" in (${stored.map(() => '?').join(', ')}) and "expires_at" <= ?`,
   );
   const insert = p(
-    `insert into "path_leases" ("workspace_id", "lease_key", "holder", "task_id", "acquired_at", "expires_at") values ${stored.map(() => '(?, ?, ?, ?, ?, ?)').join(', ')} on conflict ("workspace_id", "lease_key", "holder") do update set "task_id" = coalesce("excluded"."task_id", path_leases.task_id), "acquired_at" = "excluded"."acquired_at", "expires_at" = "excluded"."expires_at" returning *`,
+    `insert into "path_leases" ("workspace_id", "lease_key", "holder", "task_id", "acquired_at", "expires_at", "token") values ${stored.map(() => '(?, ?, ?, ?, ?, ?, ?)').join(', ')} on conflict ("workspace_id", "lease_key", "holder") do update set "task_id" = coalesce("excluded"."task_id", path_leases.task_id), "acquired_at" = "excluded"."acquired_at", "expires_at" = "excluded"."expires_at", "token" = "excluded"."token" returning *`,
   );
-  const release = p(`delete from "path_leases" where "workspace_id" = ? and "holder" = ? returning "lease_key"`);
+  const release = p(
+    `delete from "path_leases" where "workspace_id" = ? and "token" = ? and "holder" = ? returning "lease_key"`,
+  );
   return async () => {
     const now = Date.now();
     const holder = 'bench';
     const conflictParams: unknown[] = [];
-    if (ancestors.length > 0) conflictParams.push(workspaceId, holder, now, ...ancestors);
+    if (ancestors.length > 0) conflictParams.push(workspaceId, now, ...ancestors);
     for (const key of keys) {
       const { from, to } = storedPathDescendantRange(key);
-      conflictParams.push(workspaceId, holder, now, from, to);
+      conflictParams.push(workspaceId, now, from, to);
     }
     conflictParams.push(16);
+    let token = 0;
     await raw.txWith(async (run) => {
       if (raw.kind === 'postgres')
         await run('select pg_advisory_xact_lock(hashtextextended($1, 0))', [pathsLockKey(workspaceId)]);
+      await run(lockTokens, [workspaceId]);
+      if ((await run(readLock, [workspaceId, now])).length > 0) throw new Error('workspace locked');
       const found = await run(conflicts, conflictParams);
       if (found.length > 0) throw new Error('paths busy');
-      await run(prune, [workspaceId, ...stored, holder, now]);
+      token = Number(((await run(nextToken, [workspaceId, now, now]))[0] as { token: number | string }).token);
+      await run(prune, [workspaceId, ...stored, now]);
       await run(
         insert,
-        stored.flatMap((key) => [workspaceId, key, holder, null, now, now + 60_000]),
+        stored.flatMap((key) => [workspaceId, key, holder, null, now, now + 60_000, token]),
       );
     });
-    await raw.tx([[release, [workspaceId, holder]]]);
+    await raw.tx([[release, [workspaceId, token, holder]]]);
   };
 }

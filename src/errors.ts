@@ -549,6 +549,21 @@ export class ForeignTransactionError extends TaskfenceError {
   }
 }
 
+/**
+ * COMMIT completed as ROLLBACK (PostgreSQL): an earlier statement of the transaction failed and
+ * its error was swallowed, so nothing was written. A host that catches errors inside
+ * `store.transaction` reaches it.
+ */
+export class TransactionAbortedError extends TaskfenceError {
+  readonly code = 'TRANSACTION_ABORTED';
+  constructor() {
+    super(
+      'The transaction was aborted by an earlier error, so COMMIT rolled it back; nothing was written. ' +
+        'Do not swallow errors inside the transaction (use a savepoint, or rethrow) and run it again.',
+    );
+  }
+}
+
 /** A transaction-bound repository (`tx.locks`, `tx.db`'s store view, …) was used after its transaction ended. */
 export class TransactionEndedError extends TaskfenceError {
   readonly code = 'TRANSACTION_ENDED';

@@ -80,7 +80,7 @@ export interface Store extends Repositories {
    * @example
    * await store.transaction(async (tx) => {
    *   await tx.db.withTables<{ orders: { id: string } }>().insertInto('orders').values({ id }).execute();
-   *   await tx.locks.claimWorkspaceLock({ workspaceId, holder, runId, ttlMs: 60_000 });
+   *   const claim = await tx.locks.claimWorkspaceLock(workspaceId, { holder, runId, ttlMs: 60_000 });
    * });
    */
   transaction<T>(fn: (tx: StoreTransaction) => Promise<T>, options?: TransactionOptions): Promise<T>;

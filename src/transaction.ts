@@ -6,6 +6,7 @@ import type { EventHub } from './events.js';
 import type { Database } from './schema/database.js';
 import { createStoreContext, type Clock, type StoreSettings } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
+import { guardSchemaVersion } from './repositories/schema-guard.js';
 import { resourceLockKey } from './repositories/shared/lock-keys.js';
 import { LeaseLostError, requireLease, requireLeaseKind, type Lease } from './repositories/shared/lease.js';
 import type { LeaseFences } from './repositories/shared/fence.js';
@@ -145,6 +146,19 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
   });
 }
 
+/** The schema version as this transaction sees it (0 when the history table is missing). */
+async function readVersionIn(trx: Transaction<Database>): Promise<number> {
+  try {
+    const { rows } = await sql<{ version: number | null }>`select max(version) as version from ${sql.table(
+      'taskfence_migrations',
+    )}`.execute(trx);
+    return Number(rows[0]?.version ?? 0);
+  } catch (error) {
+    if (/no such table/i.test(error instanceof Error ? error.message : '')) return 0;
+    throw error;
+  }
+}
+
 /** The fence of every lease kind `tx.assertLease` accepts. */
 const FENCES: LeaseFences = {
   workspace_lock: fenceWorkspaceLock,
@@ -188,7 +202,12 @@ export function bindTransaction(
 ): StoreTransaction {
   const binding = new Binding(trx, isActive);
   const context = createStoreContext(boundDialect(dialect, binding), clock, settings);
-  const repositories = events.observe(createRepositories(context));
+  // The same schema-version guard as the store's calls (a raw "no such table" on an unmigrated
+  // database becomes SchemaOutOfDateError). PostgreSQL reads the version on a fresh connection;
+  // SQLite's one connection is this transaction's, so the version is read through it.
+  const readVersion =
+    dialect.kind === 'postgres' ? () => dialect.readSchemaVersion() : () => readVersionIn(binding.trx);
+  const repositories = guardSchemaVersion(events.observe(createRepositories(context)), readVersion);
   const tx: StoreTransaction = Object.freeze({
     ...repositories,
     db: trx.withPlugin(endGuard(binding)),

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { DataLossError, InvalidArgumentError, ReleaseStillRunningError, type DataLoss } from '../errors.js';
 import { instanceOf, runningReleasesAbove } from './releases.js';
 import type { StoreDialect } from '../dialects/types.js';
@@ -130,6 +131,9 @@ export class Migrator {
     } else if (status.baselineRequired) {
       throw await baselineRequiredError(chain);
     }
+    // Decided to migrate: a SQLite file opened in its own journal mode (it had tables and no
+    // history, see openSqliteDialect) is switched to WAL only now, never before a refusal.
+    if (chain.dialect.kind === 'sqlite') await sql`pragma journal_mode = WAL`.execute(chain.dialect.db);
 
     const appliedNow = new Set(status.applied.map((a) => a.version));
     const downSteps = [...chain.migrations].reverse().filter((m) => appliedNow.has(m.version) && m.version > target);

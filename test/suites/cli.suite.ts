@@ -342,6 +342,24 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       expect(await tableNames(other)).toEqual(['invoices', 'tasks']);
     });
 
+    it('a refused migrate leaves another application’s SQLite file in its journal mode, never WAL', async () => {
+      if (fx.kind !== 'sqlite') return; // journal modes are SQLite's
+      const otherUrl = await fx.freshUrl();
+      const file = otherUrl.slice('sqlite:'.length);
+      const { default: Sqlite } = await import('better-sqlite3');
+      const raw = new Sqlite(file);
+      raw.exec('create table tasks (id integer primary key, body text)');
+      raw.pragma('user_version = 3');
+      expect(raw.pragma('journal_mode', { simple: true })).toBe('delete');
+      raw.close();
+      const refused = await runCli(['migrate', '--db', otherUrl]);
+      expect(refused.code).toBe(1);
+      expect(refused.err).toMatch(/Nothing was changed/);
+      const after = new Sqlite(file, { readonly: true });
+      expect(after.pragma('journal_mode', { simple: true })).toBe('delete');
+      after.close();
+    });
+
     it('a damaged history table gives one line naming what is wrong', async () => {
       const url = await fx.freshUrl();
       expect((await runCli(['migrate', '--db', url, '--to', '7'])).code).toBe(0);

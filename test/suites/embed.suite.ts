@@ -4,7 +4,15 @@
  * the multi-process races that prove commit/rollback atomicity and per-resource exclusion.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { InvalidArgumentError, TransactionEndedError, type Store, type StoreTransaction } from '../../src/index.js';
+import { sql } from 'kysely';
+import {
+  InvalidArgumentError,
+  TaskfenceError,
+  TransactionAbortedError,
+  TransactionEndedError,
+  type Store,
+  type StoreTransaction,
+} from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
 import type { HostTables } from './embed.ops.js';
@@ -144,6 +152,20 @@ export function defineEmbedSuite(makeFixture: () => DialectFixture) {
         ),
       );
       expect(claims.map((c) => c.status)).toEqual(['acquired', 'acquired', 'busy']);
+    });
+
+    it('a swallowed statement error is reported typed at COMMIT (TRANSACTION_ABORTED on PostgreSQL)', async () => {
+      const swallowing = store.transaction(async (tx) => {
+        await sql`select * from ${sql.table('no_such_host_table')}`.execute(tx.db).catch(() => {});
+        return 'returned';
+      });
+      if (store.dialect.kind === 'postgres') {
+        await expect(swallowing).rejects.toBeInstanceOf(TransactionAbortedError);
+        await expect(swallowing).rejects.toMatchObject({ code: 'TRANSACTION_ABORTED' });
+        await expect(swallowing).rejects.toBeInstanceOf(TaskfenceError);
+      } else {
+        expect(await swallowing).toBe('returned'); // SQLite does not abort a transaction on a failed statement
+      }
     });
 
     it('refuses use of tx after the transaction ended', async () => {

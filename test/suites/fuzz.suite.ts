@@ -44,6 +44,7 @@ const DOCUMENTED_CODES = new Set([
   'PARENT_CHANGED',
   'PATH_CLAIM_REFUSED',
   'PATH_LEASE_LOST',
+  'TRANSACTION_ABORTED',
   'PATH_LEASE_TIMEOUT',
   'RESOLUTION_ALREADY_CONSUMED',
   'STALE_OWNERSHIP',
@@ -317,6 +318,9 @@ function cases(p: Pools): FuzzCase[] {
 
     c('runs.startCoordinatorRun', tuple(input({ targetKey, spec: text, coordinatorHandle: id.handle })), (s, a) =>
       s.runs.startCoordinatorRun(A(a)[0]),
+    ),
+    c('runs.tryStartCoordinatorRun', tuple(input({ targetKey, spec: text, coordinatorHandle: id.handle })), (s, a) =>
+      s.runs.tryStartCoordinatorRun(A(a)[0]),
     ),
     c('runs.adoptUnownedTasks', tuple(arg(id.run), arg(targetKey)), (s, a) =>
       s.runs.adoptUnownedTasks(A(a)[0], A(a)[1]),
@@ -639,6 +643,9 @@ function cases(p: Pools): FuzzCase[] {
     ),
     c('ownership.claimCleanup', tuple(arg(id.snapshot), arg(id.handle), input({ ttlMs: ttl })), (s, a) =>
       s.ownership.claimCleanup(A(a)[0], A(a)[1], A(a)[2]),
+    ),
+    c('ownership.tryClaimCleanup', tuple(arg(id.snapshot), arg(id.handle), input({ ttlMs: ttl })), (s, a) =>
+      s.ownership.tryClaimCleanup(A(a)[0], A(a)[1], A(a)[2]),
     ),
     c('ownership.renewCleanupClaim', tuple(claim, input({ ttlMs: ttl })), (s, a) =>
       s.ownership.renewCleanupClaim(A(a)[0], A(a)[1]),

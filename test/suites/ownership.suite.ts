@@ -484,6 +484,11 @@ export function defineOwnershipSuite(makeFixture: () => DialectFixture) {
       const s = snapshots.find((x) => x.resourceId === f.envId)!;
       const a = await store.ownership.claimCleanup(s.id, 'worker-a', { ttlMs: 1_000 });
       await expect(store.ownership.claimCleanup(s.id, 'worker-b')).rejects.toBeInstanceOf(CleanupInProgressError);
+      // Losing the race is a result with tryClaimCleanup.
+      expect(await store.ownership.tryClaimCleanup(s.id, 'worker-b')).toEqual({
+        status: 'busy',
+        heldBy: { holder: 'worker-a', expiresAt: a.expiresAt, resourceKind: 'environment', resourceId: f.envId },
+      });
       const failed = await store.ownership.failCleanup(a, 'EBUSY: device busy');
       expect(failed).toMatchObject({ state: 'failed', lastError: 'EBUSY: device busy', claimedBy: null });
       expect((await envRow(store, f.envId)).cleanup_claimed_by).toBeNull();

@@ -146,10 +146,27 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
         runningCoordinatorHandle: first.coordinatorHandle,
       });
       expect((await store.runs.getActiveCoordinatorRunForTarget(T('x')))?.id).toBe(first.id);
+      // Losing the race is a result with tryStartCoordinatorRun.
+      expect(await store.runs.tryStartCoordinatorRun({ targetKey: T('x') })).toEqual({
+        status: 'busy',
+        heldBy: {
+          holder: first.coordinatorHandle,
+          expiresAt: Number.MAX_SAFE_INTEGER,
+          runId: first.id,
+          targetKey: T('x'),
+        },
+      });
       // Stopping frees the target.
       await store.runs.stopCoordinatorRun(first.id, 'completed');
       const second = await store.runs.startCoordinatorRun({ targetKey: T('x') });
       expect((await store.runs.getActiveCoordinatorRunForTarget(T('x')))?.id).toBe(second.id);
+      await store.runs.stopCoordinatorRun(second.id, 'completed');
+      const third = await store.runs.tryStartCoordinatorRun({ targetKey: T('x') });
+      expect(third).toMatchObject({
+        status: 'acquired',
+        lease: { kind: 'coordinator_run', holder: expect.any(String) },
+      });
+      if (third.status === 'acquired') expect(third.lease.resource).toBe(third.run.id);
       await expectOneRunningPerTarget(store);
     });
 

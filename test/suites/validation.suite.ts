@@ -103,6 +103,18 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
         );
         expect(await store.locks.getTaskLease('t'.repeat(MAX_ID_LENGTH))).toBeNull();
       });
+
+      it('bounds a caller-chosen coordinator run id by MAX_ID_LENGTH, like every other id', async () => {
+        await expectRefusal(
+          store,
+          'INVALID_ARGUMENT',
+          () => store.runs.startCoordinatorRun({ id: 'r'.repeat(MAX_ID_LENGTH + 1), targetKey: 'id-bound' }),
+          'id',
+        );
+        const run = await store.runs.startCoordinatorRun({ id: 'r'.repeat(MAX_ID_LENGTH), targetKey: 'id-bound' });
+        expect(run.id.length).toBe(MAX_ID_LENGTH);
+        await store.runs.stopCoordinatorRun(run.id, 'completed');
+      });
     });
 
     describe('numbers out of range', () => {
@@ -432,6 +444,14 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
         expect(error).toMatchObject({ currentVersion: 0, expectedVersion: LATEST_VERSION });
         expect(String((error as Error).message)).toMatch(/taskfence migrate/);
         await expect(empty.tasks.listTasks()).rejects.toBeInstanceOf(SchemaOutOfDateError);
+      });
+
+      it('guards calls through tx.* too: SCHEMA_OUT_OF_DATE inside store.transaction, never "no such table"', async () => {
+        const empty = await fx.open(await fx.freshUrl());
+        const error = await empty.transaction((tx) => tx.org.createCompany({ name: 'x' })).catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(SchemaOutOfDateError);
+        expect(error).toMatchObject({ currentVersion: 0, expectedVersion: LATEST_VERSION });
+        await expect(empty.transaction((tx) => tx.tasks.listTasks())).rejects.toBeInstanceOf(SchemaOutOfDateError);
       });
 
       it('throws SCHEMA_OUT_OF_DATE on a database at an older version', async () => {

@@ -102,6 +102,7 @@ const PUBLIC_EXPORTS = [
   'TaskTransitionRefusedError',
   'TaskfenceError',
   'TerminalBusyError',
+  'TransactionAbortedError',
   'TransactionEndedError',
   'TransactionReentryError',
   'UnknownMigrationsError',

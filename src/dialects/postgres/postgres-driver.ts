@@ -15,6 +15,7 @@ import {
   StatementTimeoutError,
   StorageFullError,
   TaskfenceError,
+  TransactionAbortedError,
 } from '../../errors.js';
 import type { ErrorKind } from '../types.js';
 import { formatHost, type HostRouter } from './hosts.js';
@@ -407,12 +408,8 @@ export class ServerClockOffset {
   }
 }
 
-/** COMMIT completed as ROLLBACK: an earlier statement failed and the error was swallowed. */
-export class TransactionAbortedError extends Error {
-  constructor() {
-    super('The transaction was aborted by an earlier error, so COMMIT rolled it back; nothing was written.');
-  }
-}
+/** COMMIT completed as ROLLBACK: an earlier statement failed and the error was swallowed (now in errors.ts). */
+export { TransactionAbortedError };
 
 function describeStatement(sql: string): string {
   const flat = sql.replace(/\s+/g, ' ').trim();

@@ -73,6 +73,23 @@ class SerializedSqliteAdapter extends SqliteAdapter {
   }
 }
 
+/**
+ * Whether the file has tables or a `user_version` but no taskfence migration history: perhaps
+ * another application's database, or one that needs `--baseline`. A failed look says no (the
+ * switch to WAL then reports the real problem).
+ */
+function mayBeForeign(raw: Database.Database): boolean {
+  try {
+    const tables = (
+      raw.prepare(`select name from sqlite_master where type = 'table'`).pluck().all() as string[]
+    ).filter((name) => !name.startsWith('sqlite_'));
+    if (tables.includes('taskfence_migrations')) return false;
+    return tables.length > 0 || Number(raw.pragma('user_version', { simple: true })) > 0;
+  } catch {
+    return false;
+  }
+}
+
 /** Opens one better-sqlite3 connection in WAL mode and wraps it as a `StoreDialect`. */
 export async function openSqliteDialect(filename: string, options: DialectOptions = {}): Promise<StoreDialect> {
   const BetterSqlite3 = await loadBetterSqlite3(`sqlite:${filename}`);
@@ -87,10 +104,13 @@ export async function openSqliteDialect(filename: string, options: DialectOption
     throw new DatabaseUnavailableError(`sqlite:${filename}`, error);
   }
   // Switching a new file to WAL takes the write lock for a moment: several processes opening
-  // one new file at once retry it instead of failing.
+  // one new file at once retry it instead of failing. A file that may be another application's
+  // (tables or a user_version, but no taskfence history) keeps its journal mode: `migrate`
+  // switches it once it has decided to migrate, so a refusal changes nothing.
   const stats: DialectStats = { retries: 0 };
+  const keepJournalMode = !options.readOnly && mayBeForeign(raw);
   await retryTransient(
-    async () => (options.readOnly ? undefined : raw.pragma('journal_mode = WAL')),
+    async () => (options.readOnly || keepJournalMode ? undefined : raw.pragma('journal_mode = WAL')),
     (e) => ((e as { code?: string }).code?.startsWith('SQLITE_BUSY') ? 'busy' : 'unknown'),
     RETRYABLE,
     options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,

@@ -20,6 +20,7 @@ import {
   requireText,
 } from '../validate.js';
 import { admitTaskCleanup, claimCleanup, fenced, settleSnapshot } from './cleanup.js';
+import { CleanupInProgressError } from './errors.js';
 import { loadEnvironment, loadGroup, loadSnapshot, requireTaskExists, snapshotsOf, toCleanupSnapshot } from './rows.js';
 import { endResourceClaim, renewResourceClaim } from './statements.js';
 import { detachSubtask, transfer } from './transfer.js';
@@ -64,7 +65,7 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       return settleSnapshot(trx, snapshot, claim.claimant, now, settle);
     };
 
-  return {
+  const repo: OwnershipRepository = {
     async createEnvironment(input) {
       requireInput('input', input);
       optionalId('id', input.id);
@@ -211,6 +212,16 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       return claimCleanup(ctx, snapshotId, claimant, ttlMs);
     },
 
+    async tryClaimCleanup(snapshotId, claimant, options) {
+      try {
+        return { status: 'acquired', claim: await repo.claimCleanup(snapshotId, claimant, options) };
+      } catch (error) {
+        if (!(error instanceof CleanupInProgressError)) throw error;
+        const { claimedBy, claimExpiresAt, resourceKind, resourceId } = error;
+        return { status: 'busy', heldBy: { holder: claimedBy, expiresAt: claimExpiresAt, resourceKind, resourceId } };
+      }
+    },
+
     async renewCleanupClaim(claim, options) {
       requireClaim(claim);
       const ttlMs = requirePositiveMs('ttlMs', optionalInput('options', options).ttlMs ?? DEFAULT_CLAIM_TTL_MS);
@@ -260,4 +271,5 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       return detachSubtask(ctx, taskId, expectedParentId);
     },
   };
+  return repo;
 }

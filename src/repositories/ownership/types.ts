@@ -116,6 +116,19 @@ export type CleanupTarget =
   | { readonly kind: 'group'; readonly id: string; readonly ownerTaskId: string; readonly generation: number };
 
 /** A held cleanup claim: pass it back to complete, fail, release or renew. */
+/** Who holds a contended cleanup claim. */
+export interface CleanupClaimHolder {
+  readonly holder: string;
+  readonly expiresAt: number;
+  readonly resourceKind: OwnedResourceKind;
+  readonly resourceId: string;
+}
+
+/** `tryClaimCleanup`'s result: the claim, or the live claimant it lost to. */
+export type CleanupClaimResult =
+  | { readonly status: 'acquired'; readonly claim: CleanupClaim }
+  | { readonly status: 'busy'; readonly heldBy: CleanupClaimHolder };
+
 export interface CleanupClaim {
   readonly snapshotId: string;
   readonly claimant: string;
@@ -226,6 +239,17 @@ export interface OwnershipRepository {
    * resource is untouched. A completed snapshot throws `CleanupAlreadyCompletedError`.
    */
   claimCleanup(snapshotId: string, claimant: string, options?: { ttlMs?: number }): Promise<CleanupClaim>;
+
+  /**
+   * `claimCleanup` with losing the race returned, not thrown (issue 21): `{ status: 'acquired',
+   * claim }`, or `{ status: 'busy', heldBy }` naming the live claimant, where `claimCleanup` throws
+   * `CleanupInProgressError`. Every other refusal (stale, completed, not found) still throws.
+   *
+   * @example
+   * const r = await store.ownership.tryClaimCleanup(s.id, workerHandle);
+   * if (r.status === 'busy') return; // r.heldBy.holder is cleaning it up until r.heldBy.expiresAt
+   */
+  tryClaimCleanup(snapshotId: string, claimant: string, options?: { ttlMs?: number }): Promise<CleanupClaimResult>;
 
   /**
    * Extends a held claim to `now + ttlMs` (default 10 min). Fenced like `completeCleanup`.

@@ -21,6 +21,7 @@ import {
 } from '../validate.js';
 import { runTargetLockKey } from '../shared/lock-keys.js';
 import {
+  coordinatorRunLease,
   CoordinatorRunNotRunningError,
   findRunningRun,
   requireRunningRunIn,
@@ -60,6 +61,24 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
   }
 
   const repo: RunRepository = {
+    async tryStartCoordinatorRun(input) {
+      try {
+        const run = await repo.startCoordinatorRun(input);
+        return { status: 'acquired', run, lease: coordinatorRunLease(run) };
+      } catch (error) {
+        if (!(error instanceof CoordinatorRunConflictError)) throw error;
+        return {
+          status: 'busy',
+          heldBy: {
+            holder: error.runningCoordinatorHandle,
+            expiresAt: Number.MAX_SAFE_INTEGER,
+            runId: error.runningRunId,
+            targetKey: error.targetKey,
+          },
+        };
+      }
+    },
+
     async startCoordinatorRun(input) {
       requireInput('input', input);
       checkTargetKey(input.targetKey);
@@ -69,7 +88,7 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
       const chosenHandle =
         input.coordinatorHandle === undefined ? null : requireText('coordinatorHandle', input.coordinatorHandle);
       const spec = input.spec ?? null;
-      const chosenId = input.id === undefined ? null : requireText('id', input.id);
+      const chosenId = input.id === undefined ? null : requireId('id', input.id);
       /** The caller's own run, when a run with the chosen id exists: the same start → that run; another → AlreadyExistsError. */
       const ownRun = (row: CoordinatorRunRow | undefined): StartedCoordinatorRun | undefined => {
         if (!row) return undefined;

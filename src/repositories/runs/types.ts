@@ -1,6 +1,7 @@
 /** The public types of `store.runs` (SPEC §3): coordinator runs, their errors and guarantees. */
 import { TaskfenceError } from '../../errors.js';
 import type { CoordinatorRunStatus } from '../../schema/database.js';
+import type { CoordinatorRunLease } from '../shared/running-run.js';
 
 export interface CoordinatorRun {
   readonly id: string;
@@ -41,6 +42,19 @@ export interface ListCoordinatorRunsFilter {
   /** `null` selects null-target runs. */
   readonly targetKey?: string | null;
 }
+
+/** The running run a `tryStartCoordinatorRun` lost to (`expiresAt`: runs have no TTL, so `Number.MAX_SAFE_INTEGER`). */
+export interface CoordinatorRunHolder {
+  readonly holder: string;
+  readonly expiresAt: number;
+  readonly runId: string;
+  readonly targetKey: string | null;
+}
+
+/** `tryStartCoordinatorRun`'s result. */
+export type CoordinatorRunClaim =
+  | { readonly status: 'acquired'; readonly run: StartedCoordinatorRun; readonly lease: CoordinatorRunLease }
+  | { readonly status: 'busy'; readonly heldBy: CoordinatorRunHolder };
 
 /** Another run is already running on the target; the database refused a second one. */
 export class CoordinatorRunConflictError extends TaskfenceError {
@@ -84,6 +98,17 @@ export interface RunRepository {
    * const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:7f3a' });
    */
   startCoordinatorRun(input: StartCoordinatorRunInput): Promise<StartedCoordinatorRun>;
+  /**
+   * `startCoordinatorRun` with losing the race returned, not thrown (issue 21): `{ status:
+   * 'acquired', run, lease }` (the run and its `coordinatorRunLease`), or `{ status: 'busy',
+   * heldBy }` naming the running run where `startCoordinatorRun` throws
+   * `CoordinatorRunConflictError`. Every other refusal still throws.
+   *
+   * @example
+   * const r = await store.runs.tryStartCoordinatorRun({ targetKey: 'worktree:7f3a' });
+   * if (r.status === 'busy') console.log(`run ${r.heldBy.runId} is running`);
+   */
+  tryStartCoordinatorRun(input: StartCoordinatorRunInput): Promise<CoordinatorRunClaim>;
   /**
    * Gives the running run `runId` the target's unowned tasks (no run, or a run that is not
    * running) and re-points their dispatches and gates, atomically; never a live run's tasks or
