@@ -1,332 +1,152 @@
 /**
- * A coordinator loop on taskfence's public API (SPEC §3, §4): start a run on a target (reconciling
- * a crashed predecessor), dispatch the run's ready tasks under task leases and workspace locks,
- * take workers' reports from the run's inbox, and stop when every task is finished.
+ * A ready-queue orchestrator on taskfence's public API (issues 22 and 23). It has no readiness
+ * logic of its own: the store knows the DAG, and `dispatches.dispatchNext` hands each free terminal
+ * the run's highest-priority task whose dependencies are all done.
  *
- * Workers are plain async functions here (a real one would be a process or a terminal); they speak
- * to the coordinator only through the database: fencing tokens to prove they still own their task
- * and workspace, and messages to the coordinator's inbox.
+ * - The coordinator starts a run, creates the tasks (`dependsOn`, `priority`, `spec`), then reads
+ *   its inbox until every task is finished.
+ * - Each terminal loops: `dispatchNext` → work (heartbeating its dispatch lease) → `completeDispatch`
+ *   and a report to the coordinator, in one transaction. A terminal whose work throws fails its
+ *   dispatch (`failActiveDispatchOnExit`): the task returns to `ready` and is retried, until the
+ *   circuit breaker fails it at `DISPATCH_FAILURE_LIMIT`.
+ * - The inbox is leased delivery: `receiveMessages` + `ackMessages` in one `store.transaction`,
+ *   so a coordinator that dies before its commit gets the same messages again.
  *
  * In an application, import from 'taskfence' instead of the source tree.
  */
-import {
-  CoordinatorRunConflictError,
-  DispatchNotActiveError,
-  DISPATCH_FAILURE_LIMIT,
-  type CoordinatorRun,
-  type DispatchResult,
-  type LeaseGrant,
-  type Message,
-  type StartedCoordinatorRun,
-  type Store,
-  type Task,
-  type TaskStatus,
-} from '../../src/index.js';
+import type { Dispatch, Store, StoreTransaction, TaskStatus } from '../../src/index.js';
 
-/** What the coordinator hands a worker: the task, its dispatch, and the fencing tokens that authorize the work. */
-export interface Assignment {
-  readonly task: Task;
-  readonly dispatchId: string;
-  /** The worker's terminal: its exit is reported by this handle. */
-  readonly terminalHandle: string;
-  /** Where the worker reports: the run's inbox. */
-  readonly coordinatorHandle: string;
-  readonly ttlMs: number;
-  readonly taskLease: LeaseGrant;
-  /** Only for a task that writes to a workspace (lock mode `exclusive`). */
-  readonly workspaceLock: { readonly workspaceId: string; readonly token: number } | null;
+/** One task of the plan: a name, the names it waits for, and its priority (higher goes first). */
+export interface PlannedTask {
+  readonly name: string;
+  readonly dependsOn?: readonly string[];
+  readonly priority?: number;
 }
 
-/** A worker: does the task and reports with `reportDone`, or throws (the terminal "exits"). */
-export type Worker = (store: Store, assignment: Assignment) => Promise<void>;
+/** What a terminal tells the coordinator. */
+export type Report =
+  | { readonly kind: 'task.done'; readonly payload: { readonly name: string } }
+  | {
+      readonly kind: 'task.failed';
+      readonly payload: { readonly name: string; readonly error: string; readonly taskStatus: TaskStatus };
+    };
 
-/** The messages of this protocol, in the run's inbox. */
-export type InboxMessage =
-  | { readonly kind: 'task.done'; readonly payload: { readonly taskId: string; readonly dispatchId: string } }
-  | { readonly kind: 'terminal.exited'; readonly payload: { readonly terminalHandle: string; readonly error: string } };
+/** The work itself: throws to fail the dispatch. */
+export type Work = (name: string, heartbeat: () => Promise<void>) => Promise<unknown>;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-const UNFINISHED: TaskStatus[] = ['ready', 'dispatched', 'in_progress'];
+const FINISHED: TaskStatus[] = ['done', 'failed', 'cancelled'];
 
 /**
- * Starts a run on `targetKey`. If another run holds the target, its holder may have crashed: runs
- * heartbeat, and `reconcileStaleRuns` fails every run whose heartbeat is older than `staleAfterMs`,
- * freeing its target. A live holder keeps heartbeating, so after `giveUpAfterMs` the conflict is
- * rethrown: two coordinators never run one target.
+ * Creates the plan's tasks in the run of `targetKey`, in order (a task names only earlier ones).
+ * Tasks with dependencies not done are stored `blocked`; the store makes them `ready` when they are.
  */
-export async function startRun(
+export async function createPlan(
   store: Store,
-  targetKey: string | null,
-  options: { staleAfterMs: number; giveUpAfterMs: number; log: (line: string) => void },
-): Promise<{ run: StartedCoordinatorRun; reconciled: CoordinatorRun[] }> {
-  const reconciled: CoordinatorRun[] = [];
-  const giveUpAt = Date.now() + options.giveUpAfterMs;
-  let waiting = false;
-  for (;;) {
-    try {
-      const run = await store.runs.startCoordinatorRun({ targetKey, spec: 'examples/orchestrator' });
-      options.log(
-        `run ${run.id} started on ${targetKey}; inbox ${run.coordinatorHandle}; adopted ${run.adoptedTaskCount} task(s)`,
-      );
-      return { run, reconciled };
-    } catch (error) {
-      if (!(error instanceof CoordinatorRunConflictError)) throw error;
-      const failed = await store.runs.reconcileStaleRuns({ staleAfterMs: options.staleAfterMs });
-      reconciled.push(...failed);
-      for (const r of failed) options.log(`reconciled run ${r.id} (target ${r.targetKey}): its heartbeat was stale`);
-      if (failed.some((r) => r.id === error.runningRunId)) continue;
-      if (Date.now() > giveUpAt) throw error;
-      if (!waiting)
-        options.log(`target busy: run ${error.runningRunId} is running; waiting for it to stop or go stale`);
-      waiting = true;
-      await sleep(options.staleAfterMs / 4);
-    }
+  scope: { companyId: string; targetKey: string },
+  plan: readonly PlannedTask[],
+): Promise<Map<string, string>> {
+  const ids = new Map<string, string>(); // name -> task id
+  for (const t of plan) {
+    const task = await store.tasks.createTask({
+      companyId: scope.companyId,
+      targetKey: scope.targetKey,
+      title: t.name,
+      status: 'ready',
+      requiresFilesystem: false,
+      priority: t.priority ?? 0,
+      spec: { name: t.name },
+      dependsOn: (t.dependsOn ?? []).map((name) => ids.get(name)!),
+    });
+    ids.set(t.name, task.id);
   }
+  return ids;
 }
 
-export interface OrchestrateOptions {
-  readonly worker: Worker;
-  /** Lifetime of each dispatch's task lease and workspace lock; workers renew them. */
-  readonly ttlMs: number;
-  /** How long one beat waits for the inbox. */
-  readonly beatMs: number;
-  /** The loop fails instead of running past this. */
-  readonly deadlineMs: number;
-  readonly log: (line: string) => void;
-}
-
-export interface OrchestrateStats {
-  beats: number;
-  /** Every successful dispatch, in order, with the fencing tokens it was granted. */
-  readonly dispatched: {
-    taskId: string;
+/**
+ * One terminal: takes the next ready task, works, completes it and reports, until `stop` says so.
+ * Returns the dispatches it completed, in order.
+ */
+export async function runTerminal(
+  store: Store,
+  options: {
+    runId: string;
+    coordinatorHandle: string;
     terminalHandle: string;
-    taskLeaseToken: number;
-    workspaceLockToken: number | null;
-  }[];
-  /** Dispatches refused because another holder had the workspace (`cancelled`, `workspace_busy`). */
-  workspaceBusy: number;
-  /** Dispatches skipped because the task's lease was still held (`skipped`, `task_leased`). */
-  taskLeased: number;
-  /** Messages taken from the inbox, by kind. */
-  readonly delivered: Record<InboxMessage['kind'], number>;
+    work: Work;
+    ttlMs: number;
+    idleMs: number;
+    stop: () => boolean;
+  },
+): Promise<Dispatch[]> {
+  const { runId, coordinatorHandle, terminalHandle, ttlMs } = options;
+  const completed: Dispatch[] = [];
+  while (!options.stop()) {
+    const dispatch = await store.dispatches.dispatchNext({ runId, terminalHandle, ttlMs });
+    if (!dispatch) {
+      await sleep(options.idleMs); // nothing ready now
+      continue;
+    }
+    const name = (await store.tasks.requireTask(dispatch.taskId)).title;
+    let lease = dispatch.lease!;
+    const report = (tx: StoreTransaction, r: Report) =>
+      tx.messages.sendMessage({ from: terminalHandle, to: coordinatorHandle, kind: r.kind, payload: r.payload });
+    try {
+      const result = await options.work(name, async () => {
+        lease = await store.dispatches.heartbeatDispatch(lease, { ttlMs });
+      });
+      // The fence: a dispatch reclaimed meanwhile is DispatchLeaseLostError, and nothing commits.
+      const done = await store.transaction(async (tx) => {
+        const { dispatch: done } = await tx.dispatches.completeDispatch(dispatch.id, { result, lease });
+        await report(tx, { kind: 'task.done', payload: { name } });
+        return done;
+      });
+      completed.push(done);
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      await store.transaction(async (tx) => {
+        const exit = await tx.dispatches.failActiveDispatchOnExit(terminalHandle, {
+          dispatchId: dispatch.id,
+          error: message,
+        });
+        if (exit)
+          await report(tx, { kind: 'task.failed', payload: { name, error: message, taskStatus: exit.taskStatus } });
+      });
+    }
+  }
+  return completed;
 }
 
 /**
- * The beat loop of one run, until every task of the run is finished and no dispatch is active:
- * heartbeat the run, dispatch its ready tasks, then wait (up to one beat) for the inbox and handle
- * what arrives.
+ * The coordinator's loop: heartbeat the run, take back lapsed dispatches, and handle the inbox
+ * (receive and ack in one transaction) until every task of the run is finished.
  */
-export async function orchestrate(
+export async function coordinate(
   store: Store,
-  run: CoordinatorRun,
-  options: OrchestrateOptions,
-): Promise<OrchestrateStats> {
-  const { log } = options;
-  const stats: OrchestrateStats = {
-    beats: 0,
-    dispatched: [],
-    workspaceBusy: 0,
-    taskLeased: 0,
-    delivered: { 'task.done': 0, 'terminal.exited': 0 },
-  };
-  const workers: Promise<void>[] = [];
-  const workerErrors: unknown[] = [];
-  const lastOutcome = new Map<string, string>(); // to log a waiting task once, not every beat
-  const titles = new Map<string, string>();
+  run: { id: string; coordinatorHandle: string },
+  options: { pollMs: number; deadlineMs: number; onReport: (from: string, report: Report) => void },
+): Promise<void> {
   const deadline = Date.now() + options.deadlineMs;
-
-  const finished = async () =>
-    (await store.tasks.listTasks({ runId: run.id, status: UNFINISHED })).length === 0 &&
-    (await store.dispatches.listDispatches({ runId: run.id, status: 'active' })).length === 0;
-
-  while (!(await finished())) {
-    if (Date.now() > deadline) throw new Error(`run ${run.id}: tasks still unfinished after ${options.deadlineMs} ms`);
-    stats.beats++;
-
-    // 1. Heartbeat. If a reconciler failed this run (our heartbeats stopped for too long), this throws
-    //    CoordinatorRunNotRunningError: the run is lost and the loop must stop acting for it.
+  const unfinished = async () =>
+    (await store.tasks.listTasks({ runId: run.id })).filter((t) => !FINISHED.includes(t.status)).length;
+  for (;;) {
     await store.runs.heartbeatCoordinatorRun(run.id);
-
-    // 2. Dispatch the run's ready tasks, oldest first.
-    for (const task of await store.tasks.listTasks({ runId: run.id, status: 'ready' })) {
-      if (task.assigneeAgentId === null) continue; // nobody to run it
-      titles.set(task.id, task.title);
-      const terminalHandle = `${run.coordinatorHandle}/terminal-${stats.dispatched.length + 1}`;
-      // One transaction: the task lease, the workspace lock (exclusive tasks only) and the dispatch
-      // record commit together or not at all. It may run more than once (retries): no side effects in it.
-      const { result, dispatchId } = await store.transaction(async (tx) => {
-        const result = await tx.scheduler.dispatchRun({
-          taskId: task.id,
-          agentId: task.assigneeAgentId!,
-          runId: run.id,
-          mode: 'heartbeat',
-          ttlMs: options.ttlMs,
-        });
-        if (result.outcome !== 'dispatched') return { result, dispatchId: null };
-        const dispatch = await tx.dispatches.createDispatch({
-          taskId: task.id,
-          terminalHandle,
-          agentId: task.assigneeAgentId,
-          runId: run.id,
-        });
-        return { result, dispatchId: dispatch.id };
-      });
-      const note = describe(result);
-      if (lastOutcome.get(task.id) !== note) log(`${task.title}: ${note}`);
-      lastOutcome.set(task.id, result.outcome === 'dispatched' ? '' : note);
-
-      switch (result.outcome) {
-        case 'cancelled':
-          stats.workspaceBusy++; // another holder has the workspace: retry on a later beat
-          break;
-        case 'skipped':
-          if (result.reason === 'task_leased') stats.taskLeased++;
-          break;
-        case 'dispatched': {
-          const assignment: Assignment = {
-            task,
-            dispatchId: dispatchId!,
-            terminalHandle,
-            coordinatorHandle: run.coordinatorHandle,
-            ttlMs: options.ttlMs,
-            taskLease: result.taskLease,
-            workspaceLock:
-              result.lockMode === 'exclusive'
-                ? { workspaceId: result.workspace.id, token: result.workspaceLock.token }
-                : null,
-          };
-          stats.dispatched.push({
-            taskId: task.id,
-            terminalHandle,
-            taskLeaseToken: result.taskLease.token,
-            workspaceLockToken: assignment.workspaceLock?.token ?? null,
-          });
-          workers.push(
-            supervise(store, options.worker, assignment).catch((error: unknown) => {
-              workerErrors.push(error);
-            }),
-          );
-          break;
-        }
-      }
-    }
-
-    // 3. Deliver: wait up to one beat for the inbox (woken by a sender's commit), handle each message once.
-    for (const message of await store.messages.waitForMessages(run.coordinatorHandle, { timeoutMs: options.beatMs })) {
-      await handle(store, message, stats, (id) => titles.get(id) ?? id, log);
-    }
-  }
-  await Promise.all(workers);
-  if (workerErrors.length > 0) throw new AggregateError(workerErrors, 'a worker supervisor failed');
-  return stats;
-}
-
-/** Runs a worker; if it throws (its terminal died), reports the exit to the run's inbox like any other event. */
-async function supervise(store: Store, worker: Worker, assignment: Assignment): Promise<void> {
-  try {
-    await worker(store, assignment);
-  } catch (error) {
-    await store.messages.sendMessage({
-      from: assignment.terminalHandle,
-      to: assignment.coordinatorHandle,
-      kind: 'terminal.exited',
-      payload: {
-        terminalHandle: assignment.terminalHandle,
-        error: error instanceof Error ? error.message : String(error),
-      },
+    await store.dispatches.reclaimExpiredDispatches({ runId: run.id }); // a terminal that died mid-task
+    // Read before the inbox: a task finishes in the same transaction as its report, so once
+    // none is unfinished here, every report is already in the inbox.
+    const finished = (await unfinished()) === 0;
+    const reports = await store.transaction(async (tx) => {
+      const messages = await tx.messages.receiveMessages(run.coordinatorHandle, { visibilityMs: 10_000 });
+      // A real coordinator writes its own tables here: they commit with the ack, or neither does.
+      await tx.messages.ackMessages(
+        run.coordinatorHandle,
+        messages.map((m) => m.receipt),
+      );
+      return messages;
     });
+    for (const m of reports) options.onReport(m.from, { kind: m.kind, payload: m.payload } as Report);
+    if (finished && reports.length === 0) return;
+    if (Date.now() > deadline) throw new Error(`run ${run.id}: tasks unfinished after ${options.deadlineMs} ms`);
+    if (reports.length === 0) await sleep(options.pollMs);
   }
-}
-
-async function handle(
-  store: Store,
-  message: Message,
-  stats: OrchestrateStats,
-  title: (taskId: string) => string,
-  log: (line: string) => void,
-) {
-  const m = message as Message & InboxMessage;
-  switch (m.kind) {
-    case 'task.done':
-      stats.delivered['task.done']++;
-      try {
-        await store.dispatches.endDispatch(m.payload.dispatchId, 'completed');
-        log(`${m.from}: ${title(m.payload.taskId)} done`);
-      } catch (error) {
-        if (!(error instanceof DispatchNotActiveError)) throw error;
-        log(`${m.from}: dispatch ${m.payload.dispatchId} had already ended (${error.code})`);
-      }
-      return;
-    case 'terminal.exited': {
-      stats.delivered['terminal.exited']++;
-      // Fails the terminal's active dispatch exactly once; the task goes back to `ready`, or to
-      // `failed` at the DISPATCH_FAILURE_LIMIT-th failure (the circuit breaker).
-      const exit = await store.dispatches.failActiveDispatchOnExit(m.payload.terminalHandle, {
-        error: m.payload.error,
-      });
-      if (exit)
-        log(
-          `${m.from} exited (${m.payload.error}): failure ${exit.failureCount} of ${DISPATCH_FAILURE_LIMIT}, ` +
-            `task back to ${exit.taskStatus}${exit.circuitBreakerTripped ? ' (circuit breaker tripped)' : ''}`,
-        );
-      return;
-    }
-    default:
-      log(`ignored a message of kind ${JSON.stringify(message.kind)} from ${message.from}`);
-  }
-}
-
-function describe(result: DispatchResult): string {
-  switch (result.outcome) {
-    case 'dispatched':
-      return result.lockMode === 'exclusive'
-        ? `dispatched with task lease token ${result.taskLease.token} and workspace lock token ${result.workspaceLock.token} on ${result.workspace.name}`
-        : `dispatched with task lease token ${result.taskLease.token}, no workspace lock (cognitive task)`;
-    case 'cancelled':
-      return `workspace ${result.workspace.name} busy (${result.heldBy.holder}, token ${result.heldBy.token}); retrying on a later beat`;
-    case 'skipped':
-      return result.reason === 'task_leased'
-        ? `task lease still held (token ${result.heldBy.token}) until it is released or expires`
-        : `skipped: ${result.error.message}`;
-  }
-}
-
-/**
- * The worker's report, in one transaction: release the task lease and the workspace lock with the
- * tokens it was granted, record the result, and tell the coordinator. The releases are the fence:
- * if anyone claimed the task or the workspace after this worker (its lease expired and was taken),
- * they throw `StaleTaskLeaseError` / `StaleWorkspaceLockError`, and nothing of the report commits.
- */
-export async function reportDone(store: Store, a: Assignment): Promise<void> {
-  await store.transaction(async (tx) => {
-    await tx.locks.releaseTaskLease(a.task.id, { token: a.taskLease.token });
-    if (a.workspaceLock)
-      await tx.locks.releaseWorkspaceLock(a.workspaceLock.workspaceId, { token: a.workspaceLock.token });
-    await tx.paths.submitTaskResult(a.task.id, a.terminalHandle, { status: 'done' });
-    await tx.messages.sendMessage({
-      from: a.terminalHandle,
-      to: a.coordinatorHandle,
-      kind: 'task.done',
-      payload: { taskId: a.task.id, dispatchId: a.dispatchId },
-    });
-  });
-}
-
-/**
- * A simulated worker: a few steps of "work", renewing its grants between steps (its heartbeat:
- * a renewal refused with a stale token means the task or workspace is someone else's now, and the
- * worker must stop), then `reportDone`.
- */
-export async function simulatedWork(store: Store, a: Assignment, options: { steps: number; stepMs: number }) {
-  for (let step = 0; step < options.steps; step++) {
-    await sleep(options.stepMs);
-    await store.locks.renewTaskLease(a.task.id, { token: a.taskLease.token, ttlMs: a.ttlMs });
-    if (a.workspaceLock)
-      await store.locks.renewWorkspaceLock(a.workspaceLock.workspaceId, {
-        token: a.workspaceLock.token,
-        ttlMs: a.ttlMs,
-      });
-  }
-  await reportDone(store, a);
 }

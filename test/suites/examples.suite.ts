@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCleanupDemo } from '../../examples/cleanup-worker/main.js';
 import type { CleanupPassResult } from '../../examples/cleanup-worker/worker.js';
-import { runOrchestratorDemo } from '../../examples/orchestrator/main.js';
+import { FLAKY, PLAN, runOrchestratorDemo } from '../../examples/orchestrator/main.js';
 import type { DialectFixture } from '../support/fixtures.js';
 
 export function defineExamplesSuite(makeFixture: () => DialectFixture) {
@@ -19,46 +19,34 @@ export function defineExamplesSuite(makeFixture: () => DialectFixture) {
       await fx.cleanup();
     });
 
-    it('orchestrator: reconciles the crashed run, dispatches under leases and locks, retries the crashed task, fences the late report', async () => {
-      const lines: string[] = [];
-      const report = await runOrchestratorDemo({ url: await fx.freshUrl(), log: (line) => lines.push(line) });
+    it('orchestrator: terminals take the DAG in dependency and priority order, a failed task is retried, the inbox is drained', async () => {
+      const report = await runOrchestratorDemo({ url: await fx.freshUrl(), log: () => {} });
 
-      // Run start: the crashed predecessor was reconciled (failed) and its tasks adopted.
-      expect(report.reconciledRunIds).toEqual([report.crashedRun.id]);
-      expect(report.crashedRun.status).toBe('failed');
-      expect(report.adoptedTaskCount).toBe(3);
       expect(report.run.status).toBe('completed');
-      expect(report.run.targetKey).toBe(report.targetKey);
-      expect(report.targetKey).toMatch(/^worktree:acme-main-/);
+      expect(report.tasks).toEqual(Object.fromEntries(PLAN.map((t) => [t.name, 'done'])));
 
-      // Every task done; four dispatches: three completed, one failed (the crash), none left active.
-      expect(report.tasks).toEqual({
-        'Fix the login bug': 'done',
-        'Add a changelog entry': 'done',
-        'Draft the release notes': 'done',
-      });
-      expect(report.dispatches).toEqual({ active: 0, completed: 3, failed: 1, cancelled: 0 });
-      expect(report.stats.delivered).toEqual({ 'task.done': 3, 'terminal.exited': 1 });
-      expect(report.pendingMessages).toBe(0);
+      // One dispatch per task, plus the failed first attempt at FLAKY (retried, counted by the breaker).
+      const failed = report.dispatches.filter((d) => d.status === 'failed');
+      expect(failed.map((d) => [d.name, d.error])).toEqual([[FLAKY, 'flaky test run']]);
+      expect(report.dispatches.filter((d) => d.status === 'completed')).toHaveLength(PLAN.length);
+      expect(report.dispatches).toHaveLength(PLAN.length + 1);
 
-      // Fencing: the crashed task was dispatched twice, the second time with a higher task-lease
-      // token; the repo's workspace lock was granted three times with increasing tokens; the cognitive
-      // task took no workspace lock; the two coding tasks met a busy workspace at least once.
-      const crashed = report.stats.dispatched.filter((d) => d.taskId === report.crashedTaskId);
-      expect(crashed).toHaveLength(2);
-      expect(crashed[1]!.taskLeaseToken).toBeGreaterThan(crashed[0]!.taskLeaseToken);
-      const lockTokens = report.stats.dispatched.flatMap((d) =>
-        d.workspaceLockToken === null ? [] : [d.workspaceLockToken],
+      // Dependency order: every dispatch began after each of its task's dependencies was completed.
+      const doneAt = new Map(
+        report.dispatches.filter((d) => d.status === 'completed').map((d) => [d.name, d.endedAt!]),
       );
-      expect(lockTokens).toHaveLength(3);
-      expect([...lockTokens].sort((a, b) => a - b)).toEqual(lockTokens);
-      expect(new Set(lockTokens).size).toBe(3);
-      expect(report.stats.dispatched.filter((d) => d.workspaceLockToken === null)).toHaveLength(1);
-      expect(report.stats.workspaceBusy).toBeGreaterThan(0);
+      for (const d of report.dispatches)
+        for (const dep of PLAN.find((t) => t.name === d.name)!.dependsOn ?? [])
+          expect(d.createdAt, `${d.name} dispatched before ${dep} was done`).toBeGreaterThanOrEqual(doneAt.get(dep)!);
+      // Priority: the two terminals started on the two highest-priority roots.
+      expect(new Set(report.dispatches.slice(0, 2).map((d) => d.name))).toEqual(new Set(['schema', 'design']));
 
-      // The crashed worker's late report was refused by its stale task-lease token.
-      expect(report.zombieReport).toBe('STALE_TASK_LEASE');
-      expect(lines.some((l) => l.includes('STALE_TASK_LEASE'))).toBe(true);
+      // The inbox: every report received and acked once, nothing left.
+      expect(report.reports.filter((r) => r.kind === 'task.done')).toHaveLength(PLAN.length);
+      expect(report.reports.filter((r) => r.kind === 'task.failed').map((r) => r.payload)).toEqual([
+        { name: FLAKY, error: 'flaky test run', taskStatus: 'ready' },
+      ]);
+      expect(report.pendingMessages).toBe(0);
     });
 
     it('cleanup worker: admits, claims, tears down and completes; a moved resource is never torn down', async () => {
