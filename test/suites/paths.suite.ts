@@ -335,6 +335,32 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       });
     });
 
+    it('a result ends the task’s active dispatch in the same transaction and readies its dependents', async () => {
+      const ws = await workspace();
+      const targetKey = `worktree:paths-result-${Math.random().toString(16).slice(2)}`;
+      await store.runs.startCoordinatorRun({ targetKey });
+      const base = {
+        companyId,
+        title: 't',
+        requiresFilesystem: true,
+        workspaceId: ws,
+        targetKey,
+        status: 'ready' as const,
+      };
+      const t = await store.tasks.createTask({ ...base, writes: ['src/r.ts'] });
+      const next = await store.tasks.createTask({ ...base, writes: ['src/s.ts'], dependsOn: [t.id] });
+      expect(next.status).toBe('blocked');
+      const d = await store.dispatches.createDispatch({ taskId: t.id, terminalHandle: `term-${t.id}` });
+      const claim = await store.paths.claimTask(t.id, 'h1');
+      if (claim.status !== 'acquired') throw new Error(`claim busy: ${JSON.stringify(claim.heldBy)}`);
+      await store.paths.submitTaskResult(t.id, claim.lease, { status: 'done' });
+      // Mutant "submit-leaves-dispatch" (no afterTaskFinished in submitTaskResult) fails here.
+      expect((await store.dispatches.getDispatch(d.id))?.status).toBe('completed');
+      expect((await store.tasks.requireTask(t.id)).status).toBe('done');
+      expect((await store.tasks.requireTask(next.id)).status).toBe('ready');
+      expect(await store.dispatches.getActiveDispatchForTerminal(d.terminalHandle)).toBeFalsy();
+    });
+
     it('runs tasks with disjoint write sets in parallel and serializes overlapping ones', async () => {
       const ws = await workspace();
       const t1 = await task(ws, ['src/a/**/*.ts']);

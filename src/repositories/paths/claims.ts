@@ -6,7 +6,8 @@ import { leaseKeys, WHOLE_WORKSPACE_KEY, decodePathLeaseKey } from '../../domain
 import { NotFoundError } from '../../errors.js';
 import type { TaskStatus } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
-import { pathsLockKey } from '../shared/lock-keys.js';
+import { afterTaskFinished } from '../shared/lifecycle.js';
+import { dispatchTaskLockKey, pathsLockKey } from '../shared/lock-keys.js';
 import { acquireKeys } from './acquire.js';
 import { pathsTopic } from './statements.js';
 import {
@@ -73,6 +74,9 @@ export async function submitTaskResult(
   const holder = typeof by === 'string' ? by : by.holder;
   const { dialect } = ctx;
   return dialect.writeTransaction(async (trx) => {
+    // The task's dispatch key first (it precedes the workspace's paths key in the lock order):
+    // the result ends the task's active dispatch in this transaction, as completeDispatch does.
+    await dialect.lockKey(trx, dispatchTaskLockKey(taskId));
     const task = await trx
       .selectFrom('tasks')
       .select(['workspace_id', 'status'])
@@ -118,6 +122,8 @@ export async function submitTaskResult(
     if (released.length > 0 && task.workspace_id !== null)
       await dialect.wakeups.notify(trx, pathsTopic(task.workspace_id));
     await trx.updateTable('tasks').set({ status, updated_at: now }).where('id', '=', taskId).execute();
+    // Its active dispatch ends with it, and its dependents move on (ready, or blocked on a failure).
+    await afterTaskFinished(trx, taskId, status, now, dialect.supportsSkipLocked);
     return { status, released: released.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
   });
 }

@@ -344,7 +344,8 @@ export interface PathLeaseRepository {
    * leases and dynamic ones taken with its `taskId` — in the same transaction. `lease` must be the
    * task's current claim (`claimTask`'s grant): a grant superseded by a later claim, even under
    * the same holder name, throws `PathLeaseLostError`. Refused with `PathClaimRefusedError` if the
-   * task is already finished.
+   * task is already finished. In the same transaction the task's active dispatch ends
+   * (`completed` or `failed`) and its dependents move on, as with `dispatches.completeDispatch`.
    *
    * @example
    * await store.paths.submitTaskResult(task.id, claim.lease, { status: 'done' });
