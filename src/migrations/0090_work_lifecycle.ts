@@ -127,13 +127,12 @@ export const migration0090: MigrationDefinition = {
       .on('dispatch_contexts')
       .columns(['status', 'lease_expires_at'])
       .execute();
-    // The ready queue: a run's ready tasks by priority, then oldest (read backwards for the highest
-    // priority; ties within it are sorted by seq: an ascending column, since doctor's schema
-    // description does not record a descending one).
+    // The ready queue: a run's ready tasks, highest priority first, then oldest, in index order,
+    // so dispatchNext reads the first rows instead of sorting a priority group.
     await db.schema
       .createIndex('tasks_ready_queue_idx')
       .on('tasks')
-      .columns(['coordinator_run_id', 'status', 'priority', 'seq'])
+      .columns(['coordinator_run_id', 'status', 'priority desc', 'seq'])
       .execute();
 
     await db.schema

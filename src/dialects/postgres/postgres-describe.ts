@@ -71,7 +71,9 @@ export async function describePostgresSchema(db: Kysely<any>, schema?: string): 
     predicate: string | null;
   }>`
     select c.relname as table_name, ic.relname as index_name, i.indisunique as unique,
-      array(select pg_get_indexdef(i.indexrelid, k, true) from generate_series(1, i.indnkeyatts) k order by k) as columns,
+      -- A column's definition omits its order; bit 0 of indoption marks DESC (SQLite's index SQL keeps it).
+      array(select pg_get_indexdef(i.indexrelid, k, true) || case when i.indoption[k - 1] & 1 = 1 then ' desc' else '' end
+        from generate_series(1, i.indnkeyatts) k order by k) as columns,
       pg_get_expr(i.indpred, i.indrelid, true) as predicate
     from pg_index i
     join pg_class c on c.oid = i.indrelid
