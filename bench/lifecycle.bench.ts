@@ -5,6 +5,9 @@
  * run; and the claim-next latency (`dispatchNext` p50/p99) as the ready queue grows, which must
  * stay flat because the pick walks `tasks_ready_queue_idx` instead of sorting the queue.
  */
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { sql, type Kysely } from 'kysely';
 import { openStore, type Store } from '../src/index.js';
 import type { BenchDatabases } from './lib/databases.js';
@@ -40,6 +43,8 @@ export interface LifecycleResult {
   readonly postgresPlan: string;
 }
 
+const execFileAsync = promisify(execFile);
+const CHILD = fileURLToPath(new URL('./children/drain.mjs', import.meta.url));
 const RUN = 'run';
 const TARGET = 'worktree:bench';
 
@@ -110,6 +115,30 @@ async function lifecycleCycles(url: string, tasks: number, workers: number): Pro
     for (const s of stores) await s.close();
     await setup.close();
   }
+}
+
+/**
+ * The same drain from `workers` processes (each its own connection, built `dist/`), released at
+ * one wall-clock instant: cycles over the window from the first start to the last end.
+ */
+async function lifecycleCyclesInProcesses(url: string, tasks: number, workers: number): Promise<number> {
+  const setup = await setUp(url);
+  await seedReady(setup.db as never, 0, tasks);
+  await analyze(setup);
+  await setup.close();
+  const startAt = Date.now() + 1500 + workers * 300;
+  const outputs = await Promise.all(
+    Array.from({ length: workers }, (_, worker) =>
+      execFileAsync(process.execPath, [CHILD, JSON.stringify({ url, runId: RUN, worker, startAt })]),
+    ),
+  );
+  const results = outputs.map(
+    (o) => JSON.parse(o.stdout.trim().split('\n').at(-1)!) as { startedAt: number; endedAt: number; done: number },
+  );
+  const done = results.reduce((n, r) => n + r.done, 0);
+  if (done !== tasks) throw new Error(`drained ${done} of ${tasks} tasks`);
+  const elapsed = Math.max(...results.map((r) => r.endedAt)) - Math.min(...results.map((r) => r.startedAt));
+  return (done / elapsed) * 1000;
 }
 
 /** The pick `dispatchNext` runs (src/repositories/dispatches, `claimNextIn`), for EXPLAIN. */
@@ -190,7 +219,12 @@ export async function benchLifecycle(
       const tf: number[] = [];
       const gw: number[] = [];
       for (let r = 0; r < options.runs; r++) {
-        tf.push(await lifecycleCycles(await urlFor(dbs, dialect), options.tasks, workers));
+        const url = await urlFor(dbs, dialect);
+        tf.push(
+          dialect === 'sqlite'
+            ? await lifecycleCyclesInProcesses(url, options.tasks, workers)
+            : await lifecycleCycles(url, options.tasks, workers),
+        );
         if (dialect === 'postgres') gw.push(await graphileCycles(await dbs.postgresUrl(), options.tasks, workers));
       }
       const t = Math.round(median(tf));
@@ -220,7 +254,7 @@ export async function benchLifecycle(
 export function lifecycleTable(result: LifecycleResult): string {
   const sizes = [...new Set(result.latency.map((r) => r.readyTasks))];
   return [
-    `Floor (raw pg, one connection, one-row autocommit inserts): ${result.floor.commitsPerSec} commits/s. A taskfence cycle is two transactions (claim, complete); graphile-worker's cycle includes adding the job, taskfence's queue was pre-created. SQLite workers run in one process, each its own connection.`,
+    `Floor (raw pg, one connection, one-row autocommit inserts): ${result.floor.commitsPerSec} commits/s. A taskfence cycle is two transactions (claim, complete); graphile-worker's cycle includes adding the job, taskfence's queue was pre-created. PostgreSQL workers run in this process, each its own store and connection; SQLite workers are separate processes on one file.`,
     '',
     '| dialect | workers | taskfence: dispatchNext → completeDispatch (cycles/s) | graphile-worker: add → run → complete (cycles/s) | taskfence / graphile-worker | taskfence / floor commits |',
     '|---|---|---|---|---|---|',
