@@ -20,7 +20,8 @@ export interface PeerCycleRow {
 
 const silent = () => () => {};
 
-async function graphileCycles(url: string, jobs: number, workers: number): Promise<number> {
+/** graphile-worker's add → run → complete of `jobs` no-op jobs at `workers` concurrency (jobs/s). */
+export async function graphileCycles(url: string, jobs: number, workers: number): Promise<number> {
   const utils = await makeWorkerUtils({
     connectionString: url,
     logger: new (await import('graphile-worker')).Logger(silent),

@@ -13,6 +13,7 @@ import { benchContention, contentionTable } from './contention.bench.js';
 import { benchPathScaling, scalingTable } from './scaling.bench.js';
 import { benchPeer } from './peer.bench.js';
 import { benchGraphilePeer, graphileTable } from './graphile.bench.js';
+import { benchLifecycle, lifecycleTable } from './lifecycle.bench.js';
 import { benchCommitFloor, benchInboxDrain, benchWakeups, drainTable, wakeupTable } from './wakeups.bench.js';
 
 const quick = process.argv.includes('--quick');
@@ -120,6 +121,21 @@ async function main() {
         table: graphileTable(rows),
       });
     }
+    if (want('lifecycle')) {
+      const result = await benchLifecycle(dbs, {
+        tasks: quick ? 200 : 1000,
+        workers: { postgres: [1, 4, 16], sqlite: [1, 2, 4] },
+        sizes: quick ? [10, 1000, 20_000] : [10, 1000, 100_000],
+        iterations: quick ? 100 : 300,
+        runs: quick ? 1 : 3,
+        floorIterations: quick ? 200 : 2000,
+      });
+      sections.push({
+        title: 'Lifecycle: dispatchNext → completeDispatch, and claim-next latency as the ready queue grows',
+        data: result,
+        table: lifecycleTable(result),
+      });
+    }
     if (want('migrations')) {
       const empty = await benchEmptyToLatest(dbs, quick ? 1 : 5);
       const backfill = await benchBackfill(dbs, quick ? 20_000 : 1_000_000, quick ? 1 : 3);
@@ -173,7 +189,17 @@ async function main() {
       ...previous.filter((p) => !sections.some((s) => s.title === p.title)),
       ...sections.map((s) => ({ ...s, measuredAt: stamp })),
     ];
-    const order = ['Floor', 'Overhead', 'Contention', 'Path-lease', 'Wake-ups', 'Inbox', 'Peer', 'Migrations'];
+    const order = [
+      'Floor',
+      'Overhead',
+      'Contention',
+      'Path-lease',
+      'Wake-ups',
+      'Inbox',
+      'Lifecycle',
+      'Peer',
+      'Migrations',
+    ];
     merged.sort(
       (a, b) => order.findIndex((o) => a.title.startsWith(o)) - order.findIndex((o) => b.title.startsWith(o)),
     );

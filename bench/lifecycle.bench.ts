@@ -1,0 +1,279 @@
+/**
+ * The work lifecycle's hot path: `dispatchNext` → `completeDispatch` cycles per second with N
+ * workers draining one run's pre-created ready queue (each worker its own store and connection),
+ * beside graphile-worker's add → run → complete and the raw commit floor measured in the same
+ * run; and the claim-next latency (`dispatchNext` p50/p99) as the ready queue grows, which must
+ * stay flat because the pick walks `tasks_ready_queue_idx` instead of sorting the queue.
+ */
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { sql, type Kysely } from 'kysely';
+import { openStore, type Store } from '../src/index.js';
+import type { BenchDatabases } from './lib/databases.js';
+import { graphileCycles } from './graphile.bench.js';
+import { median, percentile, round } from './lib/stats.js';
+import { benchCommitFloor } from './wakeups.bench.js';
+
+type Dialect = 'sqlite' | 'postgres';
+
+export interface LifecycleCycleRow {
+  readonly dialect: Dialect;
+  readonly workers: number;
+  readonly cyclesPerSec: number;
+  /** graphile-worker's add → run → complete at the same concurrency (PostgreSQL only). */
+  readonly graphileWorkerCyclesPerSec: number | null;
+  readonly ratioToGraphile: number | null;
+  /** Cycles per second over the floor's one-row commits per second (PostgreSQL only). */
+  readonly ratioToFloor: number | null;
+}
+
+export interface ClaimLatencyRow {
+  readonly dialect: Dialect;
+  readonly readyTasks: number;
+  readonly p50Ms: number;
+  readonly p99Ms: number;
+}
+
+export interface LifecycleResult {
+  readonly floor: { commitsPerSec: number; p50Ms: number; p99Ms: number };
+  readonly cycles: LifecycleCycleRow[];
+  readonly latency: ClaimLatencyRow[];
+  /** PostgreSQL's plan of the pick query at the largest queue size. */
+  readonly postgresPlan: string;
+}
+
+const execFileAsync = promisify(execFile);
+const CHILD = fileURLToPath(new URL('./children/drain.mjs', import.meta.url));
+const RUN = 'run';
+const TARGET = 'worktree:bench';
+
+async function urlFor(dbs: BenchDatabases, dialect: Dialect): Promise<string> {
+  return dialect === 'sqlite' ? `sqlite:${dbs.sqliteFile()}` : await dbs.postgresUrl();
+}
+
+/** A migrated store with a company and a running run to queue tasks in. */
+async function setUp(url: string): Promise<Store> {
+  const store = await openStore({ url, poolSize: 1 });
+  await store.migrate();
+  await store.org.createCompany({ id: 'c', name: 'bench' });
+  await store.runs.startCoordinatorRun({ id: RUN, targetKey: TARGET });
+  return store;
+}
+
+/** Bulk-inserts `count` ready tasks into the run (1,000 rows a statement), random priorities 0–9. */
+async function seedReady(db: Kysely<never>, from: number, count: number): Promise<void> {
+  const now = Date.now();
+  for (let start = from; start < from + count; start += 1000) {
+    const rows = [];
+    for (let i = start; i < Math.min(from + count, start + 1000); i++)
+      rows.push({
+        id: `seed-${i}`,
+        company_id: 'c',
+        title: `t${i}`,
+        status: 'ready',
+        created_at: now,
+        updated_at: now,
+        coordinator_run_id: RUN,
+        target_key: TARGET,
+        requires_filesystem: 0,
+        priority: i % 10,
+      });
+    await (db as unknown as Kysely<Record<string, Record<string, unknown>>>).insertInto('tasks').values(rows).execute();
+  }
+}
+
+/** Fresh planner statistics after a bulk insert (both dialects have `ANALYZE`). */
+async function analyze(store: Store): Promise<void> {
+  await sql`analyze`.execute(store.db);
+}
+
+/** `workers` stores drain `tasks` pre-created ready tasks with dispatchNext → completeDispatch. */
+async function lifecycleCycles(url: string, tasks: number, workers: number): Promise<number> {
+  const setup = await setUp(url);
+  await seedReady(setup.db as never, 0, tasks);
+  await analyze(setup);
+  const stores: Store[] = [];
+  for (let w = 0; w < workers; w++) stores.push(await openStore({ url, poolSize: 1 }));
+  try {
+    let done = 0;
+    const t0 = performance.now();
+    await Promise.all(
+      stores.map(async (store, w) => {
+        for (;;) {
+          const d = await store.dispatches.dispatchNext({ runId: RUN, terminalHandle: `term-${w}` });
+          if (!d) return;
+          await store.dispatches.completeDispatch(d.id, { result: { ok: true }, lease: d.lease ?? undefined });
+          done++;
+        }
+      }),
+    );
+    const elapsed = performance.now() - t0;
+    if (done !== tasks) throw new Error(`drained ${done} of ${tasks} tasks`);
+    return (done / elapsed) * 1000;
+  } finally {
+    for (const s of stores) await s.close();
+    await setup.close();
+  }
+}
+
+/**
+ * The same drain from `workers` processes (each its own connection, built `dist/`), released at
+ * one wall-clock instant: cycles over the window from the first start to the last end.
+ */
+async function lifecycleCyclesInProcesses(url: string, tasks: number, workers: number): Promise<number> {
+  const setup = await setUp(url);
+  await seedReady(setup.db as never, 0, tasks);
+  await analyze(setup);
+  await setup.close();
+  const startAt = Date.now() + 1500 + workers * 300;
+  const outputs = await Promise.all(
+    Array.from({ length: workers }, (_, worker) =>
+      execFileAsync(process.execPath, [CHILD, JSON.stringify({ url, runId: RUN, worker, startAt })]),
+    ),
+  );
+  const results = outputs.map(
+    (o) => JSON.parse(o.stdout.trim().split('\n').at(-1)!) as { startedAt: number; endedAt: number; done: number },
+  );
+  const done = results.reduce((n, r) => n + r.done, 0);
+  if (done !== tasks) throw new Error(`drained ${done} of ${tasks} tasks`);
+  const elapsed = Math.max(...results.map((r) => r.endedAt)) - Math.min(...results.map((r) => r.startedAt));
+  return (done / elapsed) * 1000;
+}
+
+/** The pick `dispatchNext` runs (src/repositories/dispatches, `claimNextIn`), for EXPLAIN. */
+const PICK = sql`select id, coordinator_run_id from tasks
+  where coordinator_run_id = ${RUN} and status = 'ready'
+    and not exists (select 1 from task_dependencies d join tasks dep on dep.id = d.depends_on_id
+                    where d.task_id = tasks.id and dep.status <> 'done')
+  order by priority desc, seq limit 1 for update skip locked`;
+
+/**
+ * `dispatchNext` latency with `size` ready tasks queued: each timed claim is followed (untimed)
+ * by its completion and one new ready task, so the queue keeps its size.
+ */
+async function claimLatency(
+  dbs: BenchDatabases,
+  dialect: Dialect,
+  options: { sizes: readonly number[]; iterations: number; runs: number },
+): Promise<{ rows: ClaimLatencyRow[]; plan: string }> {
+  const store = await setUp(await urlFor(dbs, dialect));
+  const rows: ClaimLatencyRow[] = [];
+  let plan = '';
+  let seeded = 0; // ids used so far
+  let queued = 0; // ready tasks in the queue
+  try {
+    for (const size of [...options.sizes].sort((a, b) => a - b)) {
+      await seedReady(store.db as never, seeded, size - queued);
+      seeded += size - queued;
+      queued = size;
+      await analyze(store);
+      const p50s: number[] = [];
+      const p99s: number[] = [];
+      for (let r = 0; r < options.runs; r++) {
+        const latencies: number[] = [];
+        for (let i = -20; i < options.iterations; i++) {
+          const t0 = performance.now();
+          const d = await store.dispatches.dispatchNext({ runId: RUN, terminalHandle: 'term' });
+          const t = performance.now() - t0;
+          if (!d) throw new Error('ready queue unexpectedly empty');
+          await store.dispatches.completeDispatch(d.id, { lease: d.lease ?? undefined });
+          await seedReady(store.db as never, seeded++, 1);
+          if (i >= 0) latencies.push(t);
+        }
+        latencies.sort((a, b) => a - b);
+        p50s.push(percentile(latencies, 50));
+        p99s.push(percentile(latencies, 99));
+      }
+      const row = { dialect, readyTasks: size, p50Ms: round(median(p50s), 3), p99Ms: round(median(p99s), 3) };
+      rows.push(row);
+      console.log(`  claim-next ${dialect} at ${size} ready: p50 ${row.p50Ms} ms, p99 ${row.p99Ms} ms`);
+    }
+    if (dialect === 'postgres') {
+      const explained = await sql<{ 'QUERY PLAN': string }>`explain ${PICK}`.execute(store.db);
+      plan = explained.rows.map((r) => r['QUERY PLAN']).join('\n');
+      console.log(`  PostgreSQL plan of the pick:\n${plan}`);
+    }
+  } finally {
+    await store.close();
+  }
+  return { rows, plan };
+}
+
+export async function benchLifecycle(
+  dbs: BenchDatabases,
+  options: {
+    tasks: number;
+    workers: { sqlite: readonly number[]; postgres: readonly number[] };
+    sizes: readonly number[];
+    iterations: number;
+    runs: number;
+    floorIterations: number;
+  },
+): Promise<LifecycleResult> {
+  const floor = await benchCommitFloor(dbs, options.floorIterations);
+  console.log(`  floor: ${floor.commitsPerSec} commits/s`);
+  const cycles: LifecycleCycleRow[] = [];
+  for (const dialect of ['postgres', 'sqlite'] as const) {
+    for (const workers of options.workers[dialect]) {
+      const tf: number[] = [];
+      const gw: number[] = [];
+      for (let r = 0; r < options.runs; r++) {
+        const url = await urlFor(dbs, dialect);
+        tf.push(
+          dialect === 'sqlite'
+            ? await lifecycleCyclesInProcesses(url, options.tasks, workers)
+            : await lifecycleCycles(url, options.tasks, workers),
+        );
+        if (dialect === 'postgres') gw.push(await graphileCycles(await dbs.postgresUrl(), options.tasks, workers));
+      }
+      const t = Math.round(median(tf));
+      const g = gw.length ? Math.round(median(gw)) : null;
+      const row: LifecycleCycleRow = {
+        dialect,
+        workers,
+        cyclesPerSec: t,
+        graphileWorkerCyclesPerSec: g,
+        ratioToGraphile: g ? round(t / g) : null,
+        ratioToFloor: dialect === 'postgres' ? round(t / floor.commitsPerSec) : null,
+      };
+      cycles.push(row);
+      console.log(`  lifecycle ${dialect} at ${workers} workers: ${t} cycles/s${g ? ` (graphile-worker ${g})` : ''}`);
+    }
+  }
+  const latency: ClaimLatencyRow[] = [];
+  let postgresPlan = '';
+  for (const dialect of ['sqlite', 'postgres'] as const) {
+    const { rows, plan } = await claimLatency(dbs, dialect, options);
+    latency.push(...rows);
+    if (plan) postgresPlan = plan;
+  }
+  return { floor, cycles, latency, postgresPlan };
+}
+
+export function lifecycleTable(result: LifecycleResult): string {
+  const sizes = [...new Set(result.latency.map((r) => r.readyTasks))];
+  return [
+    `Floor (raw pg, one connection, one-row autocommit inserts): ${result.floor.commitsPerSec} commits/s. A taskfence cycle is two transactions (claim, complete); graphile-worker's cycle includes adding the job, taskfence's queue was pre-created. PostgreSQL workers run in this process, each its own store and connection; SQLite workers are separate processes on one file.`,
+    '',
+    '| dialect | workers | taskfence: dispatchNext → completeDispatch (cycles/s) | graphile-worker: add → run → complete (cycles/s) | taskfence / graphile-worker | taskfence / floor commits |',
+    '|---|---|---|---|---|---|',
+    ...result.cycles.map(
+      (r) =>
+        `| ${r.dialect} | ${r.workers} | ${r.cyclesPerSec} | ${r.graphileWorkerCyclesPerSec ?? '—'} | ${r.ratioToGraphile ?? '—'} | ${r.ratioToFloor ?? '—'} |`,
+    ),
+    '',
+    `| dialect | ${sizes.map((s) => `claim p50 / p99 at ${s.toLocaleString('en')} ready (ms)`).join(' | ')} | p50 largest / smallest |`,
+    `|---|${sizes.map(() => '---|').join('')}---|`,
+    ...(['sqlite', 'postgres'] as const).map((dialect) => {
+      const mine = result.latency.filter((r) => r.dialect === dialect);
+      return `| ${dialect} | ${mine.map((r) => `${r.p50Ms} / ${r.p99Ms}`).join(' | ')} | ${round(mine.at(-1)!.p50Ms / mine[0]!.p50Ms)} |`;
+    }),
+    '',
+    'PostgreSQL plan of the pick at the largest queue:',
+    '',
+    '```',
+    result.postgresPlan,
+    '```',
+  ].join('\n');
+}
