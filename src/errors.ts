@@ -265,7 +265,9 @@ export class GateNotResolvedError extends TaskfenceError {
     readonly status: string,
   ) {
     super(
-      `Decision gate ${gateId} is ${status}, not resolved: there is no decision to consume yet. Wait for its resolution.`,
+      status === 'timeout'
+        ? `Decision gate ${gateId} timed out without a decision: there is nothing to consume. Open a new gate to decide again.`
+        : `Decision gate ${gateId} is ${status}, not resolved: there is no decision to consume yet. Wait for its resolution.`,
     );
   }
 }

@@ -179,6 +179,7 @@ export {
 // The work lifecycle (issue 22): the state machine as data.
 export {
   DISPATCH_TRANSITIONS,
+  GateOpenError,
   TASK_TRANSITIONS,
   TaskTransitionRefusedError,
   type TaskTransitionRefusal,

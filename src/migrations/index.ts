@@ -14,6 +14,7 @@ import { migration0072 } from './0072_gate_consumption.js';
 import { migration0080 } from './0080_audit_events.js';
 import { migration0090 } from './0090_work_lifecycle.js';
 import { migration0095 } from './0095_path_lease_tokens.js';
+import { migration0096 } from './0096_gate_expiry.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -34,6 +35,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0080,
   migration0090,
   migration0095,
+  migration0096,
 ]);
 
 /** The schema version this code expects. */

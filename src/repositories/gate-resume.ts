@@ -39,13 +39,16 @@ export async function consumeResolutionIn(
     .set({ consumed_by: consumer, consumed_at: now })
     .where('id', '=', gateId)
     .where('status', '=', 'resolved')
+    .where('timed_out_at', 'is', null)
     .where('consumed_by', 'is', null)
     .returningAll()
     .executeTakeFirst();
   if (row) return consumed(row);
   const current = await trx.selectFrom('decision_gates').selectAll().where('id', '=', gateId).executeTakeFirst();
   if (!current) throw new NotFoundError('decision gate', gateId);
-  if (current.status !== 'resolved') throw new GateNotResolvedError(gateId, current.status);
+  // A timed-out gate is stored resolved, with no resolution: there is nothing to consume.
+  if (current.status !== 'resolved' || current.timed_out_at !== null)
+    throw new GateNotResolvedError(gateId, current.timed_out_at !== null ? 'timeout' : current.status);
   throw new ResolutionAlreadyConsumedError(gateId, current.consumed_by!, Number(current.consumed_at));
 }
 

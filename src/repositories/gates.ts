@@ -2,7 +2,20 @@ import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.j
 import type { DecisionGateRow, GateStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { requireRunningRunIn } from './shared/running-run.js';
-import { optionalId, optionalInput, requireId, requireInput, requireText } from './validate.js';
+import { optionalId, optionalInput, requireId, requireInput, requirePositiveMs, requireText } from './validate.js';
+import { dispatchTaskLockKey } from './shared/lock-keys.js';
+import {
+  FAILED_DEPENDENCY_REASON,
+  GATE_REASON,
+  GATE_TIMEOUT_REASON,
+  WAITING_REASON,
+  failedDependencyReason,
+  openDependencies,
+  openGateOf,
+  waitingReason,
+} from './shared/lifecycle.js';
+import type { Database } from '../schema/database.js';
+import type { Transaction } from 'kysely';
 import { runIdempotent, type IdempotencyOptions } from './idempotent.js';
 import {
   CONSUME_REFUSALS,
@@ -20,6 +33,8 @@ export interface DecisionGate {
   readonly createdAt: number;
   readonly resolvedAt: number | null;
   readonly coordinatorRunId: string | null;
+  /** When the gate times out if still open (`gates.expireGates`); null: never. */
+  readonly expiresAt: number | null;
 }
 
 export interface OpenGateInput {
@@ -28,6 +43,8 @@ export interface OpenGateInput {
   readonly taskId?: string | null;
   /** The run asking; must be running. Default: the task's run (or none without a task). */
   readonly runId?: string;
+  /** The gate times out after this long if still open (`gates.expireGates`); default: never. */
+  readonly ttlMs?: number;
 }
 
 /** The gate was already resolved: a decision is made once. */
@@ -37,22 +54,40 @@ export class GateAlreadyResolvedError extends TaskfenceError {
     readonly gateId: string,
     readonly resolution: string | null,
     readonly resolvedAt: number | null,
+    /** `resolved`, or `timeout` for a gate that timed out before a decision. */
+    readonly status: 'resolved' | 'timeout' = 'resolved',
   ) {
     super(
-      `Decision gate ${gateId} was already resolved (resolution ${JSON.stringify(resolution)}). ` +
-        'A gate is resolved once; read its resolution, or open a new gate to decide again.',
+      status === 'timeout'
+        ? `Decision gate ${gateId} timed out before a decision. Open a new gate to decide again.`
+        : `Decision gate ${gateId} was already resolved (resolution ${JSON.stringify(resolution)}). ` +
+            'A gate is resolved once; read its resolution, or open a new gate to decide again.',
     );
   }
 }
 
 /** Decision gates (SPEC §3): questions a run waits on, resolved exactly once. */
 export interface GateRepository {
-  /** Opens a gate, stamped with the asking run (which must be running) or the task's run. */
+  /**
+   * Opens a gate, stamped with the asking run (which must be running) or the task's run. A gate
+   * gates its task: a task not yet dispatched (`backlog`, `todo`, `ready`) becomes `blocked`
+   * (reason `gate: <id>`) in the same transaction, so `dispatchNext` passes it over; an in-flight
+   * task keeps running, but its completion is refused (`GateOpenError`) while the gate is open.
+   * With `ttlMs`, `expireGates` moves the gate to `timeout` once it lapses.
+   */
   openGate(input: OpenGateInput): Promise<DecisionGate>;
+  /**
+   * Moves every open gate whose `ttlMs` lapsed to `timeout` and returns them. Their tasks stay
+   * `blocked`, with the reason `gate_timeout: <id>`: the coordinator decides (`transitionTask`
+   * to `ready` to go on without a decision, or to `cancelled`).
+   */
+  expireGates(options?: { readonly runId?: string }): Promise<DecisionGate[]>;
   /** The gate with this id, or null; a plain read. */
   getGate(gateId: string): Promise<DecisionGate | null>;
   /**
-   * Resolves an open gate. Of concurrent resolutions exactly one wins; a later call with the same
+   * Resolves an open gate; its task, if the gate held it and no other gate is open on it, becomes
+   * `ready` (or stays `blocked` on its dependencies) in the same transaction. Of concurrent
+   * resolutions exactly one wins; a later call with the same
    * resolution returns the gate (a retry converges), one with another resolution gets
    * `GateAlreadyResolvedError` carrying the winning resolution. With an `idempotencyKey`, a retry
    * returns the first call's outcome.
@@ -78,12 +113,46 @@ export function toDecisionGate(row: DecisionGateRow): DecisionGate {
     id: row.id,
     taskId: row.task_id,
     question: row.question,
-    status: row.status,
+    status: row.timed_out_at !== null ? 'timeout' : row.status,
     resolution: row.resolution,
     createdAt: row.created_at,
     resolvedAt: row.resolved_at,
     coordinatorRunId: row.coordinator_run_id,
+    expiresAt: row.expires_at === null ? null : Number(row.expires_at),
   };
+}
+
+/** Reasons the lifecycle gave a blocked task (not a caller's own): a gate's, or its dependencies'. */
+const LIFECYCLE_REASONS = [GATE_REASON, GATE_TIMEOUT_REASON, WAITING_REASON, FAILED_DEPENDENCY_REASON];
+
+/**
+ * After a gate on `taskId` was resolved, in its transaction: a task the lifecycle blocked moves
+ * on to what holds it now (another open gate, its dependencies) or to `ready`. The task row is
+ * locked first (`rowLocks`: PostgreSQL), so a dependency finishing at once is seen either here or
+ * by its own transaction's readiness check.
+ */
+async function releaseGatedTask(trx: Transaction<Database>, taskId: string, now: number, rowLocks: boolean) {
+  const read = trx.selectFrom('tasks').select(['status', 'blocked_reason']).where('id', '=', taskId);
+  const task = await (rowLocks ? read.forUpdate() : read).executeTakeFirst();
+  if (!task || task.status !== 'blocked') return;
+  if (!LIFECYCLE_REASONS.some((r) => (task.blocked_reason ?? '').startsWith(r))) return;
+  const other = await openGateOf(trx, taskId);
+  const open = other === null ? await openDependencies(trx, taskId) : [];
+  const failed = open.find((d) => d.status === 'failed' || d.status === 'cancelled');
+  const reason =
+    other !== null
+      ? `${GATE_REASON}${other}`
+      : failed
+        ? failedDependencyReason(failed.id, failed.status)
+        : open.length > 0
+          ? waitingReason(open.map((d) => d.id))
+          : null;
+  await trx
+    .updateTable('tasks')
+    .set({ status: reason === null ? 'ready' : 'blocked', blocked_reason: reason, updated_at: now })
+    .where('id', '=', taskId)
+    .where('status', '=', 'blocked')
+    .execute();
 }
 
 /** The gate repository on a store context (wired as `store.gates`). */
@@ -103,19 +172,22 @@ export function createGateRepository(ctx: StoreContext): GateRepository {
       const question = requireText('question', input.question);
       const taskId = optionalId('taskId', input.taskId);
       if (input.runId !== undefined) requireId('runId', input.runId);
+      const ttlMs = input.ttlMs === undefined ? null : requirePositiveMs('ttlMs', input.ttlMs);
       const id = ctx.newId();
-      const now = ctx.clock.now();
       const row = await dialect.writeTransaction(async (trx) => {
         let runId: string | null = null;
+        // The task's dispatch key first, as every call that moves a task takes it.
         if (taskId !== null) {
-          const task = await trx
-            .selectFrom('tasks')
-            .select('coordinator_run_id')
-            .where('id', '=', taskId)
-            .executeTakeFirst();
+          await dialect.lockKey(trx, dispatchTaskLockKey(taskId));
+          // The task row too (PostgreSQL): a dispatchNext holding it (it claims without the key)
+          // commits first, and one that comes later skips the row, then sees it blocked.
+          const read = trx.selectFrom('tasks').select('coordinator_run_id').where('id', '=', taskId);
+          const task = await (dialect.supportsSkipLocked ? read.forUpdate() : read).executeTakeFirst();
           if (!task) throw new NotFoundError('task', taskId);
           runId = task.coordinator_run_id;
         }
+        // The clock after the locks: the gate's time follows every move of the task before it.
+        const now = ctx.clock.now();
         if (input.runId !== undefined) {
           await requireRunningRunIn(trx, input.runId);
           if (taskId !== null && runId !== input.runId) {
@@ -126,7 +198,7 @@ export function createGateRepository(ctx: StoreContext): GateRepository {
           }
           runId = input.runId;
         }
-        return trx
+        const gate = await trx
           .insertInto('decision_gates')
           .values({
             id,
@@ -137,11 +209,46 @@ export function createGateRepository(ctx: StoreContext): GateRepository {
             created_at: now,
             resolved_at: null,
             coordinator_run_id: runId,
+            expires_at: ttlMs === null ? null : now + ttlMs,
           })
           .returningAll()
           .executeTakeFirstOrThrow();
+        // The gate gates its task: one not yet dispatched waits for the decision.
+        if (taskId !== null)
+          await trx
+            .updateTable('tasks')
+            .set({ status: 'blocked', blocked_reason: `${GATE_REASON}${id}`, updated_at: now })
+            .where('id', '=', taskId)
+            .where('status', 'in', ['backlog', 'todo', 'ready'])
+            .execute();
+        return gate;
       });
       return toDecisionGate(row);
+    },
+
+    async expireGates(options) {
+      const runId = optionalId('runId', optionalInput('options', options).runId ?? null);
+      return dialect.writeTransaction(async (trx) => {
+        const now = ctx.clock.now();
+        let query = trx
+          .updateTable('decision_gates')
+          .set({ status: 'resolved', resolution: null, resolved_at: now, timed_out_at: now })
+          .where('status', '=', 'open')
+          .where('expires_at', '<=', now);
+        if (runId !== null) query = query.where('coordinator_run_id', '=', runId);
+        const expired = await query.returningAll().execute();
+        for (const gate of expired) {
+          if (gate.task_id === null) continue;
+          await trx
+            .updateTable('tasks')
+            .set({ blocked_reason: `${GATE_TIMEOUT_REASON}${gate.id}`, updated_at: now })
+            .where('id', '=', gate.task_id)
+            .where('status', '=', 'blocked')
+            .where('blocked_reason', '=', `${GATE_REASON}${gate.id}`)
+            .execute();
+        }
+        return expired.sort((a, b) => Number(a.created_at) - Number(b.created_at)).map(toDecisionGate);
+      });
     },
 
     getGate,
@@ -165,14 +272,18 @@ export function createGateRepository(ctx: StoreContext): GateRepository {
         call,
         async (trx) => {
           // `status = 'open'` in the WHERE makes the resolution a compare-and-set.
+          const now = ctx.clock.now();
           const row = await trx
             .updateTable('decision_gates')
-            .set({ status: 'resolved', resolution: text, resolved_at: ctx.clock.now() })
+            .set({ status: 'resolved', resolution: text, resolved_at: now })
             .where('id', '=', gateId)
             .where('status', '=', 'open')
             .returningAll()
             .executeTakeFirst();
-          if (row) return toDecisionGate(row);
+          if (row) {
+            if (row.task_id !== null) await releaseGatedTask(trx, row.task_id, now, dialect.supportsSkipLocked);
+            return toDecisionGate(row);
+          }
           const current = await trx
             .selectFrom('decision_gates')
             .selectAll()
@@ -181,7 +292,12 @@ export function createGateRepository(ctx: StoreContext): GateRepository {
           if (!current) throw new NotFoundError('decision gate', gateId);
           // The same resolution again is a retry that converged: the gate, as resolved.
           if (current.status === 'resolved' && current.resolution === text) return toDecisionGate(current);
-          throw new GateAlreadyResolvedError(gateId, current.resolution, current.resolved_at);
+          throw new GateAlreadyResolvedError(
+            gateId,
+            current.resolution,
+            current.resolved_at,
+            current.timed_out_at !== null ? 'timeout' : 'resolved',
+          );
         },
       );
     },

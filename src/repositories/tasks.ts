@@ -15,6 +15,7 @@ import {
   callerMayTransition,
   failedDependencyReason,
   openDependencies,
+  openGateOf,
   propagateFinish,
   TaskTransitionRefusedError,
   waitingReason,
@@ -415,6 +416,8 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
         if (task.status !== from) throw new TaskTransitionRefusedError(taskId, from, to, task.status, 'stale_from');
         if (to === 'ready' && (await openDependencies(trx, taskId)).length > 0)
           throw new TaskTransitionRefusedError(taskId, from, to, task.status, 'open_dependencies');
+        if (to === 'ready' && (await openGateOf(trx, taskId)) !== null)
+          throw new TaskTransitionRefusedError(taskId, from, to, task.status, 'open_gate');
         const now = ctx.clock.now();
         if (to === 'cancelled') {
           await trx

@@ -55,7 +55,8 @@ export const IN_FLIGHT_STATUSES = ['dispatched', 'in_progress'] as const satisfi
 
 export type CoordinatorRunStatus = 'running' | 'completed' | 'failed' | 'cancelled';
 export type DispatchStatus = 'active' | 'completed' | 'failed' | 'cancelled';
-export type GateStatus = 'open' | 'resolved';
+/** A gate's status as the API reports it; `timeout` is stored as `resolved` with `timed_out_at` (0096). */
+export type GateStatus = 'open' | 'resolved' | 'timeout';
 export type MessageStatus = 'pending' | 'delivered';
 export type WorkspaceMode = 'isolated' | 'shared';
 export type GroupMemberRole = 'steward' | 'member';
@@ -187,7 +188,8 @@ export interface DecisionGatesTable {
   id: string;
   task_id: string | null;
   question: string;
-  status: GateStatus;
+  /** The stored status: a timed-out gate is `resolved` with no resolution and `timed_out_at` set. */
+  status: Exclude<GateStatus, 'timeout'>;
   resolution: string | null;
   created_at: EpochMs;
   resolved_at: EpochMs | null;
@@ -197,6 +199,10 @@ export interface DecisionGatesTable {
   consumed_by: string | null;
   /** 0072 */
   consumed_at: EpochMs | null;
+  /** 0096: when an open gate times out (`gates.expireGates`); null: never. */
+  expires_at: ColumnType<EpochMs | null, EpochMs | null | undefined, EpochMs | null>;
+  /** 0096: when `expireGates` timed the gate out; null: it did not. */
+  timed_out_at: ColumnType<EpochMs | null, EpochMs | null | undefined, EpochMs | null>;
 }
 
 export interface MessagesTable {

@@ -36,6 +36,7 @@ const DOCUMENTED_CODES = new Set([
   'DISPATCH_RUN_MISMATCH',
   'GATE_ALREADY_RESOLVED',
   'GATE_NOT_RESOLVED',
+  'GATE_OPEN',
   'IDEMPOTENCY_KEY_CONFLICT',
   'INVALID_ARGUMENT',
   'INVALID_WRITE_PATH',
@@ -414,9 +415,19 @@ function cases(p: Pools): FuzzCase[] {
       s.dispatches.countDispatchesByStatus(A(a)[0]),
     ),
 
-    c('gates.openGate', tuple(input({ question: text, taskId: opt(id.task), runId: opt(id.run) })), (s, a) =>
-      s.gates.openGate(A(a)[0]),
+    c(
+      'gates.openGate',
+      tuple(
+        input({
+          question: text,
+          taskId: opt(id.task),
+          runId: opt(id.run),
+          ttlMs: opt(fc.integer({ min: 0, max: 60_000 })),
+        }),
+      ),
+      (s, a) => s.gates.openGate(A(a)[0]),
     ),
+    c('gates.expireGates', tuple(opt(input({ runId: id.run }))), (s, a) => s.gates.expireGates(A(a)[0])),
     c('gates.getGate', tuple(arg(id.gate)), (s, a) => s.gates.getGate(A(a)[0])),
     c('gates.resolveGate', tuple(arg(id.gate), arg(text)), (s, a) => s.gates.resolveGate(A(a)[0], A(a)[1])),
     c('gates.listOpenGates', tuple(arg(id.run)), (s, a) => s.gates.listOpenGates(A(a)[0])),

@@ -185,7 +185,7 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
         items: [
           expect.objectContaining({
             id: world.gatedTaskId,
-            status: 'ready',
+            status: 'blocked',
             gates: [expect.objectContaining({ id: world.gateId, question: 'Release on Friday?' })],
           }),
         ],
@@ -230,7 +230,7 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
     const gated = await runCli(['inspect', 'task', world.gatedTaskId, '--db', url, '--json']);
     expect(gated.code, gated.err).toBe(0);
     const explanation = JSON.parse(gated.out);
-    expect(explanation.task).toMatchObject({ id: world.gatedTaskId, status: 'ready' });
+    expect(explanation.task).toMatchObject({ id: world.gatedTaskId, status: 'blocked' });
     expect(explanation.gates).toEqual([expect.objectContaining({ id: world.gateId, status: 'open' })]);
     expect(explanation.reasons[0]).toMatch(new RegExp(`^Gate ${world.gateId} is open: "Release on Friday\\?"`));
     // Behind its gate it is not "ready for the next dispatch", whatever its status says.

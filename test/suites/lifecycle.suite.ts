@@ -9,6 +9,8 @@ import {
   DispatchLeaseLostError,
   TASK_TRANSITIONS,
   TaskDependencyRefusedError,
+  GateAlreadyResolvedError,
+  GateOpenError,
   TaskTransitionRefusedError,
   TerminalBusyError,
   type Dispatch,
@@ -104,6 +106,18 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       if (call === 'dependency done') await store.dispatches.completeDispatch(d.id);
       else await store.tasks.transitionTask(dep.id, { from: 'dispatched', to: 'cancelled' });
       return { task: await store.tasks.requireTask(task.id), dispatch: await store.dispatches.getDispatch(d.id) };
+    }
+    if (call === 'gates.openGate') {
+      const { task } = await taskIn(create, from);
+      await store.gates.openGate({ question: 'go?', taskId: task.id });
+      return { task: await store.tasks.requireTask(task.id), dispatch: null };
+    }
+    if (call === 'gates.resolveGate') {
+      const task = await create();
+      const gate = await store.gates.openGate({ question: 'go?', taskId: task.id });
+      expect((await store.tasks.requireTask(task.id)).status).toBe(from);
+      await store.gates.resolveGate(gate.id, 'yes');
+      return { task: await store.tasks.requireTask(task.id), dispatch: null };
     }
     if (call.startsWith('dispatches.createDispatch') || call.startsWith('dispatches.dispatchNext')) {
       const task = await create();
@@ -244,6 +258,94 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       // A later exit of that terminal counts nothing against the finished task.
       expect(await store.dispatches.failActiveDispatchOnExit(d.terminalHandle)).toBeNull();
       await expect(store.dispatches.completeDispatch(d.id)).rejects.toMatchObject({ code: 'DISPATCH_NOT_ACTIVE' });
+    });
+  });
+
+  describe('gates that gate', () => {
+    it('an open gate holds its task out of the ready queue; resolving its last gate releases it', async () => {
+      const { run, create } = await runOn();
+      const task = await create();
+      const g1 = await store.gates.openGate({ question: 'which db?', taskId: task.id });
+      const g2 = await store.gates.openGate({ question: 'which port?', taskId: task.id });
+      expect(await store.tasks.requireTask(task.id)).toMatchObject({
+        status: 'blocked',
+        blockedReason: `gate: ${g1.id}`,
+      });
+      // Mutant "gate-does-not-block" (openGate leaves the task ready) fails here.
+      expect(await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: unique('term') })).toBeNull();
+      await expect(store.tasks.transitionTask(task.id, { from: 'blocked', to: 'ready' })).rejects.toMatchObject({
+        code: 'TASK_TRANSITION_REFUSED',
+        refusal: 'open_gate',
+      });
+      await store.gates.resolveGate(g1.id, 'postgres');
+      expect(await store.tasks.requireTask(task.id)).toMatchObject({
+        status: 'blocked',
+        blockedReason: `gate: ${g2.id}`,
+      });
+      await store.gates.resolveGate(g2.id, '5432');
+      expect(await store.tasks.requireTask(task.id)).toMatchObject({ status: 'ready', blockedReason: null });
+      const d = await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: unique('term') });
+      expect(d?.taskId).toBe(task.id);
+    });
+
+    it('an in-flight task keeps running, but its completion is refused while a gate on it is open', async () => {
+      const { create } = await runOn();
+      const task = await create();
+      const d = await dispatchOf(task);
+      const gate = await store.gates.openGate({ question: 'ship it?', taskId: task.id });
+      expect((await store.tasks.requireTask(task.id)).status).toBe('dispatched');
+      const refused = await store.dispatches.completeDispatch(d.id, { result: { ok: 1 } }).catch((e: unknown) => e);
+      // Mutant "completion-ignores-gate" (no requireNoOpenGate in endIn) fails here.
+      expect(refused).toBeInstanceOf(GateOpenError);
+      expect(refused).toMatchObject({ code: 'GATE_OPEN', taskId: task.id, gateId: gate.id });
+      expect((await store.dispatches.getDispatch(d.id))?.status).toBe('active');
+      await expect(store.dispatches.endDispatch(d.id, 'completed')).rejects.toBeInstanceOf(GateOpenError);
+      await store.gates.resolveGate(gate.id, 'yes');
+      expect((await store.tasks.requireTask(task.id)).status).toBe('dispatched');
+      expect((await store.dispatches.completeDispatch(d.id)).task.status).toBe('done');
+    });
+
+    it('a dependency done does not ready a gated task; the resolution does, with the dependencies done', async () => {
+      const { create } = await runOn();
+      const dep = await create();
+      const task = await create({ dependsOn: [dep.id] });
+      const gate = await store.gates.openGate({ question: 'go?', taskId: task.id });
+      expect((await store.tasks.requireTask(task.id)).status).toBe('blocked');
+      await store.dispatches.completeDispatch((await dispatchOf(dep)).id);
+      // Mutant "dependency-readies-gated" (no open-gate check in propagateFinish) fails here.
+      expect((await store.tasks.requireTask(task.id)).status).toBe('blocked');
+      await store.gates.resolveGate(gate.id, 'go');
+      expect((await store.tasks.requireTask(task.id)).status).toBe('ready');
+      // And a gate resolved before the dependency is done leaves the task waiting on it.
+      const dep2 = await create();
+      const t2 = await create({ dependsOn: [dep2.id] });
+      const g2 = await store.gates.openGate({ question: 'go?', taskId: t2.id });
+      await store.gates.resolveGate(g2.id, 'go');
+      expect(await store.tasks.requireTask(t2.id)).toMatchObject({
+        status: 'blocked',
+        blockedReason: expect.stringMatching(/^dependencies: waiting for /),
+      });
+    });
+
+    it('a gate with ttlMs times out: expireGates reports it, its task stays blocked for the coordinator, a late resolve is refused', async () => {
+      const { run, create } = await runOn();
+      const task = await create();
+      const gate = await store.gates.openGate({ question: 'approve?', taskId: task.id, ttlMs: 1_000 });
+      expect(gate.expiresAt).toBe(gate.createdAt + 1_000);
+      expect(await store.gates.expireGates({ runId: run.id })).toEqual([]);
+      clock.advance(1_001);
+      const expired = await store.gates.expireGates({ runId: run.id });
+      expect(expired.map((g) => [g.id, g.status])).toEqual([[gate.id, 'timeout']]);
+      expect(await store.tasks.requireTask(task.id)).toMatchObject({
+        status: 'blocked',
+        blockedReason: `gate_timeout: ${gate.id}`,
+      });
+      const late = await store.gates.resolveGate(gate.id, 'yes').catch((e: unknown) => e);
+      expect(late).toBeInstanceOf(GateAlreadyResolvedError);
+      expect(late).toMatchObject({ status: 'timeout' });
+      expect(await store.gates.listOpenGates(run.id)).toEqual([]);
+      // The coordinator goes on without the decision.
+      expect((await store.tasks.transitionTask(task.id, { from: 'blocked', to: 'ready' })).status).toBe('ready');
     });
   });
 

@@ -80,13 +80,15 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     // The next receive of the inbox dead-letters the lapsed last attempt (and hands out the other).
     await store.messages.receiveMessages(live.coordinatorHandle, { limit: 1, visibilityMs: 1_000_000 });
     expect((await store.messages.listDeadMessages(live.coordinatorHandle)).map((m) => m.id)).toEqual([toKill!.id]);
-    // Path leases: one that expires soon, one long-lived.
-    await store.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'h1', paths: ['a'], ttlMs: 500 });
-    await store.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'h2', paths: ['b'], ttlMs: 1_000_000 });
     // A workspace lock granted and released: its row carries the fencing token and must stay.
     const claim = await store.locks.claimWorkspaceLock(ws.id, { holder: 'x', runId: live.id, ttlMs: 100 });
     if (claim.status !== 'acquired') throw new Error('not claimed');
     await store.locks.releaseWorkspaceLock(ws.id, { token: claim.lease.token });
+    // Path leases: one that expires soon, one long-lived (in a workspace of their own: a live path
+    // lease makes the exclusive workspace lock busy, and the lock is claimed again below).
+    const pathsWs = await store.org.createWorkspace({ companyId: company.id, name: 'paths' });
+    await store.paths.tryAcquirePaths({ workspaceId: pathsWs.id, holder: 'h1', paths: ['a'], ttlMs: 500 });
+    await store.paths.tryAcquirePaths({ workspaceId: pathsWs.id, holder: 'h2', paths: ['b'], ttlMs: 1_000_000 });
     // A completed cleanup and a pending one.
     const doomed = await store.tasks.createTask({ companyId: company.id, title: 'doomed', requiresFilesystem: true });
     await store.ownership.createEnvironment({ ownerTaskId: doomed.id, rootPath: '/w/doomed' });
@@ -131,7 +133,7 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     expect(await store.gates.getGate(oldGate.id)).toBeNull();
     expect(await store.messages.countPendingMessages('inbox')).toBe(0);
     expect(await store.messages.countPendingMessages(live.coordinatorHandle)).toBe(1);
-    expect((await store.paths.listPathLeases({ workspaceId: ws.id })).map((l) => l.holder)).toEqual(['h2']);
+    expect((await store.paths.listPathLeases({ workspaceId: pathsWs.id })).map((l) => l.holder)).toEqual(['h2']);
     expect(await count(store, 'workspace_locks')).toBe(1);
     expect(await count(store, 'cleanup_snapshots')).toBe(before.snapshots - 1);
     expect(await count(store, 'tasks')).toBe(3);

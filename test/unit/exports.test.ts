@@ -46,6 +46,7 @@ const PUBLIC_EXPORTS = [
   'ForeignTransactionError',
   'GateAlreadyResolvedError',
   'GateNotResolvedError',
+  'GateOpenError',
   'IDEMPOTENCY_WINDOW_MS',
   'IN_FLIGHT_STATUSES',
   'IdempotencyKeyConflictError',

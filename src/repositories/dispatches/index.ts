@@ -15,7 +15,7 @@ import type {
 import type { StoreContext } from '../context.js';
 import type { LeaseFence } from '../shared/fence.js';
 import { requireLease, type Lease, type LeaseLostReason } from '../shared/lease.js';
-import { moveInFlightTask } from '../shared/lifecycle.js';
+import { moveInFlightTask, requireNoOpenGate } from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../shared/lock-keys.js';
 import { toTask } from '../shared/records.js';
 import { findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
@@ -329,7 +329,9 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     lease: Lease<'dispatch'> | undefined,
     result: string | null | undefined,
   ) {
-    await reportable(trx, dispatchId, lease);
+    const row = await reportable(trx, dispatchId, lease);
+    // A completion waits for the decision of an open gate on its task; a cancel does not.
+    if (status === 'completed') await requireNoOpenGate(trx, row.task_id);
     const now = ctx.clock.now();
     const ended = await trx
       .updateTable('dispatch_contexts')

@@ -6,7 +6,7 @@ import { leaseKeys, WHOLE_WORKSPACE_KEY, decodePathLeaseKey } from '../../domain
 import { NotFoundError } from '../../errors.js';
 import type { TaskStatus } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
-import { afterTaskFinished } from '../shared/lifecycle.js';
+import { afterTaskFinished, requireNoOpenGate } from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, pathsLockKey } from '../shared/lock-keys.js';
 import { acquireKeys } from './acquire.js';
 import { pathsTopic } from './statements.js';
@@ -86,6 +86,8 @@ export async function submitTaskResult(
     if (FINISHED.includes(task.status)) {
       throw new PathClaimRefusedError(taskId, holder, 'task_finished', `it is already ${task.status}`);
     }
+    // A result waits for the decision of an open gate on the task.
+    if (status === 'done') await requireNoOpenGate(trx, taskId);
     if (task.workspace_id !== null) await dialect.lockKey(trx, pathsLockKey(task.workspace_id));
     const now = ctx.clock.now();
     if (typeof by !== 'string') {

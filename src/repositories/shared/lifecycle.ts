@@ -71,6 +71,9 @@ export const TASK_TRANSITIONS: readonly Transition<TaskStatus>[] = Object.freeze
   ]),
   { from: 'blocked', to: 'ready', call: 'dependency done' },
   { from: 'blocked', to: 'blocked', call: 'dependency failed' },
+  // An open gate holds a task that is not in flight; resolving its last open gate releases it.
+  ...(['backlog', 'todo', 'ready'] as const).map((from) => ({ from, to: 'blocked' as const, call: 'gates.openGate' })),
+  { from: 'blocked', to: 'ready', call: 'gates.resolveGate' },
 ]);
 
 /** Every dispatch status change (a dispatch is created `active`; the others are final). */
@@ -89,7 +92,7 @@ export function callerMayTransition(from: TaskStatus, to: TaskStatus): boolean {
 }
 
 /** Why `transitionTask` refused. */
-export type TaskTransitionRefusal = 'not_in_table' | 'stale_from' | 'open_dependencies';
+export type TaskTransitionRefusal = 'not_in_table' | 'stale_from' | 'open_dependencies' | 'open_gate';
 
 /**
  * `tasks.transitionTask` refused: the move is not in `TASK_TRANSITIONS` for the caller, the task
@@ -109,8 +112,10 @@ export class TaskTransitionRefusedError extends TaskfenceError {
         ? `Task ${taskId} is ${current}, not ${from}, so it was not moved to ${to}. Re-read the task and decide again.`
         : refusal === 'open_dependencies'
           ? `Task ${taskId} cannot become ready: some of its dependencies are not done. It becomes ready by itself when the last one is done.`
-          : `Task ${taskId} cannot move from ${from} to ${to}: that transition is not in the state machine (README "The work lifecycle"). ` +
-            'Use the call the table names for it.',
+          : refusal === 'open_gate'
+            ? `Task ${taskId} cannot become ready: a decision gate on it is open. It becomes ready by itself when the gate is resolved.`
+            : `Task ${taskId} cannot move from ${from} to ${to}: that transition is not in the state machine (README "The work lifecycle"). ` +
+              'Use the call the table names for it.',
     );
   }
 }
@@ -131,6 +136,46 @@ export class TaskNotDispatchableError extends TaskfenceError {
 /** `blocked_reason` prefixes the lifecycle writes: a task blocked by them unblocks by itself. */
 export const WAITING_REASON = 'dependencies: waiting for ';
 export const FAILED_DEPENDENCY_REASON = 'dependency_failed: ';
+/** The reason of a task held by an open decision gate (`gate: <id>`). */
+export const GATE_REASON = 'gate: ';
+/** The reason of a task whose gate timed out (`gate_timeout: <id>`): the caller decides. */
+export const GATE_TIMEOUT_REASON = 'gate_timeout: ';
+
+/**
+ * A task's result (a completion) was refused: a decision gate on the task is open. Resolve the
+ * gate (or let it time out) first. Nothing changed.
+ */
+export class GateOpenError extends TaskfenceError {
+  readonly code = 'GATE_OPEN';
+  constructor(
+    readonly taskId: string,
+    readonly gateId: string,
+  ) {
+    super(
+      `Task ${taskId} waits on decision gate ${gateId}, which is open, so its result was not recorded. ` +
+        'Resolve the gate (gates.resolveGate) and report again; nothing changed.',
+    );
+  }
+}
+
+/** The id of an open decision gate on `taskId` (the oldest), or null. */
+export async function openGateOf(trx: Transaction<Database>, taskId: string): Promise<string | null> {
+  const row = await trx
+    .selectFrom('decision_gates')
+    .select('id')
+    .where('task_id', '=', taskId)
+    .where('status', '=', 'open')
+    .orderBy('created_at')
+    .orderBy('id')
+    .executeTakeFirst();
+  return row?.id ?? null;
+}
+
+/** Throws `GateOpenError` while a gate on `taskId` is open (a result must wait for the decision). */
+export async function requireNoOpenGate(trx: Transaction<Database>, taskId: string): Promise<void> {
+  const gate = await openGateOf(trx, taskId);
+  if (gate !== null) throw new GateOpenError(taskId, gate);
+}
 
 type Trx = Transaction<Database>;
 
@@ -196,7 +241,11 @@ export async function propagateFinish(
       where ${dependents} and ${lifecycleBlocked}
         and not exists (
           select 1 from ${deps} d join ${tasks} t on t.id = d.depends_on_id
-          where d.task_id = ${tasks}.id and t.status <> 'done')`.execute(trx);
+          where d.task_id = ${tasks}.id and t.status <> 'done')
+        and not exists (
+          select 1 from ${tableIn(trx, 'decision_gates')} g where g.task_id = ${tasks}.id and g.status = 'open')`.execute(
+      trx,
+    );
   } else if (status === 'failed' || status === 'cancelled') {
     await sql`
       update ${tasks} set status = 'blocked', blocked_reason = ${failedDependencyReason(taskId, status)}, updated_at = ${now}
