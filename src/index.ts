@@ -235,6 +235,7 @@ export {
   type GateRepository,
 } from './repositories/gates.js';
 export type { ConsumedResolution, ConsumeResolutionInput } from './repositories/gate-resume.js';
+export type { TraceContext } from './repositories/shared/trace-context.js';
 export {
   DEFAULT_DELIVERY_LIMIT,
   MAX_DELIVERY_LIMIT,

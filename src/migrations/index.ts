@@ -15,6 +15,7 @@ import { migration0080 } from './0080_audit_events.js';
 import { migration0090 } from './0090_work_lifecycle.js';
 import { migration0095 } from './0095_path_lease_tokens.js';
 import { migration0096 } from './0096_gate_expiry.js';
+import { migration0097 } from './0097_trace_context.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -36,6 +37,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0090,
   migration0095,
   migration0096,
+  migration0097,
 ]);
 
 /** The schema version this code expects. */

@@ -182,6 +182,8 @@ export interface DispatchContextsTable {
   seq: Generated<number>;
   /** 0090: when the dispatch lease lapses unless renewed; null: no lease (legacy). */
   lease_expires_at: ColumnType<EpochMs | null, EpochMs | null | undefined, EpochMs | null>;
+  /** 0097: the dispatcher's W3C trace context, a JSON object of strings; null: none. */
+  trace_context: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 export interface DecisionGatesTable {
@@ -226,6 +228,8 @@ export interface MessagesTable {
   dead_at: EpochMs | null;
   /** 0070 */
   last_error: string | null;
+  /** 0097: the sender's W3C trace context, a JSON object of strings; null: none. */
+  trace_context: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /** 0071 */

@@ -19,6 +19,7 @@ import { moveInFlightTask, requireNoOpenGate } from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../shared/lock-keys.js';
 import { toTask } from '../shared/records.js';
 import { findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
+import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
 import {
   optionalId,
   optionalIdFilter,
@@ -74,6 +75,7 @@ export function toDispatch(row: DispatchContextRow): Dispatch {
             expiresAt: Number(row.lease_expires_at),
           })
         : null,
+    traceContext: toTraceContext(row.trace_context),
   };
 }
 
@@ -252,7 +254,14 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
    */
   async function claimNextIn(
     trx: Trx,
-    p: { runId: string; terminalHandle: string; agentId: string | null; filter: DispatchNextFilter; ttlMs: number },
+    p: {
+      runId: string;
+      terminalHandle: string;
+      agentId: string | null;
+      filter: DispatchNextFilter;
+      ttlMs: number;
+      traceContext: string | null;
+    },
   ): Promise<DispatchContextRow | null> {
     const tasks = tableIn(trx, 'tasks');
     const deps = tableIn(trx, 'task_dependencies');
@@ -294,6 +303,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       ended_at: null,
       coordinator_run_id: pick.coordinator_run_id,
       lease_expires_at: now + p.ttlMs,
+      trace_context: p.traceContext,
     });
   }
 
@@ -365,6 +375,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const agentId = optionalId('agentId', input.agentId);
       if (input.runId !== undefined) requireId('runId', input.runId);
       const ttlMs = ttlOf(input.ttlMs);
+      const traceContext = optionalTraceContext('traceContext', input.traceContext);
       const id = ctx.newId();
       const now = ctx.clock.now();
       const row = await onFreeTerminal([terminalHandle], () =>
@@ -414,6 +425,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
             ended_at: null,
             coordinator_run_id: runId,
             lease_expires_at: now + ttlMs,
+            trace_context: traceContext,
           });
         }),
       );
@@ -427,13 +439,14 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const agentId = optionalId('agentId', input.agentId);
       const filter = checkFilter(input.filter);
       const ttlMs = ttlOf(input.ttlMs);
+      const traceContext = optionalTraceContext('traceContext', input.traceContext);
       const row = await onFreeTerminal([terminalHandle], () =>
         dialect.writeTransaction(async (trx) => {
           await requireRunningRunIn(trx, runId);
           await requireAgent(trx, agentId);
           const busy = await newestActiveFor(trx, terminalHandle);
           if (busy) throw new TerminalBusyError(terminalHandle, busy.id);
-          return claimNextIn(trx, { runId, terminalHandle, agentId, filter, ttlMs });
+          return claimNextIn(trx, { runId, terminalHandle, agentId, filter, ttlMs, traceContext });
         }),
       );
       return row ? toDispatch(row) : null;
@@ -450,6 +463,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const agentId = optionalId('agentId', input.agentId);
       const filter = checkFilter(input.filter);
       const ttlMs = ttlOf(input.ttlMs);
+      const traceContext = optionalTraceContext('traceContext', input.traceContext);
       const limit = requireLimit('limit', input.limit, 1_000, Math.max(handles.length, 1));
       if (handles.length === 0) return [];
       const rows = await onFreeTerminal(handles, () =>
@@ -460,7 +474,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           for (const terminalHandle of handles) {
             if (made.length >= limit) break;
             if (await newestActiveFor(trx, terminalHandle)) continue;
-            const row = await claimNextIn(trx, { runId, terminalHandle, agentId, filter, ttlMs });
+            const row = await claimNextIn(trx, { runId, terminalHandle, agentId, filter, ttlMs, traceContext });
             if (!row) break;
             made.push(row);
           }

@@ -3,6 +3,7 @@ import { TaskfenceError } from '../../errors.js';
 import type { CoordinatorRunStatus, DispatchStatus, TaskStatus } from '../../schema/database.js';
 import { LeaseLostError, type Lease, type LeaseLostReason } from '../shared/lease.js';
 import type { Task } from '../shared/records.js';
+import type { TraceContext } from '../shared/trace-context.js';
 import { TaskNotDispatchableError } from '../shared/lifecycle.js';
 
 export { TaskNotDispatchableError };
@@ -37,6 +38,8 @@ export interface Dispatch {
    * `tx.assertLease`. Null once the dispatch ended, and for legacy dispatches.
    */
   readonly lease: Lease<'dispatch'> | null;
+  /** The dispatcher's W3C trace context (`traceparent`, `tracestate`); null if dispatched outside a traced context. */
+  readonly traceContext: TraceContext | null;
 }
 
 /** What `completeDispatch` ended: the dispatch and its task, in one transaction. */
@@ -66,6 +69,11 @@ export interface DispatchNextInput {
   readonly filter?: DispatchNextFilter;
   /** The dispatch lease's lifetime (default `DEFAULT_DISPATCH_LEASE_TTL_MS`). */
   readonly ttlMs?: number;
+  /**
+   * The dispatcher's W3C trace context to store with the dispatch (a `propagation.inject`
+   * carrier); `taskfence/otel`'s `traceStore` fills it from the active span. Default: none.
+   */
+  readonly traceContext?: TraceContext | null;
 }
 
 export interface DispatchNextBatchInput {
@@ -77,6 +85,11 @@ export interface DispatchNextBatchInput {
   readonly ttlMs?: number;
   /** At most this many dispatches (default: one per terminal). */
   readonly limit?: number;
+  /**
+   * The dispatcher's W3C trace context to store with the dispatch (a `propagation.inject`
+   * carrier); `taskfence/otel`'s `traceStore` fills it from the active span. Default: none.
+   */
+  readonly traceContext?: TraceContext | null;
 }
 
 /** One dispatch `reclaimExpiredDispatches` took back. */
@@ -101,6 +114,11 @@ export interface CreateDispatchInput {
   readonly runId?: string;
   /** The dispatch lease's lifetime (default `DEFAULT_DISPATCH_LEASE_TTL_MS`). */
   readonly ttlMs?: number;
+  /**
+   * The dispatcher's W3C trace context to store with the dispatch (a `propagation.inject`
+   * carrier); `taskfence/otel`'s `traceStore` fills it from the active span. Default: none.
+   */
+  readonly traceContext?: TraceContext | null;
 }
 
 export interface ListDispatchesFilter {

@@ -3,6 +3,7 @@ import type { Transaction } from 'kysely';
 import { InvalidArgumentError, UnknownRecipientError } from '../../errors.js';
 import type { Database, MessageRow } from '../../schema/database.js';
 import { clampTimerMs } from '../../timers.js';
+import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
 import type { StoreContext } from '../context.js';
 import { createOnce, requireSameCreate, runIdempotent, type IdempotentCall } from '../idempotent.js';
 import {
@@ -50,6 +51,7 @@ export function toMessage(row: MessageRow): Message {
     deliveredAt: row.delivered_at,
     lastError: row.last_error,
     deadAt: row.dead_at,
+    traceContext: toTraceContext(row.trace_context),
   };
 }
 
@@ -129,6 +131,7 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
         input.allowUnknownRecipient === undefined
           ? false
           : requireBoolean('allowUnknownRecipient', input.allowUnknownRecipient);
+      const traceContext = optionalTraceContext('traceContext', input.traceContext);
       const row = await createOnce(dialect, [], () =>
         // Through the write transaction so SQLITE_BUSY under contention is retried, not surfaced.
         dialect.writeTransaction(async (trx) => {
@@ -182,6 +185,7 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
               visible_at: null,
               dead_at: null,
               last_error: null,
+              trace_context: traceContext,
             })
             .execute();
           // Consumers waiting on the inbox (or on the run that will take it over) wake when this commits.

@@ -10,6 +10,7 @@
  * writes makes processing effectively-once. See the README (Messages; Failure model).
  */
 import type { IdempotencyOptions } from '../idempotent.js';
+import type { TraceContext } from '../shared/trace-context.js';
 
 /**
  * - `pending`: waiting, or handed out under a lease not yet acked;
@@ -39,6 +40,11 @@ export interface Message {
   /** The last error a consumer reported (`releaseMessages`), or why it died. */
   readonly lastError: string | null;
   readonly deadAt: number | null;
+  /**
+   * The sender's W3C trace context (`traceparent`, `tracestate`), kept across redeliveries;
+   * null if it was sent outside a traced context. See `taskfence/otel`.
+   */
+  readonly traceContext: TraceContext | null;
 }
 
 /** A message handed out under a lease. */
@@ -68,6 +74,11 @@ export interface SendMessageInput {
    * false: an unknown recipient is `UNKNOWN_RECIPIENT` (a misspelt handle would never be read).
    */
   readonly allowUnknownRecipient?: boolean;
+  /**
+   * The sender's W3C trace context to store with the message (a `propagation.inject` carrier);
+   * `taskfence/otel`'s `traceStore` fills it from the active span. Default: none.
+   */
+  readonly traceContext?: TraceContext | null;
 }
 
 export interface ReceiveOptions {
