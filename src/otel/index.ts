@@ -8,11 +8,14 @@
  * outcome: `committed`, `busy` (someone else holds it), `lost` (a renewal found the lease gone),
  * `refused` (a stale token or generation), `unknown` (`COMMIT_OUTCOME_UNKNOWN`) or `error`.
  * Nothing is traced on the store itself: code holding the plain store is unaffected.
+ * Producer calls store their span's W3C trace context with the message or dispatch, and the
+ * consumer's calls link to it (see `./propagation.ts`).
  */
 import { SpanKind, SpanStatusCode, context, trace, type Attributes, type Span, type Tracer } from '@opentelemetry/api';
 import { InvalidArgumentError, TaskfenceError } from '../errors.js';
 import type { Store } from '../store.js';
 import { LeaseLostError } from '../repositories/shared/lease.js';
+import { isConsumer, isProducer, producerLinks, withActiveTraceContext } from './propagation.js';
 
 /** Options of `traceStore`. */
 export interface TraceStoreOptions {
@@ -144,6 +147,7 @@ async function inSpan<T>(
   try {
     const result = await context.with(trace.setSpan(context.active(), span), call);
     if (messaging && Array.isArray(result)) span.setAttribute('messaging.batch.message_count', result.length);
+    if (isConsumer(area, name)) span.addLinks(producerLinks(area, result));
     end(span, outcomeOfResult(result));
     return result;
   } catch (error) {
@@ -159,7 +163,13 @@ function traceArea<A extends object>(area: string, repository: A, tracer: Tracer
       typeof fn === 'function'
         ? (...args: unknown[]) =>
             inSpan(tracer, system, area, name, args, () =>
-              Promise.resolve((fn as (...a: unknown[]) => unknown).apply(repository, args)),
+              // Inside the call's span: a producer stores that span's context with the work.
+              Promise.resolve(
+                (fn as (...a: unknown[]) => unknown).apply(
+                  repository,
+                  isProducer(area, name) ? withActiveTraceContext(args) : args,
+                ),
+              ),
             )
         : fn;
   }
@@ -218,3 +228,4 @@ export function traceStore(store: Store, options: TraceStoreOptions = {}): Store
 }
 
 export { registerStoreMetrics, type StoreMetrics, type StoreMetricsOptions } from './metrics.js';
+export { producerContext } from './propagation.js';
