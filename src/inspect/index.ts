@@ -212,8 +212,8 @@ export async function explainTask(
 }
 
 /**
- * Run `runId`'s tasks and dispatches over time (at most `limit` of each, oldest first), with the
- * run itself. Read-only, one read transaction. Throws `NotFoundError` for an unknown run.
+ * Run `runId`'s tasks and dispatches over time (at most `limit` of each, oldest first), the
+ * dependency edges of its tasks, and the run itself. Read-only, one read transaction. Throws `NotFoundError` for an unknown run.
  *
  * @example
  * const { tasks, dispatches } = await runTimeline(store, run.id);
@@ -247,6 +247,15 @@ export async function runTimeline(
       .orderBy('seq')
       .limit(scope.limit)
       .execute();
+    const edges = await trx
+      .selectFrom('task_dependencies as d')
+      .innerJoin('tasks as t', 't.id', 'd.task_id')
+      .select(['d.task_id', 'd.depends_on_id'])
+      .where('t.coordinator_run_id', '=', runId)
+      .orderBy('t.seq')
+      .orderBy('d.depends_on_id')
+      .limit(scope.limit)
+      .execute();
     const counts = await taskCountsByRun(trx, [runId]);
     return {
       at: scope.now,
@@ -267,6 +276,7 @@ export async function runTimeline(
         createdAt: Number(d.created_at),
         endedAt: d.ended_at === null ? null : Number(d.ended_at),
       })),
+      dependencies: edges.map((e) => ({ taskId: e.task_id, dependsOnId: e.depends_on_id })),
     };
   });
 }

@@ -377,4 +377,10 @@ export interface RunTimeline {
     readonly createdAt: number;
     readonly endedAt: number | null;
   }[];
+  /**
+   * The dependency edges (`task_dependencies`) of the run's tasks: `taskId` waits for
+   * `dependsOnId` to be done. The dashboard's task graph draws these; `dependsOnId` may be a task
+   * of another run (not in `tasks`).
+   */
+  readonly dependencies: readonly { readonly taskId: string; readonly dependsOnId: string }[];
 }

@@ -213,6 +213,22 @@ describe.each(dialects)('dashboard in Chromium on %s', (dialect, makeFixture) =>
     if (claim.status !== 'acquired') throw new Error('the lease was not granted');
     await page.locator(`[data-lease="task:${world.gatedTaskId}"]`).waitFor();
 
+    // The task graph draws dependencies (task_dependencies), not the parent/subtask tree: a task
+    // of the run that waits for the gated one gets an arrow from it.
+    const announce = await store.tasks.createTask({
+      companyId: world.companyId,
+      title: 'Announce the release',
+      targetKey: `worktree:${ns}`,
+      status: 'ready',
+      requiresFilesystem: false,
+      dependsOn: [world.gatedTaskId],
+    });
+    await page.locator(`#runs tr[data-run="${world.runId}"]`).click();
+    await page.locator(`#dag [data-task="${announce.id}"][data-status="blocked"]`).waitFor();
+    await page.locator(`#dag line[data-edge="${world.gatedTaskId}>${announce.id}"]`).waitFor({ state: 'attached' });
+    const x = async (id: string) => Number(await page.locator(`#dag [data-task="${id}"] rect`).getAttribute('x'));
+    expect(await x(announce.id)).toBeGreaterThan(await x(world.gatedTaskId));
+
     const button = page.locator(`[data-message="${world.deadMessageId}"] button[data-action="requeue-message"]`);
     await button.click();
     await page.locator('#message', { hasText: 'requeue-message: done' }).waitFor();

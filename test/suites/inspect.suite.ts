@@ -7,7 +7,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { existsSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import type { Store } from '../../src/index.js';
-import { explainTask, inspectStore } from '../../src/inspect/index.js';
+import { explainTask, inspectStore, runTimeline } from '../../src/inspect/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { seedOpsWorld, type OpsWorld } from '../support/ops-world.js';
 import { holdWriteLock } from '../support/hold-write-lock.js';
@@ -334,6 +334,35 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
     const text = await runCli(['inspect', '--db', deps.location.url], { env: { COLUMNS: '200' } });
     expect(text.code, text.err).toBe(0);
     expect(text.out).toMatch(/\nREADY QUEUE: 2 ready, 0 blocked by a dependency, 0 blocked by a gate\n/);
+  });
+
+  it("runTimeline returns the dependency edges of the run's tasks, for the task graph", async () => {
+    const deps = await fx.freshStore();
+    const ns = `g${randomBytes(3).toString('hex')}`;
+    const company = await deps.org.createCompany({ id: `${ns}-co`, name: 'Acme' });
+    const run = await deps.runs.startCoordinatorRun({ targetKey: `worktree:${ns}` });
+    const task = (id: string, dependsOn: string[] = [], parentId?: string) =>
+      deps.tasks.createTask({
+        id: `${ns}-${id}`,
+        companyId: company.id,
+        title: id,
+        status: 'ready',
+        requiresFilesystem: false,
+        targetKey: `worktree:${ns}`,
+        dependsOn,
+        ...(parentId === undefined ? {} : { parentId }),
+      });
+    const build = await task('build');
+    const test = await task('test', [build.id]);
+    // A subtask is no dependency edge: only task_dependencies are.
+    const ship = await task('ship', [build.id, test.id], build.id);
+    const timeline = await runTimeline(deps, run.id);
+    expect(timeline.tasks.map((t) => t.id)).toEqual([build.id, test.id, ship.id]);
+    expect(timeline.dependencies).toEqual([
+      { taskId: test.id, dependsOnId: build.id },
+      { taskId: ship.id, dependsOnId: build.id },
+      { taskId: ship.id, dependsOnId: test.id },
+    ]);
   });
 
   it('exit codes: 2 for usage errors, 1 with one line for a database behind this code', async () => {

@@ -415,33 +415,61 @@ function renderTimeline(t) {
   svg.replaceChildren(...rows);
 }
 
-/** The run's tasks as a graph coloured by status; edges link a subtask to its parent. */
+/**
+ * The run's tasks as a graph coloured by status. Edges are the dependencies (`task_dependencies`):
+ * an arrow from a task to each task that waits for it. A task's column is the length of its
+ * longest chain of dependencies among the tasks shown, so every arrow points right.
+ */
 function renderDag(t) {
   const svg = document.getElementById('dag');
+  const shown = new Set(t.tasks.map((task) => task.id));
+  const edges = (t.dependencies ?? []).filter((e) => shown.has(e.taskId) && shown.has(e.dependsOnId));
+  const waitsFor = new Map();
+  for (const e of edges) waitsFor.set(e.taskId, [...(waitsFor.get(e.taskId) ?? []), e.dependsOnId]);
   const depth = new Map();
-  const byId = new Map(t.tasks.map((task) => [task.id, task]));
-  const depthOf = (task, seen = new Set()) => {
-    if (depth.has(task.id)) return depth.get(task.id);
-    const parent = task.parentId && byId.get(task.parentId);
-    const d = parent && !seen.has(task.id) ? depthOf(parent, seen.add(task.id)) + 1 : 0;
-    depth.set(task.id, d);
+  const depthOf = (id, path = new Set()) => {
+    if (depth.has(id)) return depth.get(id);
+    if (path.has(id)) return 0; // a cycle (the store refuses them): cut it
+    path.add(id);
+    const d = Math.max(-1, ...(waitsFor.get(id) ?? []).map((dep) => depthOf(dep, path))) + 1;
+    path.delete(id);
+    depth.set(id, d);
     return d;
   };
   const columns = new Map();
   const pos = new Map();
   for (const task of t.tasks) {
-    const d = depthOf(task);
+    const d = depthOf(task.id);
     const row = columns.get(d) ?? 0;
     columns.set(d, row + 1);
-    pos.set(task.id, { x: 10 + d * 230, y: 10 + row * 40 });
+    pos.set(task.id, { x: 10 + d * 250, y: 10 + row * 40 });
   }
-  const edges = t.tasks
-    .filter((task) => task.parentId && pos.has(task.parentId))
-    .map((task) => {
-      const a = pos.get(task.parentId);
-      const b = pos.get(task.id);
-      return s('line', { x1: a.x + 200, y1: a.y + 14, x2: b.x, y2: b.y + 14, stroke: '#7d8b99' });
-    });
+  const defs = s(
+    'defs',
+    {},
+    s(
+      'marker',
+      { id: 'dag-arrow', viewBox: '0 0 10 10', refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto' },
+      s('path', { d: 'M0,0 L10,5 L0,10 z', fill: '#7d8b99' }),
+    ),
+  );
+  const lines = edges.map((e) => {
+    const a = pos.get(e.dependsOnId);
+    const b = pos.get(e.taskId);
+    return s(
+      'line',
+      {
+        x1: a.x + 200,
+        y1: a.y + 14,
+        x2: b.x - 2,
+        y2: b.y + 14,
+        stroke: '#7d8b99',
+        'marker-end': 'url(#dag-arrow)',
+        'data-edge': `${e.dependsOnId}>${e.taskId}`,
+      },
+      s('title', {}, 'waits for'),
+    );
+  });
   const nodes = t.tasks.map((task) => {
     const p = pos.get(task.id);
     return s(
@@ -452,7 +480,7 @@ function renderDag(t) {
     );
   });
   svg.setAttribute('height', String(20 + Math.max(1, ...columns.values()) * 40));
-  svg.replaceChildren(...edges, ...nodes);
+  svg.replaceChildren(defs, ...lines, ...nodes);
 }
 
 async function loadTimeline() {
