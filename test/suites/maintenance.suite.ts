@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { InvalidArgumentError, type Store } from '../../src/index.js';
+import { recordAuditEvent } from '../../src/repositories/shared/audit.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
 import { ops as OPS } from './maintenance.ops.js';
@@ -103,6 +104,27 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     await store.ownership.createEnvironment({ ownerTaskId: pendingTask.id, rootPath: '/w/pending' });
     await store.ownership.admitTaskCleanup(pendingTask.id, 'archive');
 
+    // Audit events through the trail's one writer: two before the cutoff (50 000), one at it and
+    // one after it. Only the two before it are pruned.
+    const audit = (id: string, at: number) =>
+      recordAuditEvent(store.db, {
+        id,
+        at,
+        actor: 'operator',
+        action: 'operator.release-workspace-lock',
+        subjectKind: 'workspace_lock',
+        subjectId: ws.id,
+        token: claim.lease.token,
+        detail: { via: 'test' },
+      });
+    for (const [id, at] of [
+      ['audit-old-1', 1_000],
+      ['audit-old-2', 49_999],
+      ['audit-at-cutoff', 50_000],
+      ['audit-new', 90_000],
+    ] as const)
+      await audit(id, at);
+
     clock.t = 100_000;
     const before = {
       messages: await count(store, 'messages'),
@@ -116,7 +138,7 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
       dispatch_contexts: 1,
       coordinator_runs: 1,
       cleanup_snapshots: 1,
-      audit_events: 0,
+      audit_events: 2,
       path_leases: 1,
       idempotency_keys: 0,
     };
@@ -137,6 +159,8 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     expect(await count(store, 'workspace_locks')).toBe(1);
     expect(await count(store, 'cleanup_snapshots')).toBe(before.snapshots - 1);
     expect(await count(store, 'tasks')).toBe(3);
+    const kept = await store.db.selectFrom('audit_events').select('id').orderBy('at').execute();
+    expect(kept.map((e) => e.id)).toEqual(['audit-at-cutoff', 'audit-new']);
     // The pruned run's task is unowned, as a stopped run's would be; it is done (its dispatch
     // completed it), and run start adopts only unfinished tasks (issue 22): it stays out of the next run.
     const next = await store.runs.startCoordinatorRun({ targetKey: 'worktree:old' });
