@@ -1,7 +1,7 @@
 /**
  * Metrics of a store for OpenTelemetry: the `store.stats()` counters as observable counters,
  * and gauges read from one `inspectStore` snapshot per collection: inbox depth and dead messages
- * per inbox, and per lease kind the leases held and the age of the oldest.
+ * per inbox, per lease kind the leases held and the age of the oldest, and the ready queue.
  */
 import type { Attributes, BatchObservableResult, Meter, ObservableGauge } from '@opentelemetry/api';
 import { metrics } from '@opentelemetry/api';
@@ -31,7 +31,10 @@ export interface StoreMetrics {
  * `taskfence.runs.reconciled`, `taskfence.connections.lost`) and gauges
  * (`taskfence.inbox.depth` and `taskfence.inbox.dead` by `messaging.destination.name`;
  * `taskfence.leases.held` and `taskfence.lease.oldest_age` in ms by `taskfence.lease.kind`:
- * `workspace_lock`, `task_lease`, `semaphore`) to the meter at each collection.
+ * `workspace_lock`, `task_lease`, `semaphore`, and `path_lease` (held only: a path lease records
+ * no grant time); `taskfence.ready_queue.depth` by `taskfence.queue.state`: `ready`,
+ * `blocked_by_dependency`, `blocked_by_gate`, where a task behind both counts in both) to the
+ * meter at each collection.
  *
  * @example
  * import { registerStoreMetrics } from 'taskfence/otel';
@@ -59,6 +62,7 @@ export function registerStoreMetrics(store: Store, options: StoreMetricsOptions 
   const dead = gauge('taskfence.inbox.dead', 'dead-lettered messages per inbox', '{message}');
   const held = gauge('taskfence.leases.held', 'leases held, by kind', '{lease}');
   const oldest = gauge('taskfence.lease.oldest_age', 'age of the oldest held lease, by kind', 'ms');
+  const queue = gauge('taskfence.ready_queue.depth', 'unfinished tasks: ready, or blocked and why', '{task}');
 
   const callback = async (result: BatchObservableResult) => {
     const s = store.stats();
@@ -93,8 +97,18 @@ export function registerStoreMetrics(store: Store, options: StoreMetricsOptions 
       const known = acquired.filter((a): a is number => a !== null);
       result.observe(oldest, known.length === 0 ? 0 : now - Math.min(...known), at);
     }
+    // Path leases record no grant time, so they have a count but no oldest age.
+    const pathLeases = snapshot.paths.workspaces.items.reduce((n, w) => n + w.live, 0);
+    result.observe(held, pathLeases, { 'taskfence.lease.kind': 'path_lease' });
+    const q = snapshot.readyQueue;
+    for (const [state, n] of [
+      ['ready', q.ready.total],
+      ['blocked_by_dependency', q.blockedByDependency.total],
+      ['blocked_by_gate', q.blockedByGate.total],
+    ] as const)
+      result.observe(queue, n, { 'taskfence.queue.state': state });
   };
-  const observables = [...Object.values(counters), ...(gauges ? [depth, dead, held, oldest] : [])];
+  const observables = [...Object.values(counters), ...(gauges ? [depth, dead, held, oldest, queue] : [])];
   meter.addBatchObservableCallback(callback, observables);
   return { unregister: () => meter.removeBatchObservableCallback(callback, observables) };
 }

@@ -146,7 +146,7 @@ export function defineOtelSuite(makeFixture: () => DialectFixture) {
     expect(named('taskfence transaction')[0]!.status.code).toBe(2);
   });
 
-  it('metrics: the stats() counters, and inbox depth, dead messages, leases held and the oldest lease age as gauges', async () => {
+  it('metrics: the stats() counters, and inbox depth, dead messages, leases held (path leases too), the oldest lease age and the ready queue as gauges', async () => {
     class Reader extends MetricReader {
       protected onForceFlush = () => Promise.resolve();
       protected onShutdown = () => Promise.resolve();
@@ -166,6 +166,21 @@ export function defineOtelSuite(makeFixture: () => DialectFixture) {
     const slot = await plain.semaphores.acquire(`${ns}-slots`, { holder: 'me', limit: 2, ttlMs: 60_000 });
     expect(slot.status).toBe('acquired');
     await plain.semaphores.acquire(`${ns}-slots`, { holder: 'other', limit: 1, ttlMs: 60_000 }); // busy: a conflict
+    // Two path leases, and a ready queue of one ready task, one behind it and one behind a gate.
+    const site = await plain.org.createWorkspace({ id: `${ns}-site`, companyId: `${ns}-co`, name: 'site' });
+    const paths = await plain.paths.tryAcquirePaths({
+      workspaceId: site.id,
+      holder: 'me',
+      paths: ['src/a', 'docs'],
+      ttlMs: 60_000,
+    });
+    expect(paths.acquired).toBe(true);
+    const task = (title: string, dependsOn: string[] = []) =>
+      plain.tasks.createTask({ companyId: `${ns}-co`, title, status: 'ready', requiresFilesystem: false, dependsOn });
+    const build = await task('build');
+    await task('ship', [build.id]);
+    const gated = await task('gated');
+    await plain.gates.openGate({ taskId: gated.id, question: 'go?' });
     await new Promise((resolve) => setTimeout(resolve, 30));
 
     // The counters are read first; the gauges' read transaction comes after them.
@@ -185,6 +200,17 @@ export function defineOtelSuite(makeFixture: () => DialectFixture) {
       (p) => p.attributes['taskfence.lease.kind'] === 'semaphore',
     );
     expect(semaphores?.value).toBe(1);
+    const byKind = (name: string, key: string, value: string) =>
+      points(name).find((p) => p.attributes[key] === value)?.value;
+    expect(byKind('taskfence.leases.held', 'taskfence.lease.kind', 'path_lease')).toBe(2);
+    expect(
+      Object.fromEntries(
+        ['ready', 'blocked_by_dependency', 'blocked_by_gate'].map((state) => [
+          state,
+          byKind('taskfence.ready_queue.depth', 'taskfence.queue.state', state),
+        ]),
+      ),
+    ).toEqual({ ready: 1, blocked_by_dependency: 1, blocked_by_gate: 1 });
     const age = points('taskfence.lease.oldest_age').find((p) => p.attributes['taskfence.lease.kind'] === 'semaphore');
     expect(age?.value).toBeGreaterThanOrEqual(20);
     registration.unregister();
