@@ -18,7 +18,7 @@ export { openStore, type Store, type StoreOptions } from './store.js';
 export type { StoreTransaction, TransactionOptions } from './transaction.js';
 export { TASKFENCE_CHANNELS, type TaskfenceEvent, type StoreStats } from './events.js';
 export { defaultDatabaseUrl, parseDatabaseUrl, redactDatabaseUrl, type DatabaseLocation } from './config.js';
-export type { StoreDialect, ErrorKind, DialectOptions, ColumnTypes } from './dialects/types.js';
+export type { StoreDialect, ErrorKind, DialectOptions, ColumnTypes, JoinedTransaction } from './dialects/types.js';
 
 // Errors (README, Errors): every class a caller may catch.
 export {

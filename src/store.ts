@@ -168,7 +168,15 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       ),
     withTransaction: <DB>(trx: Transaction<DB>) => {
       const joined = dialect.joinTransaction(trx as unknown as Transaction<Database>);
-      return bindTransaction(dialect, joined.db, () => joined.isActive(), context.clock, events, settings);
+      return bindTransaction(
+        dialect,
+        joined.db,
+        () => joined.isActive(),
+        context.clock,
+        events,
+        settings,
+        joined.verify,
+      );
     },
     stats: (): StoreStats => ({
       ...events.counters,

@@ -1,7 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { sql, type KyselyPlugin, type Transaction } from 'kysely';
 import type { StoreDialect, WriteTransactionFn } from './dialects/types.js';
-import { InvalidArgumentError, TransactionEndedError } from './errors.js';
+import { ForeignTransactionError, InvalidArgumentError, TransactionEndedError } from './errors.js';
 import type { EventHub } from './events.js';
 import type { Database } from './schema/database.js';
 import { createStoreContext, type Clock, type StoreSettings } from './repositories/context.js';
@@ -83,9 +83,13 @@ class Binding {
   /** Set by a failed `assertLease`: the transaction must not commit host writes any more. */
   lost: LeaseLostError | null = null;
 
+  #verified: Promise<void> | undefined;
+
   constructor(
     readonly trx: Transaction<Database>,
     readonly isActive: () => boolean,
+    /** The joined transaction's statement-level check (`JoinedTransaction.verify`), run once. */
+    private readonly verify?: () => Promise<void>,
   ) {}
 
   assertActive(): void {
@@ -102,8 +106,19 @@ class Binding {
     return result;
   }
 
+  /** The join check, once; a refusal sticks, a failed read (connection lost) is tried again. */
+  #verifyOnce(): Promise<void> | undefined {
+    if (!this.verify) return undefined;
+    this.#verified ??= this.verify().catch((error: unknown) => {
+      if (!(error instanceof ForeignTransactionError)) this.#verified = undefined;
+      throw error;
+    });
+    return this.#verified;
+  }
+
   async #savepoint<T>(fn: WriteTransactionFn<T>): Promise<T> {
     this.assertActive();
+    await this.#verifyOnce();
     await SAVEPOINT.execute(this.trx);
     let result: T;
     try {
@@ -199,8 +214,9 @@ export function bindTransaction(
   clock: Clock | undefined,
   events: EventHub,
   settings?: StoreSettings,
+  verify?: () => Promise<void>,
 ): StoreTransaction {
-  const binding = new Binding(trx, isActive);
+  const binding = new Binding(trx, isActive, verify);
   const context = createStoreContext(boundDialect(dialect, binding), clock, settings);
   // The same schema-version guard as the store's calls (a raw "no such table" on an unmigrated
   // database becomes SchemaOutOfDateError). PostgreSQL reads the version on a fresh connection;

@@ -95,6 +95,18 @@ export function runsOnHeldConnection(db: Kysely<Database>): db is HeldConnection
  * The one place dialect differences live. Repositories receive a `StoreDialect` and use
  * only these methods; they never ask which dialect they run on.
  */
+/** A host transaction `StoreDialect.joinTransaction` accepted. */
+export interface JoinedTransaction {
+  readonly db: Transaction<Database>;
+  isActive(): boolean;
+  /**
+   * What can only be checked with a statement (PostgreSQL: the transaction's isolation level),
+   * run once before taskfence's first call in the transaction; rejects with
+   * `ForeignTransactionError` when the transaction cannot carry the guarantees.
+   */
+  readonly verify?: () => Promise<void>;
+}
+
 export interface StoreDialect {
   /** For diagnostics and for the migration engine's SQL recorder; repositories must not branch on it. */
   readonly kind: 'sqlite' | 'postgres';
@@ -143,7 +155,7 @@ export interface StoreDialect {
    * join (else `ForeignTransactionError`) and returns the Kysely taskfence runs its statements on
    * inside it, and whether the transaction is still open.
    */
-  joinTransaction(trx: Transaction<Database>): { readonly db: Transaction<Database>; isActive(): boolean };
+  joinTransaction(trx: Transaction<Database>): JoinedTransaction;
 
   /** Classifies a driver error. */
   classifyError(error: unknown): ErrorKind;

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { CamelCasePlugin, Kysely, PostgresDialect } from 'kysely';
 import {
+  ForeignTransactionError,
   InvalidArgumentError,
   InvalidDatabaseUrlError,
   LATEST_VERSION,
@@ -9,6 +10,7 @@ import {
   parseDatabaseUrl,
   type Database as Schema,
   type Store,
+  type StoreTransaction,
 } from '../../src/index.js';
 import { createHostTables, defineEmbedSuite } from '../suites/embed.suite.js';
 import { defineHostMigrationSuite } from '../suites/host-migrations.suite.js';
@@ -106,6 +108,50 @@ describe('PostgreSQL: the host pool and the host transaction', () => {
         .execute(),
     ).toHaveLength(1);
     // Not hostDb.destroy(): that would end the pool, which belongs to the host (ended in afterAll).
+  });
+});
+
+describe('PostgreSQL: a host transaction joins only at READ COMMITTED (the database defaults to REPEATABLE READ)', () => {
+  const fx = postgresFixture({ defaultIsolation: 'repeatable read' });
+  let store: Store;
+  let ws: string;
+  beforeAll(async () => {
+    store = await fx.open(await fx.freshUrl());
+    await store.migrate();
+    const company = await store.org.createCompany({ name: 'Acme' });
+    ws = (await store.org.createWorkspace({ companyId: company.id, name: 'main' })).id;
+  });
+  afterAll(() => fx.cleanup());
+
+  const claim = (tx: StoreTransaction) => tx.locks.claimWorkspaceLock(ws, { holder: 'h', runId: 'r', ttlMs: 60_000 });
+
+  it.each([
+    ['the default (REPEATABLE READ here)', undefined, 'REPEATABLE READ'],
+    ['SERIALIZABLE', 'serializable', 'SERIALIZABLE'],
+    ['REPEATABLE READ', 'repeatable read', 'REPEATABLE READ'],
+  ] as const)('refuses a host transaction at %s with FOREIGN_TRANSACTION, before writing', async (_, level, named) => {
+    const host = level === undefined ? store.db.transaction() : store.db.transaction().setIsolationLevel(level);
+    await host.execute(async (trx) => {
+      const tx = store.withTransaction(trx);
+      const error = await claim(tx).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ForeignTransactionError);
+      expect(error).toMatchObject({ code: 'FOREIGN_TRANSACTION' });
+      expect((error as Error).message).toContain(`it runs at ${named}`);
+      expect((error as Error).message).toMatch(/setIsolationLevel\('read committed'\)/);
+      // The refusal sticks for the joined transaction's every later call.
+      await expect(tx.lockResources(['box'])).rejects.toBeInstanceOf(ForeignTransactionError);
+    });
+    expect(await store.locks.getWorkspaceLock(ws)).toBeNull();
+  });
+
+  it('joins a host transaction opened READ COMMITTED on that database', async () => {
+    await store.db
+      .transaction()
+      .setIsolationLevel('read committed')
+      .execute(async (trx) => {
+        expect(await claim(store.withTransaction(trx))).toMatchObject({ status: 'acquired' });
+      });
+    expect(await store.locks.getWorkspaceLock(ws)).toMatchObject({ holder: 'h' });
   });
 });
 

@@ -45,6 +45,7 @@ import {
   type DialectOptions,
   type DialectStats,
   type ErrorKind,
+  type JoinedTransaction,
   type MigrationLockHolder,
   type MigrationLockOptions,
   type StoreDialect,
@@ -314,7 +315,13 @@ class PostgresStoreDialect implements StoreDialect {
     await sql`select pg_advisory_xact_lock(hashtextextended(${scoped}, 0))`.execute(trx);
   }
 
-  joinTransaction(trx: Transaction<Schema>): { readonly db: Transaction<Schema>; isActive(): boolean } {
+  /**
+   * A host transaction joins at the host's isolation level, so `verify` reads it before
+   * taskfence's first call and refuses anything but READ COMMITTED: the primitives are proven
+   * there, and under a snapshot (REPEATABLE READ, SERIALIZABLE) a check made after an
+   * advisory-lock wait misses what the lock's previous holder committed, so leases overlap.
+   */
+  joinTransaction(trx: Transaction<Schema>): JoinedTransaction {
     if (!(trx as Partial<Transaction<Schema>> | null)?.isTransaction || typeof trx.withoutPlugins !== 'function') {
       throw new ForeignTransactionError(
         'it is not a Kysely transaction (pass the trx of db.transaction().execute(async (trx) => …))',
@@ -325,6 +332,19 @@ class PostgresStoreDialect implements StoreDialect {
     return {
       db: this.schema === undefined ? db : db.withPlugin(new TaskfenceSchemaPlugin(this.schema)),
       isActive: () => true,
+      verify: async () => {
+        const { rows } = await sql<{
+          level: string;
+        }>`select current_setting('transaction_isolation') as level`.execute(db);
+        const level = rows[0]?.level ?? 'unknown';
+        if (level === WRITE_ISOLATION) return;
+        throw new ForeignTransactionError(
+          `it runs at ${level.toUpperCase()}, and taskfence's guarantees hold at READ COMMITTED only ` +
+            `(under a snapshot a check made after a lock wait misses what the lock's previous holder committed, ` +
+            `so two holders could be granted overlapping leases); open it with ` +
+            `db.transaction().setIsolationLevel('read committed'), or use store.transaction`,
+        );
+      },
     };
   }
 

@@ -34,6 +34,7 @@ import {
   type DialectOptions,
   type DialectStats,
   type ErrorKind,
+  type JoinedTransaction,
   type MigrationLockOptions,
   type StoreDialect,
   type WriteTransactionFn,
@@ -230,7 +231,7 @@ class SqliteDialect implements StoreDialect {
     return RESOLVED;
   }
 
-  joinTransaction(trx: Transaction<Schema>): { readonly db: Transaction<Schema>; isActive(): boolean } {
+  joinTransaction(trx: Transaction<Schema>): JoinedTransaction {
     const adapter = (trx as Partial<Transaction<Schema>> | null)?.getExecutor?.().adapter;
     // The store's own write transaction (store.transaction's tx.db) runs on `pinned`; a
     // transaction of store.db.transaction() is a Kysely transaction sharing store.db's adapter.
