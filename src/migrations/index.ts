@@ -45,6 +45,7 @@ export type {
   BackfillBatch,
   BackfillContext,
   BackfillDefinition,
+  ConcurrentStep,
   MigrationContext,
   MigrationDefinition,
 } from './types.js';
