@@ -55,6 +55,8 @@ const PURPOSES: Record<string, string> = {
   taskfence_migrations: 'Migration history: version, name, checksum, applied_at, duration_ms.',
   taskfence_migration_state:
     'Beside the history, per applied version: the compatibility window (oldest release that may write, release that applied it) and the backfill cursor.',
+  taskfence_migration_steps:
+    "Beside the history: each applied version's concurrent steps done (indexes built concurrently, constraints validated), so a crash resumes at the next.",
   taskfence_releases:
     'Open stores by release and the schema version each needs (`migrate --to` refuses to go below it).',
 };

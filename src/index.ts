@@ -75,6 +75,7 @@ export {
   type MigrationDefinition,
   type MigrationContext,
   type BackfillDefinition,
+  type ConcurrentStep,
   type BackfillContext,
   type BackfillBatch,
 } from './migrations/index.js';

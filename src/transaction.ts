@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { sql, type KyselyPlugin, type Transaction } from 'kysely';
+import { sql, type Kysely, type KyselyPlugin, type Transaction } from 'kysely';
 import type { StoreDialect, WriteTransactionFn } from './dialects/types.js';
 import { ForeignTransactionError, InvalidArgumentError, TransactionEndedError } from './errors.js';
 import type { EventHub } from './events.js';
@@ -154,6 +154,11 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
     joinTransaction: (trx: Transaction<Database>) => dialect.joinTransaction(trx),
     withMigrationLock: () =>
       Promise.reject(new Error('Migrations cannot run inside a host transaction; call store.migrate().')),
+    withMigrationSession: () =>
+      Promise.reject(new Error('Migrations cannot run inside a host transaction; call store.migrate().')),
+    indexState: (db: Kysely<Database>, name: string) => dialect.indexState(db, name),
+    constraintValidated: (db: Kysely<Database>, table: string, name: string) =>
+      dialect.constraintValidated(db, table, name),
     describeSchema: () => dialect.describeSchema(),
     readSchemaVersion: () => dialect.readSchemaVersion(),
     readUserVersion: () => dialect.readUserVersion(binding.trx),

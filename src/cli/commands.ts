@@ -116,6 +116,7 @@ async function status(
         modified: status.modified,
         unknown: status.unknown,
         backfills: status.backfills,
+        steps: status.steps,
         window: status.window,
       }),
     );
@@ -124,6 +125,10 @@ async function status(
   out(`database: ${where.database} (${where.dialect}${where.schema === undefined ? '' : `, schema ${where.schema}`})`);
   out(`version:  ${formatVersion(status.currentVersion)} (latest ${formatVersion(status.latestVersion)})`);
   out(`window:   ${describeWindow(status.window)}`);
+  for (const st of status.steps)
+    out(
+      `  STEPS    ${formatVersion(st.version)} ${st.name}: ${st.done} of ${st.total} concurrent steps done (migrate resumes them)`,
+    );
   for (const b of status.backfills)
     out(`  BACKFILL ${formatVersion(b.version)} ${b.name}: ${b.done} rows done, not finished (migrate resumes it)`);
   if (status.baselineRequired)

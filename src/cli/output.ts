@@ -107,6 +107,12 @@ export function printPlan(steps: readonly PlanStep[], out: (line: string) => voi
     );
     for (const note of step.notes) out(`--   note: ${note}`);
     for (const statement of step.statements) out(`${statement};`);
+    if (step.concurrent.length > 0) {
+      out(
+        `-- ${formatVersion(step.version)} concurrent steps, after the DDL above commits (each outside a transaction):`,
+      );
+      for (const statement of step.concurrent) out(`${statement};`);
+    }
     if (step.backfill.length > 0) {
       out(
         `-- ${formatVersion(step.version)} backfill, after the DDL above commits (first batch; one transaction per batch):`,

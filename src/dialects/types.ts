@@ -34,6 +34,12 @@ export interface ColumnTypes {
    * `nextval`; SQLite assigns it in an `AFTER INSERT` trigger (writers are serialized there).
    */
   readonly nativeSequences: boolean;
+  /**
+   * Can DDL on a table the running release writes be done without blocking its writes
+   * (PostgreSQL: `CREATE INDEX CONCURRENTLY`, `ADD CONSTRAINT … NOT VALID` then `VALIDATE`)?
+   * SQLite has neither: its CHECKs sit on the column, its indexes build in one short transaction.
+   */
+  readonly concurrentDdl: boolean;
 }
 
 export interface WriteTransactionOptions {
@@ -169,6 +175,26 @@ export interface StoreDialect {
    * `waitMs`. Throws `MigrationLockTimeoutError` when the wait runs out.
    */
   withMigrationLock<T>(fn: WriteTransactionFn<T>, options: MigrationLockOptions): Promise<T>;
+
+  /**
+   * Runs `fn` outside any transaction, holding the migration lock, for a migration's concurrent
+   * steps (`CREATE INDEX CONCURRENTLY` cannot run in a transaction). PostgreSQL: one connection
+   * takes the migration key as a session advisory lock (polled with a try-lock until `waitMs`, like
+   * `withMigrationLock`), runs `fn` with no `statement_timeout`, and unlocks; a lost connection
+   * releases the lock with it. SQLite: exactly `withMigrationLock` (one `BEGIN IMMEDIATE`
+   * transaction). Throws `MigrationLockTimeoutError` when the wait runs out.
+   */
+  withMigrationSession<T>(fn: (db: Kysely<Database>) => Promise<T>, options: MigrationLockOptions): Promise<T>;
+
+  /**
+   * Index `name` of the store's schema, read on `db`: missing, valid, or invalid (PostgreSQL: a
+   * `CREATE INDEX CONCURRENTLY` that failed or was killed leaves the index INVALID: never used
+   * by queries, still updated by writes).
+   */
+  indexState(db: Kysely<Database>, name: string): Promise<'missing' | 'valid' | 'invalid'>;
+
+  /** Is constraint `name` on `table` validated (SQLite: always, it has no NOT VALID)? Null when it does not exist. */
+  constraintValidated(db: Kysely<Database>, table: string, name: string): Promise<boolean | null>;
 
   /** PostgreSQL pool usage (clients total, idle, and callers waiting for one); absent on SQLite. */
   connectionStats?(): { total: number; idle: number; waiting: number };

@@ -5,6 +5,7 @@ import type { MigrationDefinition } from '../migrations/types.js';
 import { HISTORY_TABLE, type MigrationStatus } from '../migrator/migrator.js';
 import { STATE_TABLE } from '../migrator/state.js';
 import { RELEASES_TABLE } from '../migrator/releases.js';
+import { STEPS_TABLE } from '../migrator/steps.js';
 import { formatVersion } from '../errors.js';
 import { diffSchemas, historyCheck } from './drift.js';
 import { postgresEnvironmentChecks, postgresGuaranteeChecks } from './postgres-probes.js';
@@ -150,10 +151,12 @@ async function schemaCheck(
     // The migrator's other bookkeeping tables (backfill cursors, open releases) are not in a
     // reference built without the migrator either: taken as they are, like the history.
     const bookkeeping = Object.fromEntries(
-      [STATE_TABLE, RELEASES_TABLE].flatMap((name) => (live.tables[name] ? [[name, live.tables[name]]] : [])),
+      [STATE_TABLE, RELEASES_TABLE, STEPS_TABLE].flatMap((name) =>
+        live.tables[name] ? [[name, live.tables[name]]] : [],
+      ),
     );
     expected = { tables: { ...expected.tables, ...bookkeeping } };
-    chainTables = new Set([...chainTables, STATE_TABLE, RELEASES_TABLE]);
+    chainTables = new Set([...chainTables, STATE_TABLE, RELEASES_TABLE, STEPS_TABLE]);
   }
   const differences = diffSchemas(expected, live, chainTables);
   const items = differences.map((d) => d.text);

@@ -104,17 +104,31 @@ export async function requiresFilesystemBatch(
 export const migration0052: MigrationDefinition = {
   version: 52,
   name: 'requires_filesystem',
-  async up({ db }) {
+  async up({ db, types }) {
+    if (!types.concurrentDdl) {
+      // SQLite: the CHECK sits on the column (there is no ADD CONSTRAINT), checked as it is added.
+      await db.schema
+        .alterTable('tasks')
+        .addColumn('requires_filesystem', 'integer', (c) =>
+          c
+            .notNull()
+            .defaultTo(0)
+            .check(sql`requires_filesystem in (0, 1)`),
+        )
+        .execute();
+      return;
+    }
+    // PostgreSQL: a CHECK on the added column would be validated over every task under the
+    // ACCESS EXCLUSIVE lock; NOT VALID here, validated by the concurrent step. The name is the
+    // one PostgreSQL gave the column constraint before, so both ways end in the same schema.
     await db.schema
       .alterTable('tasks')
-      .addColumn('requires_filesystem', 'integer', (c) =>
-        c
-          .notNull()
-          .defaultTo(0)
-          .check(sql`requires_filesystem in (0, 1)`),
-      )
+      .addColumn('requires_filesystem', 'integer', (c) => c.notNull().defaultTo(0))
       .execute();
+    await sql`alter table ${tableIn(db, 'tasks')} add constraint tasks_requires_filesystem_check
+      check (requires_filesystem in (0, 1)) not valid`.execute(db);
   },
+  concurrent: [{ kind: 'validate-constraint', table: 'tasks', constraint: 'tasks_requires_filesystem_check' }],
   async down({ db }) {
     await db.schema.alterTable('tasks').dropColumn('requires_filesystem').execute();
   },
@@ -129,8 +143,16 @@ export const migration0052: MigrationDefinition = {
   // Until the online migrator, 0052 ran this same backfill inside its DDL transaction, and its
   // checksum covered those statements; a database that applied it then has the same schema and
   // the same rows (test/suites/online.suite.ts applies the old definition and migrates on).
+  // Then (the second of each) it added its CHECK validated under the table lock, on the column,
+  // on PostgreSQL: the same constraint, name and rows as NOT VALID + VALIDATE.
   acceptedChecksums: {
-    sqlite: ['0115cebc4fb53cf1d0c8a451e9c4ac38a03aefb888faae4db4b3fe79a0ecc5e4'],
-    postgres: ['5d8329d05b37a1d92c799756ee48810f786040fb1cf0e0e65fd78f0b6836d70a'],
+    sqlite: [
+      '0115cebc4fb53cf1d0c8a451e9c4ac38a03aefb888faae4db4b3fe79a0ecc5e4',
+      '2ed41b44d7ea9a6936899e3507b79b728cd1da2787795c26e483bb2729563716',
+    ],
+    postgres: [
+      '5d8329d05b37a1d92c799756ee48810f786040fb1cf0e0e65fd78f0b6836d70a',
+      'bf49313e9769fdb313322e63e9cede680db81f19e79a7b70a76e722fb4731946',
+    ],
   },
 };

@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { tableIn } from '../query/schema.js';
 import type { MigrationDefinition } from './types.js';
 
 /**
@@ -6,6 +7,7 @@ import type { MigrationDefinition } from './types.js';
  * a group has a steward task and members with roles (at most one `steward` per group, by a partial
  * unique index). Tasks gain a parent link and a workspace mode.
  * `tasks.parent_id` carries no foreign key for the same reason as 0006 (SQLite's DROP COLUMN).
+ * The parent index and the validation of the workspace_mode CHECK are concurrent steps.
  */
 export const migration0053: MigrationDefinition = {
   version: 53,
@@ -13,11 +15,17 @@ export const migration0053: MigrationDefinition = {
   async up({ db, types }) {
     const ms = types.epochMs;
     await db.schema.alterTable('tasks').addColumn('parent_id', 'text').execute();
-    await db.schema
-      .alterTable('tasks')
-      .addColumn('workspace_mode', 'text', (c) => c.check(sql`workspace_mode in ('isolated', 'shared')`))
-      .execute();
-    await db.schema.createIndex('tasks_parent_idx').on('tasks').column('parent_id').execute();
+    if (types.concurrentDdl) {
+      // Validated by the concurrent step, not over every task under the table lock (see 0052).
+      await db.schema.alterTable('tasks').addColumn('workspace_mode', 'text').execute();
+      await sql`alter table ${tableIn(db, 'tasks')} add constraint tasks_workspace_mode_check
+        check (workspace_mode in ('isolated', 'shared')) not valid`.execute(db);
+    } else {
+      await db.schema
+        .alterTable('tasks')
+        .addColumn('workspace_mode', 'text', (c) => c.check(sql`workspace_mode in ('isolated', 'shared')`))
+        .execute();
+    }
     await db.schema
       .createTable('workspace_groups')
       .addColumn('id', 'text', (c) => c.primaryKey())
@@ -68,11 +76,29 @@ export const migration0053: MigrationDefinition = {
     await db.schema.createIndex('task_environments_task_idx').on('task_environments').column('task_id').execute();
     await db.schema.createIndex('task_environments_group_idx').on('task_environments').column('group_id').execute();
   },
+  // After the DDL commits: the parent index on tasks without blocking writes, and (PostgreSQL) the
+  // workspace_mode CHECK validated under SHARE UPDATE EXCLUSIVE.
+  concurrent: [
+    {
+      kind: 'create-index',
+      index: 'tasks_parent_idx',
+      table: 'tasks',
+      build: (db) => db.schema.createIndex('tasks_parent_idx').on('tasks').column('parent_id'),
+    },
+    { kind: 'validate-constraint', table: 'tasks', constraint: 'tasks_workspace_mode_check' },
+  ],
+  // Until the concurrent steps, 0053 built tasks_parent_idx and validated its CHECK inside its
+  // DDL transaction: the same schema (test/suites/online.suite.ts applies that definition).
+  acceptedChecksums: {
+    sqlite: ['72f52227c85c0052132dbe615edcfbe8e8857f429d4a5b941b58efc38088c36e'],
+    postgres: ['0cf102d84cbaf362659b28f6282ea9abb8bc63e7b9daece15be665f4574ac979'],
+  },
   async down({ db }) {
     await db.schema.dropTable('task_environments').execute();
     await db.schema.dropTable('workspace_group_members').execute();
     await db.schema.dropTable('workspace_groups').execute();
-    await db.schema.dropIndex('tasks_parent_idx').execute();
+    // The concurrent step may not have run (a crash, then a revert).
+    await db.schema.dropIndex('tasks_parent_idx').ifExists().execute();
     await db.schema.alterTable('tasks').dropColumn('workspace_mode').execute();
     await db.schema.alterTable('tasks').dropColumn('parent_id').execute();
   },

@@ -1,36 +1,39 @@
-import { sql, type Kysely } from 'kysely';
-import { schemaOf, tableIn } from '../query/schema.js';
-import type { MigrationDefinition } from './types.js';
-
-/** Legacy rows numbered per backfill statement. */
-const BACKFILL_BATCH = 1_000;
+import { sql } from 'kysely';
+import { tableIn } from '../query/schema.js';
+import { backfillIndexStep, numberLegacyBatch, numberNewRows, unnumberedRows } from './numbering.js';
+import type { ConcurrentStep, MigrationDefinition } from './types.js';
 
 /** The two tables that get an insertion order. */
 const SEQUENCED = ['tasks', 'dispatch_contexts'] as const;
-type Sequenced = (typeof SEQUENCED)[number];
 
-/** The sequence behind `<table>.seq` on PostgreSQL, as `nextval` names it (schema-qualified when the store has one). */
-function sequenceName(db: Kysely<any>, table: Sequenced): string {
-  const schema = schemaOf(db);
-  return schema === undefined ? `${table}_seq_seq` : `"${schema}".${table}_seq_seq`;
-}
+/** A concurrent index step. */
+const index = (name: string, table: string, columns: string[], unique = false): ConcurrentStep => ({
+  kind: 'create-index',
+  index: name,
+  table,
+  build: (db) => {
+    const built = db.schema.createIndex(name).on(table).columns(columns);
+    return unique ? built.unique() : built;
+  },
+});
 
 /**
  * The work lifecycle (issue 22):
  * - `seq` on tasks and dispatches: a monotonic insertion number, the only order "oldest first"
  *   and "newest" are read in (never a timestamp plus a random id). PostgreSQL: a sequence
- *   default; SQLite: an `AFTER INSERT` trigger takes max + 1 (writers are serialized by
- *   `BEGIN IMMEDIATE`). Legacy rows are numbered in batches in their old order (created_at, id),
- *   below every new row.
+ *   default; SQLite: an `AFTER INSERT` trigger. Legacy rows are numbered by the backfill, in
+ *   batches after the DDL commits, in their old order (created_at, id), below every new row (the
+ *   argument is in numbering.ts).
  * - `dispatch_contexts_one_active_per_terminal`: a partial unique index, at most one active
- *   dispatch per terminal. Legacy terminals with several active dispatches keep the newest; the
- *   older ones are failed ("superseded") and their tasks, left with no active dispatch, go back
- *   to `ready`.
+ *   dispatch per terminal. Legacy terminals with several active dispatches keep the newest (by
+ *   (created_at, id), the order their seq gets); the older ones are failed ("superseded") and
+ *   their tasks, left with no active dispatch, go back to `ready`.
  * - `lease_expires_at` on dispatches: the dispatch lease (null for legacy dispatches: no expiry).
  *   The fencing token is the dispatch's `seq`.
  * - `priority` (default 0), `spec` and `result` (JSON text) and `blocked_reason` on tasks.
  * - `task_dependencies` (task_id depends on depends_on_id) and the ready-queue index
  *   (run, status, priority, seq).
+ * The indexes on tasks and dispatches are concurrent steps, built before the backfill.
  */
 export const migration0090: MigrationDefinition = {
   version: 90,
@@ -39,16 +42,15 @@ export const migration0090: MigrationDefinition = {
     {
       rule: 'index-on-existing-table',
       reason:
-        'the seq, ready-queue, lease-expiry and one-active-per-terminal indexes are built in the DDL ' +
-        'transaction: writes to tasks and dispatch_contexts wait for the build (the migrator has no ' +
-        'concurrent step yet); reads go on',
+        'dispatch_contexts_one_active_per_terminal is built in the DDL transaction: the running release can ' +
+        'still start a second active dispatch of a terminal, which would fail a concurrent build; writes to ' +
+        'dispatch_contexts (a small table) wait for the build, tasks are not locked by it',
     },
     {
       rule: 'data-change-in-ddl-step',
       reason:
-        'legacy tasks and dispatches are numbered inside the DDL transaction, in batches of 1 000, before ' +
-        'the sequences start above them, and duplicate active dispatches of one terminal are ended there ' +
-        'so the unique index can be built; writes to both tables wait for it',
+        'duplicate active dispatches of one terminal are ended in the DDL transaction, just before that ' +
+        'unique index, for the same reason; it touches only active dispatches',
     },
   ],
   async up({ db, types }) {
@@ -66,37 +68,7 @@ export const migration0090: MigrationDefinition = {
     await db.schema.alterTable('dispatch_contexts').addColumn('seq', 'bigint').execute();
     await db.schema.alterTable('dispatch_contexts').addColumn('lease_expires_at', ms).execute();
 
-    for (const table of SEQUENCED) {
-      const t = tableIn(db, table);
-      // Number the legacy rows in their old order, in batches.
-      for (;;) {
-        const result = await sql`
-          update ${t} set seq = numbered.n
-          from (
-            select id, row_number() over (order by created_at, id)
-                       + (select coalesce(max(seq), 0) from ${t}) as n
-            from ${t} where seq is null
-            order by created_at, id
-            limit ${sql.lit(BACKFILL_BATCH)}
-          ) as numbered
-          where ${t}.id = numbered.id`.execute(db);
-        if (Number(result.numAffectedRows ?? 0) < BACKFILL_BATCH) break;
-      }
-      if (types.nativeSequences) {
-        const name = sequenceName(db, table);
-        await sql`create sequence ${tableIn(db, `${table}_seq_seq`)} owned by ${t}.seq`.execute(db);
-        await sql`select setval(${sql.lit(name)}, coalesce((select max(seq) from ${t}), 0) + 1, false)`.execute(db);
-        await sql`alter table ${t} alter column seq set default nextval(${sql.lit(name)}::regclass)`.execute(db);
-      } else {
-        await sql`
-          create trigger ${sql.raw(`${table}_seq_assign`)} after insert on ${sql.raw(table)}
-          for each row when new.seq is null
-          begin
-            update ${sql.raw(table)} set seq = (select coalesce(max(seq), 0) + 1 from ${sql.raw(table)}) where rowid = new.rowid;
-          end`.execute(db);
-      }
-      await db.schema.createIndex(`${table}_seq_idx`).on(table).column('seq').unique().execute();
-    }
+    for (const table of SEQUENCED) await numberNewRows(db, types, table);
 
     // Legacy terminals with several active dispatches: the newest stays, the others end.
     await sql`
@@ -105,12 +77,13 @@ export const migration0090: MigrationDefinition = {
       where status = 'active' and exists (
         select 1 from ${dispatches} newer
         where newer.terminal_handle = ${dispatches}.terminal_handle and newer.status = 'active'
-          and newer.seq > ${dispatches}.seq)`.execute(db);
+          and (newer.created_at, newer.id) > (${dispatches}.created_at, ${dispatches}.id))`.execute(db);
+    // Driven from the few superseded dispatches (by primary key), never a scan of tasks under the lock.
     await sql`
       update ${tasks} set status = 'ready'
-      where status in ('dispatched', 'in_progress')
-        and exists (select 1 from ${dispatches} d where d.task_id = ${tasks}.id
-          and d.error = 'superseded: one active dispatch per terminal (migration 0090)')
+      where id in (select d.task_id from ${dispatches} d
+          where d.error = 'superseded: one active dispatch per terminal (migration 0090)')
+        and status in ('dispatched', 'in_progress')
         and not exists (select 1 from ${dispatches} d where d.task_id = ${tasks}.id and d.status = 'active')`.execute(
       db,
     );
@@ -121,20 +94,6 @@ export const migration0090: MigrationDefinition = {
       .unique()
       .where(sql.ref('status'), '=', sql.lit('active'))
       .execute();
-    // Reclaiming: the active dispatches whose lease lapsed.
-    await db.schema
-      .createIndex('dispatch_contexts_lease_idx')
-      .on('dispatch_contexts')
-      .columns(['status', 'lease_expires_at'])
-      .execute();
-    // The ready queue: a run's ready tasks, highest priority first, then oldest, in index order,
-    // so dispatchNext reads the first rows instead of sorting a priority group.
-    await db.schema
-      .createIndex('tasks_ready_queue_idx')
-      .on('tasks')
-      .columns(['coordinator_run_id', 'status', 'priority desc', 'seq'])
-      .execute();
-
     await db.schema
       .createTable('task_dependencies')
       .addColumn('task_id', 'text', (c) => c.notNull().references('tasks.id').onDelete('cascade'))
@@ -149,14 +108,41 @@ export const migration0090: MigrationDefinition = {
       .columns(['depends_on_id', 'task_id'])
       .execute();
   },
+  // Built after the DDL commits, without blocking writes; the seq indexes first (the SQLite
+  // trigger reads max(seq)), then what the backfill walks, then the ready queue and lease lookups.
+  concurrent: [
+    index('tasks_seq_idx', 'tasks', ['seq'], true),
+    index('dispatch_contexts_seq_idx', 'dispatch_contexts', ['seq'], true),
+    ...SEQUENCED.map(backfillIndexStep),
+    // Reclaiming: the active dispatches whose lease lapsed.
+    index('dispatch_contexts_lease_idx', 'dispatch_contexts', ['status', 'lease_expires_at']),
+    // The ready queue: a run's ready tasks, highest priority first, then oldest, in index order,
+    // so dispatchNext reads the first rows instead of sorting a priority group.
+    index('tasks_ready_queue_idx', 'tasks', ['coordinator_run_id', 'status', 'priority desc', 'seq']),
+  ],
+  backfill: {
+    batch: ({ db, batchSize }, cursor) => numberLegacyBatch(db, SEQUENCED, batchSize, cursor),
+    workRows: (db) => unnumberedRows(db, SEQUENCED),
+    summary: (changed) => `0090: backfill complete, ${changed} legacy tasks and dispatches numbered`,
+  },
+  // Until the concurrent steps, 0090 numbered the legacy rows and built every index inside its DDL
+  // transaction; a database that applied it then has the same schema (its legacy rows numbered
+  // from 1, new rows right after them; the backfill index is added by no step there, see
+  // test/suites/online.suite.ts, which applies the old definition and migrates on).
+  acceptedChecksums: {
+    sqlite: ['ef4b9ed614407068f3191e0848b58cb3b2ef7f329a9bac7c8312ff4a191aeb70'],
+    postgres: ['3e4ff54a46147d689f2322d8beb3e71418be4e9716885bb394adc93dc5d648c7'],
+  },
   async down({ db, types }) {
     await db.schema.dropTable('task_dependencies').execute();
-    await db.schema.dropIndex('tasks_ready_queue_idx').execute();
-    await db.schema.dropIndex('dispatch_contexts_lease_idx').execute();
+    // The concurrent steps may not all have run (a crash, then a revert).
+    await db.schema.dropIndex('tasks_ready_queue_idx').ifExists().execute();
+    await db.schema.dropIndex('dispatch_contexts_lease_idx').ifExists().execute();
     await db.schema.dropIndex('dispatch_contexts_one_active_per_terminal').execute();
     for (const table of SEQUENCED) {
       const t = tableIn(db, table);
-      await db.schema.dropIndex(`${table}_seq_idx`).execute();
+      await db.schema.dropIndex(`${table}_seq_backfill_idx`).ifExists().execute();
+      await db.schema.dropIndex(`${table}_seq_idx`).ifExists().execute();
       if (types.nativeSequences) {
         await sql`alter table ${t} alter column seq drop default`.execute(db);
         await sql`drop sequence ${tableIn(db, `${table}_seq_seq`)}`.execute(db);

@@ -47,6 +47,7 @@ export type {
   BackfillBatch,
   BackfillContext,
   BackfillDefinition,
+  ConcurrentStep,
   MigrationContext,
   MigrationDefinition,
 } from './types.js';

@@ -1,4 +1,4 @@
-import type { Kysely } from 'kysely';
+import type { CompiledQuery, Kysely } from 'kysely';
 import type { ColumnTypes } from '../dialects/types.js';
 
 /** What a migration receives. `db` is the migration's own transaction. */
@@ -50,6 +50,28 @@ export interface BackfillDefinition {
 }
 
 /**
+ * A step that runs after the migration's DDL transaction commits (and before its backfill),
+ * outside that transaction, taking no lock that blocks the running release's reads or writes.
+ * The migrator records each step once it is done, so a crash between steps resumes at the next;
+ * each is idempotent besides (run again, it finds its work done and does nothing).
+ * - `create-index`: PostgreSQL `CREATE INDEX CONCURRENTLY` (an INVALID index that a killed build
+ *   left behind is dropped, concurrently, and built again); SQLite: the plain `CREATE INDEX` in a
+ *   short transaction of its own (WAL readers go on; writers wait for the build).
+ * - `validate-constraint`: PostgreSQL `ALTER TABLE … VALIDATE CONSTRAINT` of a constraint the DDL
+ *   step added `NOT VALID` (SHARE UPDATE EXCLUSIVE: writes go on); nothing on SQLite, whose CHECK
+ *   sits on the column and is checked when the column is added.
+ */
+export type ConcurrentStep =
+  | {
+      readonly kind: 'create-index';
+      readonly index: string;
+      readonly table: string;
+      /** The index as a plain `db.schema.createIndex(…)` builder; the migrator adds `CONCURRENTLY` on PostgreSQL. */
+      readonly build: (db: Kysely<any>) => { compile(): CompiledQuery };
+    }
+  | { readonly kind: 'validate-constraint'; readonly table: string; readonly constraint: string };
+
+/**
  * One schema version. `up` and `down` run inside one transaction together with the history
  * row, on both dialects; both are required. They must be deterministic in the SQL they issue for
  * given query results, since the checksum is computed from that SQL (and from `backfill`'s first
@@ -70,6 +92,12 @@ export interface MigrationDefinition {
    * migration's transaction before `up`; not part of the checksum.
    */
   readonly workRows?: (db: Kysely<any>) => Promise<number>;
+  /**
+   * Steps run after `up` commits and before the backfill, each outside any transaction
+   * (`ConcurrentStep`): indexes on tables the running release writes, and the validation of
+   * constraints `up` added `NOT VALID`. Part of the checksum.
+   */
+  readonly concurrent?: readonly ConcurrentStep[];
   /** A data backfill run after `up` commits, in batches of their own transactions (see `BackfillDefinition`). */
   readonly backfill?: BackfillDefinition;
   /**

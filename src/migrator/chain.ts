@@ -12,6 +12,7 @@ import { readHistory } from './history.js';
 import { expectedTablesAt } from './reference.js';
 import { compareReleases } from '../release.js';
 import { readStates, type VersionState } from './state.js';
+import { pendingSteps, readDoneSteps } from './steps.js';
 import type { CompatibilityWindow, MigrationStatus } from './types.js';
 
 /** One chain of migrations against one store's database: what the migrator's modules share. */
@@ -81,6 +82,12 @@ export async function statusIn(
   const backfills = states
     .filter((st) => st.backfill === 'running' && byVersion.get(st.version)?.backfill !== undefined)
     .map((st) => ({ version: st.version, name: byVersion.get(st.version)!.name, done: st.done, changed: st.changed }));
+  const steps = pendingSteps(
+    chain.migrations,
+    appliedVersions,
+    new Set(states.map((st) => st.version)),
+    await readDoneSteps(db),
+  );
   return {
     currentVersion: history.at(-1)?.version ?? 0,
     latestVersion: chain.latestVersion,
@@ -92,6 +99,7 @@ export async function statusIn(
     unknown,
     baselineRequired,
     backfills,
+    steps,
     window: windowOf(states.filter((st) => appliedVersions.has(st.version))),
   };
 }

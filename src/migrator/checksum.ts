@@ -5,6 +5,7 @@ import { createRecordingKysely } from './recording-driver.js';
 import type { StoreDialect } from '../dialects/types.js';
 import type { MigrationDefinition } from '../migrations/types.js';
 import { TaskfenceSchemaPlugin } from '../query/schema.js';
+import { stepStatement } from './steps.js';
 
 /**
  * Records the statements a migration issues in one direction on one dialect, answering every
@@ -14,7 +15,7 @@ import { TaskfenceSchemaPlugin } from '../query/schema.js';
  */
 export async function recordMigration(
   migration: MigrationDefinition,
-  direction: 'up' | 'down' | 'backfill',
+  direction: 'up' | 'down' | 'backfill' | 'concurrent',
   kind: StoreDialect['kind'],
   live?: {
     readonly now: number;
@@ -28,7 +29,13 @@ export async function recordMigration(
   const db = live?.schema === undefined ? recording : recording.withPlugin(new TaskfenceSchemaPlugin(live.schema));
   const types = columnTypesFor(kind);
   const now = live?.now ?? 0;
-  if (direction !== 'backfill') await migration[direction]({ db, types, now, progress: () => {} });
+  if (direction === 'concurrent') {
+    // Not run: compiled, as the steps' statements are never data-dependent.
+    for (const step of migration.concurrent ?? []) {
+      const statement = stepStatement(step, types, db);
+      if (statement) log.push(statement);
+    }
+  } else if (direction !== 'backfill') await migration[direction]({ db, types, now, progress: () => {} });
   else await migration.backfill?.batch({ db, types, now, batchSize: live?.batchSize ?? CHECKSUM_BATCH_SIZE }, null);
   return log;
 }
@@ -38,16 +45,24 @@ const CHECKSUM_BATCH_SIZE = 5_000;
 
 /**
  * The checksum of a migration on a dialect: SHA-256 of the SQL text and parameters its `up`,
- * `down` and (if it has one) its backfill's first batch issue there. Editing what a migration
+ * `down`, its concurrent steps (if any) and its backfill's first batch (if it has one) issue there. Editing what a migration
  * does changes it; reformatting its source does not.
  */
 export async function migrationChecksum(migration: MigrationDefinition, kind: StoreDialect['kind']): Promise<string> {
   const hash = createHash('sha256');
   hash.update(`${migration.version}\n${migration.name}\n`);
-  const directions = migration.backfill ? (['up', 'down', 'backfill'] as const) : (['up', 'down'] as const);
+  const directions = [
+    'up',
+    'down',
+    ...(migration.concurrent?.length ? (['concurrent'] as const) : []),
+    ...(migration.backfill ? (['backfill'] as const) : []),
+  ] as const;
   for (const direction of directions) {
+    const queries = await recordMigration(migration, direction, kind);
+    // Steps with nothing to do on this dialect (a validation on SQLite) leave its checksum as it was.
+    if (direction === 'concurrent' && queries.length === 0) continue;
     hash.update(`-- ${direction}\n`);
-    for (const query of await recordMigration(migration, direction, kind)) {
+    for (const query of queries) {
       hash.update(query.sql);
       hash.update(JSON.stringify(query.parameters));
       hash.update('\n');

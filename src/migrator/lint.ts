@@ -24,6 +24,8 @@ export type LintRule =
   | 'setting-not-null'
   | 'constraint-without-not-valid'
   | 'validate-in-same-step'
+  | 'not-valid-never-validated'
+  | 'blocking-concurrent-step'
   | 'data-change-in-ddl-step'
   | 'ddl-in-backfill'
   | 'contract-without-window';
@@ -31,8 +33,8 @@ export type LintRule =
 const oneLine = (text: string) => text.replace(/\s+/g, ' ').trim();
 
 /**
- * Checks a migration's statements (its `up` and its backfill's first batch, as recorded for the
- * checksum, on both dialects) against the online rules: what would lock a table the running
+ * Checks a migration's statements (its `up`, its concurrent steps and its backfill's first batch,
+ * as recorded for the checksum, on both dialects) against the online rules: what would lock a table the running
  * release uses for longer than a moment, rewrite it, or break the release still writing to it.
  * Returns the violations, none for a migration that follows them.
  */
@@ -41,6 +43,7 @@ export async function lintMigration(m: MigrationDefinition): Promise<LintViolati
   for (const dialect of ['postgres', 'sqlite'] as const) {
     const up = (await recordMigration(m, 'up', dialect)).map((q) => oneLine(q.sql));
     const backfill = m.backfill ? (await recordMigration(m, 'backfill', dialect)).map((q) => oneLine(q.sql)) : [];
+    const concurrent = (await recordMigration(m, 'concurrent', dialect)).map((q) => oneLine(q.sql));
     const flag = (rule: LintRule, statement: string, message: string) =>
       violations.push({
         version: m.version,
@@ -63,7 +66,7 @@ export async function lintMigration(m: MigrationDefinition): Promise<LintViolati
         flag(
           'index-on-existing-table',
           s,
-          `CREATE INDEX on ${bare(index[1]!)}, which exists: it blocks writes while the index builds; add it in a later, concurrent step`,
+          `CREATE INDEX on ${bare(index[1]!)}, which exists: it blocks writes while the index builds; declare it in \`concurrent\` (a create-index step)`,
         );
       const altered = /^alter table ("?[\w.]+"?)/i.exec(s)?.[1];
       if (!existing(altered)) continue;
@@ -114,7 +117,7 @@ export async function lintMigration(m: MigrationDefinition): Promise<LintViolati
         flag(
           'validate-in-same-step',
           s,
-          'VALIDATE in the step that added the constraint NOT VALID holds the lock the NOT VALID avoided; validate in a later migration',
+          'VALIDATE in the step that added the constraint NOT VALID holds the lock the NOT VALID avoided; validate it in a `concurrent` step',
         );
       if (/\b(?:drop column|rename)\b/i.test(s) && m.minWriterRelease === undefined)
         flag(
@@ -136,6 +139,32 @@ export async function lintMigration(m: MigrationDefinition): Promise<LintViolati
           'contract-without-window',
           s,
           'dropping a table the running release uses breaks it; contract in a later migration with minWriterRelease set',
+        );
+    }
+    // A constraint added NOT VALID is enforced only for new rows until a step validates it.
+    const validated = new Set(
+      (m.concurrent ?? []).flatMap((step) => (step.kind === 'validate-constraint' ? [step.constraint] : [])),
+    );
+    for (const constraint of notValid) {
+      if (!validated.has(constraint))
+        flag(
+          'not-valid-never-validated',
+          up.find((s) => new RegExp(`add constraint "?${constraint}"?`, 'i').test(s)) ?? '',
+          `constraint ${constraint} is added NOT VALID and never validated: add a validate-constraint step in \`concurrent\``,
+        );
+    }
+    // A concurrent step runs outside any transaction: on PostgreSQL it must take no lock that
+    // blocks writes (CREATE INDEX CONCURRENTLY, VALIDATE CONSTRAINT); SQLite's run in short transactions.
+    for (const s of concurrent) {
+      if (
+        dialect === 'postgres' &&
+        !/^create (?:unique )?index concurrently\b/i.test(s) &&
+        !/^alter table "?[\w.]+"? validate constraint\b/i.test(s)
+      )
+        flag(
+          'blocking-concurrent-step',
+          s,
+          'a concurrent step must be CREATE INDEX CONCURRENTLY or VALIDATE CONSTRAINT: anything else locks the table',
         );
     }
     for (const s of backfill) {

@@ -11,12 +11,13 @@ import { droppedRowsOf } from './data-loss.js';
 import { ensureConfiguredSchema } from './history.js';
 import { lockSettings } from './lock.js';
 import { planSteps } from './plan.js';
-import { runBackfill, runChain, type ChainRun } from './run.js';
+import { runChain, runDeferred, type ChainRun } from './run.js';
 import { TASKFENCE_RELEASE } from '../release.js';
 import type { MigrateOptions, MigrateResult, MigrationStatus, PlanStep } from './types.js';
 
 export { HISTORY_TABLE } from './history.js';
 export { STATE_TABLE } from './state.js';
+export { STEPS_TABLE } from './steps.js';
 
 /** Rows per backfill batch unless `batchSize` says otherwise. */
 const DEFAULT_BATCH_SIZE = 5_000;
@@ -159,10 +160,11 @@ export class Migrator {
       pauseMs,
       release: this.#release,
     };
-    // Backfills a crash (or a deploy still running) left unfinished go first, from their cursors.
-    for (const pending of status.backfills) {
-      const m = chain.migrations.find((c) => c.version === pending.version);
-      if (m && m.version <= target) await runBackfill(chain, m, run);
+    // Concurrent steps and backfills that a crash (or a deploy still running) left unfinished go
+    // first, in version order, from where they stopped.
+    const unfinished = new Set([...status.steps, ...status.backfills].map((p) => p.version));
+    for (const m of chain.migrations) {
+      if (unfinished.has(m.version) && m.version <= target) await runDeferred(chain, m, run);
     }
     const { applied, reverted } = await runChain(chain, run);
     return { fromVersion: status.currentVersion, toVersion: (await this.status()).currentVersion, applied, reverted };

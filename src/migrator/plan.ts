@@ -71,6 +71,14 @@ async function renderStep(
       `its backfill runs after the DDL commits, in batches of ${batchSize} rows, each its own transaction (resumable); the first batch is shown`,
     );
   }
+  let concurrent: readonly string[] = [];
+  if (direction === 'up' && m.concurrent?.length) {
+    const steps = await recordMigration(m, 'concurrent', dialect.kind, { now, answer, ...inSchema });
+    concurrent = steps.map((q) => inlineParameters(dialect.kind, q));
+    notes.push(
+      'its concurrent steps run after the DDL commits, each outside any transaction, without blocking writes (resumable)',
+    );
+  }
   // A statement that changes with `now` depends on the time migrate starts.
   const unanswered = async () => undefined;
   const record = async (at: number) => [
@@ -96,5 +104,5 @@ async function renderStep(
     notes.push(
       `once applied, only taskfence ${m.minWriterRelease} or newer may write: roll every older release out first`,
     );
-  return { version: m.version, name: m.name, direction, statements, backfill, destructive, notes };
+  return { version: m.version, name: m.name, direction, statements, concurrent, backfill, destructive, notes };
 }

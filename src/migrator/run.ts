@@ -10,6 +10,7 @@ import { HISTORY_TABLE, HistoryStorage, createHistoryTable, migrationName, type 
 import type { LockSettings } from './lock.js';
 import { createReleasesTable } from './releases.js';
 import { createStateTable, deleteState, insertState, readState, recordBatch } from './state.js';
+import { createStepsTable, deleteSteps, runConcurrentSteps } from './steps.js';
 import type { AppliedMigration, MigrationEvent } from './types.js';
 
 /** What `runChain` needs besides the chain: the target, and how this `migrate` call runs. */
@@ -106,8 +107,8 @@ export async function runChain(chain: Chain, run: ChainRun): Promise<{ applied: 
  * Applies or reverts one migration together with its history row, in one transaction holding the
  * migration lock, after re-reading the history inside it: whoever held the lock before committed
  * (or rolled back) everything, so each migration runs exactly once however many deploys race.
- * `done` is false when another migrator already did it. A migration with a backfill then runs
- * it (`runBackfill`) after that transaction committed, in batches of their own transactions.
+ * `done` is false when another migrator already did it. Then, after that transaction committed,
+ * its concurrent steps and its backfill run (`runDeferred`).
  */
 async function applyOne(
   chain: Chain,
@@ -124,6 +125,7 @@ async function applyOne(
     await createHistoryTable(trx, dialect.columnTypes);
     await createStateTable(trx, dialect.columnTypes);
     await createReleasesTable(trx, dialect.columnTypes);
+    await createStepsTable(trx, dialect.columnTypes);
     const recorded = await trx
       .selectFrom(HISTORY_TABLE)
       .select('version')
@@ -170,12 +172,24 @@ async function applyOne(
     } else {
       await trx.deleteFrom(HISTORY_TABLE).where('version', '=', m.version).execute();
       await deleteState(trx, m.version);
+      await deleteSteps(trx, m.version);
     }
     done = true;
   });
-  // Another migrator may have committed the DDL and still be backfilling (or have crashed): join in.
-  if (direction === 'up' && m.backfill) await runBackfill(chain, m, run);
+  // Another migrator may have committed the DDL and still be running its steps or backfilling (or
+  // have crashed): join in.
+  if (direction === 'up') await runDeferred(chain, m, run);
   return { direction, done, durationMs: Date.now() - started };
+}
+
+/**
+ * What `m` does after its DDL committed, each part resumable: its concurrent steps not yet
+ * recorded (`runConcurrentSteps`: indexes built and constraints validated without blocking
+ * writes), then its backfill from the recorded cursor (`runBackfill`).
+ */
+export async function runDeferred(chain: Chain, m: MigrationDefinition, run: ChainRun): Promise<void> {
+  await runConcurrentSteps(chain, m, run);
+  await runBackfill(chain, m, run);
 }
 
 /**

@@ -23,6 +23,11 @@ export interface MigrationStatus {
   readonly baselineRequired: boolean;
   /** Applied versions whose backfill has not finished (a crash, or a deploy still running it); `migrate` resumes them. */
   readonly backfills: readonly { version: number; name: string; done: number; changed: number }[];
+  /**
+   * Applied versions whose concurrent steps (`MigrationDefinition.concurrent`) are not all done
+   * (a crash, or a deploy still running them); `migrate` resumes them.
+   */
+  readonly steps: readonly { version: number; name: string; done: number; total: number }[];
   /** The compatibility window: which releases may write at this schema (see `CompatibilityWindow`). */
   readonly window: CompatibilityWindow;
 }
@@ -127,6 +132,8 @@ export interface PlanStep {
    * table they name is qualified with it, exactly as `migrate` sends them.
    */
   readonly statements: readonly string[];
+  /** The concurrent steps' statements, each outside any transaction after the DDL commits; empty without any. */
+  readonly concurrent: readonly string[];
   /** The statements of the backfill's first batch (after the DDL commits, each batch its own transaction); empty without one. */
   readonly backfill: readonly string[];
   /** Tables and columns holding rows that this (down) step drops. */

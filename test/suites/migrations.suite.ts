@@ -50,6 +50,7 @@ async function describeTables(store: Store): Promise<SchemaDescription> {
     taskfence_migrations: _history,
     taskfence_migration_state: _state,
     taskfence_releases: _releases,
+    taskfence_migration_steps: _steps,
     ...tables
   } = (await store.describeSchema()).tables;
   return { tables };

@@ -33,6 +33,9 @@ import {
   readRequiresFilesystem,
 } from './locks.suite.js';
 import { ops as OPS } from './online.ops.js';
+import { migration0053 as OLD_0053 } from '../fixtures/before-concurrent-steps/0053_task_environments.js';
+import { migration0070 as OLD_0070 } from '../fixtures/before-concurrent-steps/0070_message_delivery.js';
+import { migration0090 as OLD_0090 } from '../fixtures/before-concurrent-steps/0090_work_lifecycle.js';
 
 const LATEST = MIGRATIONS.at(-1)!.version;
 
@@ -44,7 +47,7 @@ const LEGACY_0052: MigrationDefinition = {
   version: 52,
   name: 'requires_filesystem',
   async up(ctx) {
-    await migration0052.up(ctx);
+    await migration0052.up({ ...ctx, types: { ...ctx.types, concurrentDdl: false } });
     await backfillRequiresFilesystem(ctx.db, { now: ctx.now, progress: ctx.progress, batchSize: 50_000 });
   },
   down: (ctx) => migration0052.down(ctx),
@@ -54,6 +57,42 @@ const LEGACY_0052: MigrationDefinition = {
 async function insertOldReleaseTask(store: Store, id: string): Promise<void> {
   await sql`insert into ${tbl(store.db, 'tasks')} (id, company_id, assignee_agent_id, title, status, created_at, updated_at)
     values (${id}, 'co', null, ${id}, 'todo', 1, 1)`.execute(store.db);
+}
+
+/** Tasks by id with their seq, in seq order. */
+async function taskSeqs(store: Store): Promise<{ id: string; seq: number }[]> {
+  const { rows } = await sql<{
+    id: string;
+    seq: number | string | null;
+  }>`select id, seq from ${tbl(store.db, 'tasks')} order by seq, id`.execute(store.db);
+  return rows.map((r) => ({ id: r.id, seq: Number(r.seq) }));
+}
+
+/** Legacy tasks written by the release at 0008, created_at out of id order so the old order is not the id order. */
+async function insertLegacyTasks(store: Store, count: number): Promise<string[]> {
+  await sql`insert into ${tbl(store.db, 'companies')} (id, name, created_at) values ('co', 'co', 0)`.execute(store.db);
+  const ids: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const id = `legacy-${String(i).padStart(2, '0')}`;
+    // created_at falls as the id rises, with pairs sharing a created_at (then id decides).
+    await sql`insert into ${tbl(store.db, 'tasks')} (id, company_id, assignee_agent_id, title, status, created_at, updated_at)
+      values (${id}, 'co', null, ${id}, 'todo', ${1000 - Math.floor(i / 2)}, 1)`.execute(store.db);
+    ids.push(id);
+  }
+  // The old order, (created_at, id).
+  return ids.sort((a, b) => {
+    const ca = 1000 - Math.floor(Number(a.slice(7)) / 2);
+    const cb = 1000 - Math.floor(Number(b.slice(7)) / 2);
+    return ca - cb || (a < b ? -1 : 1);
+  });
+}
+
+async function stepsDone(store: Store): Promise<{ version: number; step: number }[]> {
+  const { rows } = await sql<{
+    version: number | string;
+    step: number | string;
+  }>`select version, step from ${tbl(store.db, 'taskfence_migration_steps')} order by version, step`.execute(store.db);
+  return rows.map((r) => ({ version: Number(r.version), step: Number(r.step) }));
 }
 
 async function backfillState(store: Store, version: number) {
@@ -97,6 +136,82 @@ export function defineOnlineMigrationSuite(makeFixture: () => DialectFixture) {
       await expect(new Migrator(store.dialect, edited).migrate()).rejects.toBeInstanceOf(
         MigrationChecksumMismatchError,
       );
+    });
+  });
+
+  describe('checksums of migrations applied before concurrent steps', () => {
+    it('a database that applied 0053, 0070 and 0090 with their indexes, CHECKs and numbering in the DDL transaction is accepted; the steps find their work done', async () => {
+      const kind = fx.kind;
+      const old = new Map([OLD_0053, OLD_0070, OLD_0090].map((m) => [m.version, m]));
+      for (const m of old.values()) {
+        const current = MIGRATIONS.find((c) => c.version === m.version)!;
+        expect(current.acceptedChecksums?.[kind], `${m.version}`).toContain(await migrationChecksum(m, kind));
+        expect(await migrationChecksum(current, kind)).not.toBe(await migrationChecksum(m, kind));
+      }
+      const store = await fx.freshStore({ to: 8 });
+      const legacy = await insertLegacyTasks(store, 6);
+      const oldChain = MIGRATIONS.map((m) => old.get(m.version) ?? m);
+      await new Migrator(store.dialect, oldChain).migrate();
+      const numbered = await taskSeqs(store);
+      expect(numbered).toEqual(legacy.map((id, i) => ({ id, seq: i + 1 })));
+      const status = await store.migrationStatus();
+      expect(status.modified).toEqual([]);
+      expect(status.currentVersion).toBe(LATEST);
+      // Applied by a migrator that recorded no steps: the next migrate runs them, finds each index
+      // valid and each CHECK validated (the backfill indexes alone are new), and records them.
+      expect(status.steps.map((p) => p.version)).toEqual([52, 53, 70, 90]);
+      const events: MigrationEvent[] = [];
+      await store.migrate({ onEvent: (e) => events.push(e) });
+      const messages = events.flatMap((e) => (e.type === 'progress' ? [e.message] : []));
+      expect(messages).toContain('0053: index tasks_parent_idx on tasks: already there');
+      expect(messages).toContain('0090: index tasks_seq_idx on tasks: already there');
+      expect((await store.migrationStatus()).steps).toEqual([]);
+      expect(await taskSeqs(store)).toEqual(numbered);
+    });
+  });
+
+  describe('concurrent steps and online numbering', () => {
+    it('numbers legacy tasks 1, 2, … in (created_at, id) order after the DDL commits; a task the old release inserts meanwhile is numbered above them all', async () => {
+      const url = await fx.freshUrl();
+      const store = await fx.open(url);
+      await store.migrate({ to: 8 });
+      const legacy = await insertLegacyTasks(store, 7);
+      await store.migrate({ to: 56 });
+      const app = await fx.open(url);
+      let inserted = false;
+      const events: MigrationEvent[] = [];
+      await store.migrate({
+        to: 90,
+        batchSize: 2,
+        onEvent: (event) => {
+          events.push(event);
+          // Between two batches of 0090's numbering, the release at 0056 inserts a task.
+          if (!inserted && event.type === 'progress' && event.version === 90 && event.done !== undefined) {
+            inserted = true;
+            void insertOldReleaseTask(app, 'new-mid-backfill');
+          }
+        },
+      });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(inserted).toBe(true);
+      const seqs = await taskSeqs(store);
+      expect(seqs.slice(0, legacy.length)).toEqual(legacy.map((id, i) => ({ id, seq: i + 1 })));
+      expect(seqs.at(-1)).toMatchObject({ id: 'new-mid-backfill' });
+      expect(seqs.at(-1)!.seq).toBeGreaterThan(legacy.length);
+      // A task inserted now by the new release's path (the default or trigger) comes after it.
+      await insertOldReleaseTask(app, 'after');
+      expect((await taskSeqs(store)).at(-1)).toMatchObject({ id: 'after' });
+      expect((await taskSeqs(store)).at(-1)!.seq).toBeGreaterThan(seqs.at(-1)!.seq);
+      // The steps ran after each DDL and are recorded; the plan lists none left.
+      expect(await stepsDone(store)).toEqual(
+        MIGRATIONS.filter((m) => m.version <= 90).flatMap((m) =>
+          (m.concurrent ?? []).map((_, step) => ({ version: m.version, step })),
+        ),
+      );
+      expect(
+        events.some((e) => e.type === 'progress' && e.message.startsWith('0090: index tasks_seq_idx on tasks: done')),
+      ).toBe(true);
+      await app.close();
     });
   });
 
@@ -147,6 +262,35 @@ export function defineOnlineMigrationSuite(makeFixture: () => DialectFixture) {
   });
 
   describe('crashes', () => {
+    it("a migrator SIGKILLed between 0053's DDL and its concurrent step resumes: the next migrate builds the index and applies the rest", async () => {
+      const url = await fx.freshUrl();
+      const store = await fx.open(url);
+      await store.migrate({ to: 8 });
+      await insertLegacyTasks(store, 3);
+      const contenders = await Contenders.start(1, { url, ops: OPS });
+      try {
+        const running = contenders.start(0, 'migrateAndHangBeforeStep', { hangAt: 2 });
+        await contenders.waitForSignal(0, 'before-step', 60_000);
+        await contenders.kill(0);
+        await expect(running).rejects.toBeInstanceOf(ContenderExitedError);
+      } finally {
+        await contenders.close();
+      }
+      const status = await store.migrationStatus();
+      expect(status.currentVersion).toBe(53);
+      expect(status.steps).toEqual([{ version: 53, name: 'task_environments', done: 0, total: 2 }]);
+      expect(await store.dialect.indexState(store.db, 'tasks_parent_idx')).toBe('missing');
+      const rerun = await store.migrate();
+      expect(rerun.toVersion).toBe(LATEST);
+      expect(await store.dialect.indexState(store.db, 'tasks_parent_idx')).toBe('valid');
+      expect((await store.migrationStatus()).steps).toEqual([]);
+      expect((await stepsDone(store)).filter((d) => d.version === 53)).toEqual([
+        { version: 53, step: 0 },
+        { version: 53, step: 1 },
+      ]);
+      expect(await store.dialect.constraintValidated(store.db, 'tasks', 'tasks_workspace_mode_check')).toBe(true);
+    });
+
     it('a migrator SIGKILLed inside a backfill batch resumes from the recorded cursor and flags exactly the rows of a run without the crash', async () => {
       const url = await fx.freshUrl();
       const store = await fx.open(url, { clock: new ManualClock(BACKFILL_NOW) });
@@ -197,6 +341,39 @@ export function defineLockQueueSuite(makeFixture: () => DialectFixture) {
     fx = makeFixture();
   });
   afterAll(() => fx.cleanup());
+
+  describe('concurrent steps on PostgreSQL', () => {
+    it('an INVALID index left by a failed CREATE INDEX CONCURRENTLY is dropped and built again', async () => {
+      const store = await fx.freshStore({ to: 53 });
+      await sql`insert into ${tbl(store.db, 'companies')} (id, name, created_at) values ('co', 'co', 0)`.execute(
+        store.db,
+      );
+      for (let i = 0; i < 3; i++) await insertOldReleaseTask(store, `t${i}`);
+      // The state a killed or failed concurrent build leaves: the step unrecorded, the index INVALID
+      // (here a unique build over duplicates, under the same name, on another column).
+      await sql`drop index ${tbl(store.db, 'tasks_parent_idx')}`.execute(store.db);
+      await sql`delete from ${tbl(store.db, 'taskfence_migration_steps')} where version = 53`.execute(store.db);
+      await expect(
+        sql`create unique index concurrently tasks_parent_idx on ${tbl(store.db, 'tasks')} (company_id)`.execute(
+          store.db,
+        ),
+      ).rejects.toThrow();
+      expect(await store.dialect.indexState(store.db, 'tasks_parent_idx')).toBe('invalid');
+      const events: MigrationEvent[] = [];
+      await store.migrate({ to: 53, onEvent: (e) => events.push(e) });
+      expect(await store.dialect.indexState(store.db, 'tasks_parent_idx')).toBe('valid');
+      const { rows } = await sql<{
+        def: string;
+      }>`select pg_get_indexdef(to_regclass(${qualifiedName(store.db, 'tasks_parent_idx')})) as def`.execute(store.db);
+      expect(rows[0]?.def).toMatch(/\(parent_id\)$/);
+      expect(events).toContainEqual(
+        expect.objectContaining({
+          type: 'progress',
+          message: expect.stringContaining('an INVALID index left by an interrupted build was dropped first'),
+        }),
+      );
+    });
+  });
 
   describe('the DDL lock queue', () => {
     it('DDL blocked by a long application transaction retries under a short lock_timeout; application queries keep running', async () => {

@@ -6,4 +6,5 @@ export const POSTGRES_COLUMN_TYPES: ColumnTypes = Object.freeze({
   bytewiseText: 'text collate "C"',
   integerIs64Bit: false,
   nativeSequences: true,
+  concurrentDdl: true,
 });

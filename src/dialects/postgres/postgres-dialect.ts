@@ -389,6 +389,56 @@ class PostgresStoreDialect implements StoreDialect {
     );
   }
 
+  async withMigrationSession<T>(fn: (db: Kysely<Schema>) => Promise<T>, options: MigrationLockOptions): Promise<T> {
+    return this.db.connection().execute(async (conn) => {
+      const started = Date.now();
+      const reportEveryMs = options.reportEveryMs ?? 3_000;
+      let nextReport = started + reportEveryMs;
+      const backoff = new Backoff(20, 250);
+      for (;;) {
+        const { rows } = await sql<{
+          locked: boolean;
+        }>`select pg_try_advisory_lock(${migrationKey(this.schema)}) as locked`.execute(conn);
+        if (rows[0]?.locked) break;
+        const waited = Date.now() - started;
+        if (waited >= options.waitMs) throw new MigrationLockTimeoutError(options.waitMs);
+        if (options.onWaiting && Date.now() >= nextReport) {
+          options.onWaiting(await this.migrationLockHolder().catch(() => null), waited);
+          nextReport = Date.now() + reportEveryMs;
+        }
+        await new Promise((resolve) => setTimeout(resolve, backoff.next()));
+      }
+      try {
+        // An index build over a large table may take longer than any statement_timeout the store sets.
+        await sql`set statement_timeout = 0`.execute(conn);
+        return await fn(conn);
+      } finally {
+        // Both fail only with the connection, which takes the session lock with it.
+        await sql`reset statement_timeout`.execute(conn).catch(() => {});
+        await sql`select pg_advisory_unlock(${migrationKey(this.schema)})`.execute(conn).catch(() => {});
+      }
+    });
+  }
+
+  async indexState(db: Kysely<Schema>, name: string): Promise<'missing' | 'valid' | 'invalid'> {
+    const { rows } = await sql<{ valid: boolean }>`
+      select i.indisvalid as valid from pg_index i
+      join pg_class c on c.oid = i.indexrelid join pg_namespace n on n.oid = c.relnamespace
+      where c.relname = ${name} and n.nspname = ${this.schema ?? sql`current_schema()`}`.execute(db);
+    const row = rows[0];
+    return row === undefined ? 'missing' : row.valid ? 'valid' : 'invalid';
+  }
+
+  async constraintValidated(db: Kysely<Schema>, table: string, name: string): Promise<boolean | null> {
+    const { rows } = await sql<{ validated: boolean }>`
+      select k.convalidated as validated from pg_constraint k
+      join pg_class c on c.oid = k.conrelid join pg_namespace n on n.oid = c.relnamespace
+      where k.conname = ${name} and c.relname = ${table} and n.nspname = ${this.schema ?? sql`current_schema()`}`.execute(
+      db,
+    );
+    return rows[0]?.validated ?? null;
+  }
+
   /** Who holds the migration lock now (`pg_locks` + `pg_stat_activity`), or null. */
   async migrationLockHolder(): Promise<MigrationLockHolder | null> {
     const { rows } = await sql<{

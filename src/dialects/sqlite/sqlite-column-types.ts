@@ -6,4 +6,5 @@ export const SQLITE_COLUMN_TYPES: ColumnTypes = Object.freeze({
   bytewiseText: 'text',
   integerIs64Bit: true,
   nativeSequences: false,
+  concurrentDdl: false,
 });

@@ -287,6 +287,21 @@ class SqliteDialect implements StoreDialect {
     }
   }
 
+  withMigrationSession<T>(fn: (db: Kysely<Schema>) => Promise<T>, options: MigrationLockOptions): Promise<T> {
+    return this.withMigrationLock(fn, options);
+  }
+
+  async indexState(db: Kysely<Schema>, name: string): Promise<'missing' | 'valid' | 'invalid'> {
+    const { rows } = await sql<{
+      name: string;
+    }>`select name from sqlite_master where type = 'index' and name = ${name}`.execute(db);
+    return rows.length > 0 ? 'valid' : 'missing';
+  }
+
+  async constraintValidated(): Promise<boolean | null> {
+    return true;
+  }
+
   describeSchema(): Promise<SchemaDescription> {
     return describeSqliteSchema(this.db);
   }
