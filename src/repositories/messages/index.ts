@@ -245,11 +245,15 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
       return rows.map(toMessage);
     },
 
-    async requeueDeadMessages(handle, ids) {
+    async requeueDeadMessages(handle, ids, options) {
       requireId('handle', handle);
       const list = requireIdList('ids', ids);
       if (list.length === 0) return [];
-      const rows = await dialect.writeTransaction(async (trx) => {
+      const call = keyed('messages.requeueDeadMessages', optionalInput('options', options).idempotencyKey, {
+        handle,
+        ids: list,
+      });
+      const rows = await runIdempotent(dialect, now, call, async (trx) => {
         const requeued = await trx
           .updateTable('messages')
           .set({ dead_at: null, attempts: 0, receipt: null, visible_at: null })
