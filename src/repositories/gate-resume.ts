@@ -24,8 +24,12 @@ export interface ConsumeResolutionInput {
   readonly idempotencyKey?: string;
 }
 
-/** The typed refusals `consumeResolution` records under an idempotency key. */
-export const CONSUME_REFUSALS = [ResolutionAlreadyConsumedError, GateNotResolvedError, NotFoundError] as const;
+/**
+ * The typed refusals `consumeResolution` records under an idempotency key. Not
+ * `GateNotResolvedError`: a consumer polls until the decision comes, and a stored "not resolved
+ * yet" would answer its keyed retries for the whole window.
+ */
+export const CONSUME_REFUSALS = [ResolutionAlreadyConsumedError, NotFoundError] as const;
 
 /** Takes gate `gateId`'s resolution for `consumer` at `now`, or throws why not; inside `trx`. */
 export async function consumeResolutionIn(

@@ -16,7 +16,14 @@ import {
 } from './shared/lifecycle.js';
 import type { Database } from '../schema/database.js';
 import type { Transaction } from 'kysely';
-import { runIdempotent, type IdempotencyOptions } from './idempotent.js';
+import {
+  createOnce,
+  keyedCall,
+  keyedWrite,
+  requireSameCreate,
+  runIdempotent,
+  type IdempotencyOptions,
+} from './idempotent.js';
 import {
   CONSUME_REFUSALS,
   consumeResolutionIn,
@@ -38,6 +45,11 @@ export interface DecisionGate {
 }
 
 export interface OpenGateInput {
+  /**
+   * The gate's id (default: generated). A retry with the same id and input returns the gate as
+   * stored; other input under the id is `ALREADY_EXISTS`.
+   */
+  readonly id?: string;
   readonly question: string;
   /** The task waiting on the decision; the gate follows the task when a run adopts it. */
   readonly taskId?: string | null;
@@ -81,7 +93,7 @@ export interface GateRepository {
    * `blocked`, with the reason `gate_timeout: <id>`: the coordinator decides (`transitionTask`
    * to `ready` to go on without a decision, or to `cancelled`).
    */
-  expireGates(options?: { readonly runId?: string }): Promise<DecisionGate[]>;
+  expireGates(options?: { readonly runId?: string } & IdempotencyOptions): Promise<DecisionGate[]>;
   /** The gate with this id, or null; a plain read. */
   getGate(gateId: string): Promise<DecisionGate | null>;
   /**
@@ -173,62 +185,81 @@ export function createGateRepository(ctx: StoreContext): GateRepository {
       const taskId = optionalId('taskId', input.taskId);
       if (input.runId !== undefined) requireId('runId', input.runId);
       const ttlMs = input.ttlMs === undefined ? null : requirePositiveMs('ttlMs', input.ttlMs);
-      const id = ctx.newId();
-      const row = await dialect.writeTransaction(async (trx) => {
-        let runId: string | null = null;
-        // The task's dispatch key first, as every call that moves a task takes it.
-        if (taskId !== null) {
-          await dialect.lockKey(trx, dispatchTaskLockKey(taskId));
-          // The task row too (PostgreSQL): a dispatchNext holding it (it claims without the key)
-          // commits first, and one that comes later skips the row, then sees it blocked.
-          const read = trx.selectFrom('tasks').select('coordinator_run_id').where('id', '=', taskId);
-          const task = await (dialect.supportsSkipLocked ? read.forUpdate() : read).executeTakeFirst();
-          if (!task) throw new NotFoundError('task', taskId);
-          runId = task.coordinator_run_id;
-        }
-        // The clock after the locks: the gate's time follows every move of the task before it.
-        const now = ctx.clock.now();
-        if (input.runId !== undefined) {
-          await requireRunningRunIn(trx, input.runId);
-          if (taskId !== null && runId !== input.runId) {
-            throw new InvalidArgumentError(
-              'runId',
-              `task ${taskId} belongs to ${runId === null ? 'no run' : `run ${runId}`}, not run ${input.runId}`,
-            );
+      const id = input.id === undefined ? ctx.newId() : requireId('id', input.id);
+      const row = await createOnce(dialect, [], () =>
+        dialect.writeTransaction(async (trx) => {
+          if (input.id !== undefined) {
+            const existing = await trx.selectFrom('decision_gates').selectAll().where('id', '=', id).executeTakeFirst();
+            if (existing) {
+              // A retry of this open (e.g. after COMMIT_OUTCOME_UNKNOWN): the same input gets the stored gate.
+              requireSameCreate('decision gate', id, {
+                question: [question, existing.question],
+                taskId: [taskId, existing.task_id],
+                runId: [input.runId ?? existing.coordinator_run_id, existing.coordinator_run_id],
+                ttlMs: [
+                  ttlMs,
+                  existing.expires_at === null ? null : Number(existing.expires_at) - Number(existing.created_at),
+                ],
+              });
+              return existing;
+            }
           }
-          runId = input.runId;
-        }
-        const gate = await trx
-          .insertInto('decision_gates')
-          .values({
-            id,
-            task_id: taskId,
-            question,
-            status: 'open',
-            resolution: null,
-            created_at: now,
-            resolved_at: null,
-            coordinator_run_id: runId,
-            expires_at: ttlMs === null ? null : now + ttlMs,
-          })
-          .returningAll()
-          .executeTakeFirstOrThrow();
-        // The gate gates its task: one not yet dispatched waits for the decision.
-        if (taskId !== null)
-          await trx
-            .updateTable('tasks')
-            .set({ status: 'blocked', blocked_reason: `${GATE_REASON}${id}`, updated_at: now })
-            .where('id', '=', taskId)
-            .where('status', 'in', ['backlog', 'todo', 'ready'])
-            .execute();
-        return gate;
-      });
+          let runId: string | null = null;
+          // The task's dispatch key first, as every call that moves a task takes it.
+          if (taskId !== null) {
+            await dialect.lockKey(trx, dispatchTaskLockKey(taskId));
+            // The task row too (PostgreSQL): a dispatchNext holding it (it claims without the key)
+            // commits first, and one that comes later skips the row, then sees it blocked.
+            const read = trx.selectFrom('tasks').select('coordinator_run_id').where('id', '=', taskId);
+            const task = await (dialect.supportsSkipLocked ? read.forUpdate() : read).executeTakeFirst();
+            if (!task) throw new NotFoundError('task', taskId);
+            runId = task.coordinator_run_id;
+          }
+          // The clock after the locks: the gate's time follows every move of the task before it.
+          const now = ctx.clock.now();
+          if (input.runId !== undefined) {
+            await requireRunningRunIn(trx, input.runId);
+            if (taskId !== null && runId !== input.runId) {
+              throw new InvalidArgumentError(
+                'runId',
+                `task ${taskId} belongs to ${runId === null ? 'no run' : `run ${runId}`}, not run ${input.runId}`,
+              );
+            }
+            runId = input.runId;
+          }
+          const gate = await trx
+            .insertInto('decision_gates')
+            .values({
+              id,
+              task_id: taskId,
+              question,
+              status: 'open',
+              resolution: null,
+              created_at: now,
+              resolved_at: null,
+              coordinator_run_id: runId,
+              expires_at: ttlMs === null ? null : now + ttlMs,
+            })
+            .returningAll()
+            .executeTakeFirstOrThrow();
+          // The gate gates its task: one not yet dispatched waits for the decision.
+          if (taskId !== null)
+            await trx
+              .updateTable('tasks')
+              .set({ status: 'blocked', blocked_reason: `${GATE_REASON}${id}`, updated_at: now })
+              .where('id', '=', taskId)
+              .where('status', 'in', ['backlog', 'todo', 'ready'])
+              .execute();
+          return gate;
+        }),
+      );
       return toDecisionGate(row);
     },
 
     async expireGates(options) {
-      const runId = optionalId('runId', optionalInput('options', options).runId ?? null);
-      return dialect.writeTransaction(async (trx) => {
+      const opts = optionalInput('options', options);
+      const runId = optionalId('runId', opts.runId ?? null);
+      return keyedWrite(ctx, keyedCall('gates.expireGates', opts, { runId }, []), async (trx) => {
         const now = ctx.clock.now();
         let query = trx
           .updateTable('decision_gates')

@@ -3,6 +3,8 @@ import { sql, type Kysely, type Transaction } from 'kysely';
 import { AlreadyExistsError, IdempotencyKeyConflictError, NotFoundError, type TaskfenceError } from '../errors.js';
 import type { StoreDialect } from '../dialects/types.js';
 import type { Database } from '../schema/database.js';
+import type { StoreContext } from './context.js';
+import { requireId } from './validate.js';
 
 /*
  * Creates are idempotent where the caller names the row: a retry after COMMIT_OUTCOME_UNKNOWN
@@ -120,6 +122,39 @@ type StoredOutcome =
   | { readonly ok: true; readonly value: unknown }
   | { readonly ok: false; readonly error: StoredRefusal };
 
+/**
+ * The keyed call of `operation`, or null when `options` carries no `idempotencyKey` (then the
+ * call runs as a plain write transaction). The key is validated before any statement.
+ */
+export function keyedCall(
+  operation: string,
+  options: IdempotencyOptions | null | undefined,
+  input: unknown,
+  refusals: readonly RefusalClass[],
+): IdempotentCall | null {
+  const key = options?.idempotencyKey;
+  if (key === undefined) return null;
+  return { operation, key: requireId('idempotencyKey', key), input, refusals };
+}
+
+/** `runIdempotent` on a store context's dialect and clock: what each repository's keyed write calls. */
+export function keyedWrite<T>(
+  ctx: StoreContext,
+  call: IdempotentCall | null,
+  effect: (trx: Transaction<Database>) => Promise<T>,
+): Promise<T> {
+  if (call === null) return ctx.dialect.writeTransaction(effect);
+  return runIdempotent(ctx.dialect, () => ctx.clock.now(), call, effect);
+}
+
+/**
+ * What an effect returns to keep its writes and still refuse (a cleanup fence marks a snapshot
+ * stale, then refuses): the refusal is stored with the writes and thrown after the commit.
+ */
+export class RefusalAfterWrites {
+  constructor(readonly error: TaskfenceError) {}
+}
+
 const SAVEPOINT = sql.raw('savepoint taskfence_idempotent');
 const ROLLBACK_TO = sql.raw('rollback to savepoint taskfence_idempotent');
 const RELEASE = sql.raw('release savepoint taskfence_idempotent');
@@ -173,16 +208,16 @@ export async function runIdempotent<T>(
     let result: StoredOutcome;
     await SAVEPOINT.execute(trx);
     try {
-      result = { ok: true, value: await effect(trx) };
+      const value = await effect(trx);
       await RELEASE.execute(trx);
+      result = value instanceof RefusalAfterWrites ? refusalOf(value.error) : { ok: true, value };
     } catch (error) {
       const refusal = call.refusals.find((cls) => error instanceof cls) !== undefined;
       if (!refusal) throw error;
       // Undo whatever the refused effect wrote; the key keeps the refusal.
       await ROLLBACK_TO.execute(trx);
       await RELEASE.execute(trx);
-      const refused = error as TaskfenceError;
-      result = { ok: false, error: { name: refused.name, message: refused.message, fields: { ...refused } } };
+      result = refusalOf(error as TaskfenceError);
     }
     await trx
       .updateTable('idempotency_keys')
@@ -194,6 +229,10 @@ export async function runIdempotent<T>(
   });
   if (outcome.ok) return outcome.value as T;
   throw replayRefusal(call, outcome.error);
+}
+
+function refusalOf(refused: TaskfenceError): StoredOutcome {
+  return { ok: false, error: { name: refused.name, message: refused.message, fields: { ...refused } } };
 }
 
 /** The stored refusal as an instance of its class again (same fields and message as first thrown). */

@@ -14,6 +14,7 @@ import { requireCounter, requireId, requireInput, requirePositiveMs } from './va
 import { lostReason, requireLease, type LeaseLostError } from './shared/lease.js';
 import { isLiveGrant, readLeaseRowLocked, type LeaseFence } from './shared/fence.js';
 import { tableIn } from '../query/schema.js';
+import { keyedCall, keyedWrite, type IdempotencyOptions } from './idempotent.js';
 import { anyLivePathLease } from './shared/workspace-exclusion.js';
 import { pathsLockKey } from './shared/lock-keys.js';
 import {
@@ -128,16 +129,20 @@ function leaseArgument<K extends 'workspace_lock' | 'task_lease'>(
   idField: string,
   first: unknown,
   second: unknown,
-): { resource: string; token: number; ttlMs: number | undefined } {
+): { resource: string; token: number; ttlMs: number | undefined; options: IdempotencyOptions } {
   if (typeof first === 'string') {
     const resource = requireId(idField, first);
-    const input = requireInput('input', second) as { token?: unknown; ttlMs?: unknown };
-    return { resource, token: requireToken(input.token), ttlMs: input.ttlMs as number | undefined };
+    const input = requireInput('input', second) as { token?: unknown; ttlMs?: unknown } & IdempotencyOptions;
+    return { resource, token: requireToken(input.token), ttlMs: input.ttlMs as number | undefined, options: input };
   }
   const lease = requireLease(kind, first);
   const options = second === undefined ? {} : (requireInput('options', second) as RenewLeaseOptions);
-  return { resource: lease.resource, token: lease.token, ttlMs: options.ttlMs };
+  return { resource: lease.resource, token: lease.token, ttlMs: options.ttlMs, options };
 }
+
+// The typed refusals a keyed renew or release stores (a claim answers `busy`, a result).
+const WORKSPACE_LOCK_REFUSALS = [StaleWorkspaceLockError];
+const TASK_LEASE_REFUSALS = [StaleTaskLeaseError];
 
 /**
  * `tx.assertLease` for a workspace lock: the lock row, read `FOR SHARE` on PostgreSQL, must carry
@@ -214,9 +219,16 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     row !== undefined && Number(row.token) === token && row.holder === null;
 
   async function renewWorkspaceLock(first: unknown, second?: unknown): Promise<WorkspaceLock> {
-    const { resource: workspaceId, token, ttlMs: ttl } = leaseArgument('workspace_lock', 'workspaceId', first, second);
-    const ttlMs = ttl === undefined ? DEFAULT_WORKSPACE_LOCK_TTL_MS : requirePositiveMs('ttlMs', ttl);
-    return dialect.writeTransaction(async (trx) => {
+    const args = leaseArgument('workspace_lock', 'workspaceId', first, second);
+    const { resource: workspaceId, token } = args;
+    const ttlMs = args.ttlMs === undefined ? DEFAULT_WORKSPACE_LOCK_TTL_MS : requirePositiveMs('ttlMs', args.ttlMs);
+    const call = keyedCall(
+      'locks.renewWorkspaceLock',
+      args.options,
+      { workspaceId, token, ttlMs },
+      WORKSPACE_LOCK_REFUSALS,
+    );
+    return keyedWrite(ctx, call, async (trx) => {
       const now = ctx.clock.now();
       // Only the latest grant, still held and not yet expired, may extend its lease.
       const row = await RENEW_WORKSPACE_LOCK.first(trx, { workspaceId, token, now, expiresAt: now + ttlMs });
@@ -235,8 +247,9 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
   }
 
   async function releaseWorkspaceLock(first: unknown, second?: unknown): Promise<void> {
-    const { resource: workspaceId, token } = leaseArgument('workspace_lock', 'workspaceId', first, second);
-    await dialect.writeTransaction(async (trx) => {
+    const { resource: workspaceId, token, options } = leaseArgument('workspace_lock', 'workspaceId', first, second);
+    const call = keyedCall('locks.releaseWorkspaceLock', options, { workspaceId, token }, WORKSPACE_LOCK_REFUSALS);
+    await keyedWrite(ctx, call, async (trx) => {
       const now = ctx.clock.now();
       // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
       if (await RELEASE_WORKSPACE_LOCK.first(trx, { workspaceId, token, now })) return;
@@ -247,9 +260,11 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
   }
 
   async function renewTaskLease(first: unknown, second?: unknown): Promise<TaskLease> {
-    const { resource: taskId, token, ttlMs: ttl } = leaseArgument('task_lease', 'taskId', first, second);
-    const ttlMs = ttl === undefined ? DEFAULT_TASK_LEASE_TTL_MS : requirePositiveMs('ttlMs', ttl);
-    return dialect.writeTransaction(async (trx) => {
+    const args = leaseArgument('task_lease', 'taskId', first, second);
+    const { resource: taskId, token } = args;
+    const ttlMs = args.ttlMs === undefined ? DEFAULT_TASK_LEASE_TTL_MS : requirePositiveMs('ttlMs', args.ttlMs);
+    const call = keyedCall('locks.renewTaskLease', args.options, { taskId, token, ttlMs }, TASK_LEASE_REFUSALS);
+    return keyedWrite(ctx, call, async (trx) => {
       const now = ctx.clock.now();
       const row = await RENEW_TASK_LEASE.first(trx, { taskId, token, now, expiresAt: now + ttlMs });
       if (row) {
@@ -266,8 +281,9 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
   }
 
   async function releaseTaskLease(first: unknown, second?: unknown): Promise<void> {
-    const { resource: taskId, token } = leaseArgument('task_lease', 'taskId', first, second);
-    await dialect.writeTransaction(async (trx) => {
+    const { resource: taskId, token, options } = leaseArgument('task_lease', 'taskId', first, second);
+    const call = keyedCall('locks.releaseTaskLease', options, { taskId, token }, TASK_LEASE_REFUSALS);
+    await keyedWrite(ctx, call, async (trx) => {
       const now = ctx.clock.now();
       if (await RELEASE_TASK_LEASE.first(trx, { taskId, token, now })) return;
       const current = await readTaskLease(trx, taskId);
@@ -283,8 +299,9 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       const holder = requireId('holder', input.holder);
       const runId = requireId('runId', input.runId);
       const ttlMs = input.ttlMs === undefined ? DEFAULT_WORKSPACE_LOCK_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
+      const call = keyedCall('locks.claimWorkspaceLock', input, { workspaceId, holder, runId, ttlMs }, []);
       return mapMissing('workspace', workspaceId, () =>
-        dialect.writeTransaction(async (trx): Promise<WorkspaceLockClaim> => {
+        keyedWrite(ctx, call, async (trx): Promise<WorkspaceLockClaim> => {
           // One exclusion rule per workspace: the lock is the whole-workspace path key, so it is
           // claimed under the workspace's paths key (lock-keys.ts, level 7) and a live path lease blocks it.
           await dialect.lockKey(trx, pathsLockKey(workspaceId));
@@ -354,8 +371,9 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       requireInput('input', input);
       const holder = requireId('holder', input.holder);
       const ttlMs = input.ttlMs === undefined ? DEFAULT_TASK_LEASE_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
+      const call = keyedCall('locks.claimTaskLease', input, { taskId, holder, ttlMs }, []);
       return mapMissing('task', taskId, () =>
-        dialect.writeTransaction(async (trx): Promise<TaskLeaseClaim> => {
+        keyedWrite(ctx, call, async (trx): Promise<TaskLeaseClaim> => {
           const now = ctx.clock.now();
           const expiresAt = now + ttlMs;
           // Same fenced upsert as the workspace lock: one winner, token + 1, never reset.

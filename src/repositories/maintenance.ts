@@ -235,7 +235,8 @@ export function createMaintenanceRepository(ctx: StoreContext): MaintenanceRepos
       const cutoff = now - olderThanMs;
       // Idempotency keys are remembered for at least the window, whatever olderThanMs says.
       const keptCutoff = Math.min(cutoff, now - IDEMPOTENCY_WINDOW_MS);
-      const cutoffOf = (_table: PrunableTable) => cutoff;
+      // A message's id is an idempotency key too (a resend with it converges): kept as long.
+      const cutoffOf = (table: PrunableTable) => (table === 'messages' ? keptCutoff : cutoff);
       const deleted: Record<PrunableTable, number> = {
         messages: 0,
         decision_gates: 0,

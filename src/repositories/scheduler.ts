@@ -27,6 +27,7 @@ import {
   type WorkspaceLockHolder,
 } from './shared/leases.js';
 import { toProject, toTask, toWorkspace, type WorkspaceRecord } from './shared/records.js';
+import { keyedCall, keyedWrite, type IdempotencyOptions } from './idempotent.js';
 import { optionalId, requireBoolean, requireId, requireInput, requirePositiveMs } from './validate.js';
 
 /** Lease and lock lifetime of a dispatched run unless the caller says otherwise (renew at about a third of it). */
@@ -39,7 +40,12 @@ const NOT_RUNNABLE: readonly TaskStatus[] = ['blocked', 'done', 'failed', 'cance
 export type DispatchMode = 'heartbeat' | 'task-runner';
 
 /** What to dispatch: one run of one task by one agent. */
-export interface DispatchRunInput {
+/**
+ * With an `idempotencyKey`, the key is recorded with the input first, and the task-lease and
+ * workspace-lock claims run under keys derived from it: a retry replays both claims (and gives a
+ * released lease back again, a no-op), so it returns the first call's outcome and holds nothing twice.
+ */
+export interface DispatchRunInput extends IdempotencyOptions {
   readonly taskId: string;
   readonly agentId: string;
   readonly runId: string;
@@ -173,15 +179,27 @@ export function createSchedulerRepository(ctx: StoreContext, locks: LockReposito
         throw new InvalidArgumentError('mode', "must be 'heartbeat' or 'task-runner'");
       }
       const ttlMs = input.ttlMs === undefined ? DEFAULT_DISPATCH_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
+      const call = keyedCall('scheduler.dispatchRun', input, { taskId, agentId, runId, mode: input.mode, ttlMs }, []);
+      const key = (step: string) => (call === null ? undefined : `${call.key}:${step}`);
+      // Keyed: the key and input are recorded first (other input under it is a conflict); a retry
+      // of a call that got past this point skips the checks below and replays its claims.
+      let fresh = call === null;
+      if (call !== null)
+        await keyedWrite(ctx, call, async () => {
+          fresh = true;
+          return null;
+        });
       // Refusals come before the first write: a missing agent or task must not bump the task lease's token.
-      if (!(await db.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst()))
+      if (fresh && !(await db.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst()))
         throw new NotFoundError('agent', agentId);
-      const taskStatus = await db.selectFrom('tasks').select('status').where('id', '=', taskId).executeTakeFirst();
-      if (!taskStatus) throw new NotFoundError('task', taskId);
-      // A blocked or finished task is not runnable (issue 22): refused before the lease is taken.
-      if (NOT_RUNNABLE.includes(taskStatus.status)) throw new TaskNotDispatchableError(taskId, taskStatus.status);
+      if (fresh) {
+        const taskStatus = await db.selectFrom('tasks').select('status').where('id', '=', taskId).executeTakeFirst();
+        if (!taskStatus) throw new NotFoundError('task', taskId);
+        // A blocked or finished task is not runnable (issue 22): refused before the lease is taken.
+        if (NOT_RUNNABLE.includes(taskStatus.status)) throw new TaskNotDispatchableError(taskId, taskStatus.status);
+      }
 
-      const lease = await locks.claimTaskLease(taskId, { holder: runId, ttlMs });
+      const lease = await locks.claimTaskLease(taskId, { holder: runId, ttlMs, idempotencyKey: key('task-lease') });
       if (lease.status === 'busy') return { outcome: 'skipped', reason: 'task_leased', heldBy: lease.heldBy };
       const taskLease = lease.lease;
       // Gives the task back. If the lease already expired and another run claimed the task, there
@@ -216,7 +234,12 @@ export function createSchedulerRepository(ctx: StoreContext, locks: LockReposito
         if (resolution.lockMode === 'none') {
           result = { outcome: 'dispatched', lockMode: 'none', workspace: null, taskLease };
         } else {
-          const claim = await locks.claimWorkspaceLock(resolution.workspace.id, { holder: runId, runId, ttlMs });
+          const claim = await locks.claimWorkspaceLock(resolution.workspace.id, {
+            holder: runId,
+            runId,
+            ttlMs,
+            idempotencyKey: key('workspace-lock'),
+          });
           if (claim.status === 'busy') {
             await releaseLease();
             return {

@@ -24,7 +24,7 @@ import { dispatchTaskLockKey, runTargetLockKey } from './shared/lock-keys.js';
 import { toTask, type Task } from './shared/records.js';
 import { findRunningRun } from './shared/running-run.js';
 import type { StoreContext } from './context.js';
-import { createOnce, requireSameCreate } from './idempotent.js';
+import { createOnce, keyedCall, keyedWrite, requireSameCreate, type IdempotencyOptions } from './idempotent.js';
 import {
   optionalId,
   optionalIdFilter,
@@ -73,7 +73,7 @@ export interface CreateTaskInput {
 }
 
 /** `tasks.transitionTask`: the status the caller believes is current, and the one it wants. */
-export interface TransitionTaskInput {
+export interface TransitionTaskInput extends IdempotencyOptions {
   readonly from: TaskStatus;
   readonly to: TaskStatus;
   /** Stored as `blockedReason` when `to` is `blocked` (default: "blocked by caller"). */
@@ -146,7 +146,7 @@ export interface TaskRepository {
    * started is refused with `TaskDependencyRefusedError`. A `ready` task with a dependency not
    * done becomes `blocked`. Adding an existing edge changes nothing.
    */
-  addDependency(taskId: string, dependsOnId: string): Promise<Task>;
+  addDependency(taskId: string, dependsOnId: string, options?: IdempotencyOptions): Promise<Task>;
   /** The dependencies of a task, oldest first, with their current statuses. */
   listDependencies(taskId: string): Promise<TaskDependency[]>;
 }
@@ -238,6 +238,10 @@ function blockedBy(deps: readonly { id: string; status: TaskStatus }[]): string 
   const open = deps.filter((d) => d.status !== 'done');
   return open.length === 0 ? null : waitingReason(open.map((d) => d.id));
 }
+
+// The typed refusals a keyed transition / dependency stores.
+const TRANSITION_REFUSALS = [NotFoundError, TaskTransitionRefusedError];
+const DEPENDENCY_REFUSALS = [NotFoundError, TaskDependencyRefusedError];
 
 export function createTaskRepository(ctx: StoreContext): TaskRepository {
   const { dialect } = ctx;
@@ -408,7 +412,8 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
         const current = await repo.requireTask(taskId);
         throw new TaskTransitionRefusedError(taskId, from, to, current.status, 'not_in_table');
       }
-      return dialect.writeTransaction(async (trx) => {
+      const call = keyedCall('tasks.transitionTask', input, { taskId, from, to, reason }, TRANSITION_REFUSALS);
+      return keyedWrite(ctx, call, async (trx) => {
         // The dispatch key first: a cancel ends the task's active dispatch, as dispatch calls do.
         await dialect.lockKey(trx, dispatchTaskLockKey(taskId));
         const [task] = await lockedTasks(ctx, trx, [taskId], 'update');
@@ -443,12 +448,14 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
       });
     },
 
-    async addDependency(taskId, dependsOnId) {
+    async addDependency(taskId, dependsOnId, options) {
       requireId('taskId', taskId);
       requireId('dependsOnId', dependsOnId);
       if (taskId === dependsOnId)
         throw new TaskDependencyRefusedError(taskId, dependsOnId, 'self', 'a task cannot wait for itself');
-      return dialect.writeTransaction(async (trx) => {
+      const opts = optionalInput('options', options);
+      const call = keyedCall('tasks.addDependency', opts, { taskId, dependsOnId }, DEPENDENCY_REFUSALS);
+      return keyedWrite(ctx, call, async (trx) => {
         const target = await trx.selectFrom('tasks').select('target_key').where('id', '=', taskId).executeTakeFirst();
         if (!target) throw new NotFoundError('task', taskId);
         // Every edge of a target is added under its run-target key, so two concurrent edges that

@@ -172,6 +172,22 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
       );
     });
 
+    it('deliverPendingMessages dead-letters a message whose last attempt lapsed instead of handing it out', async () => {
+      const clock = manualClock();
+      const store = await fx.freshStore({ clock, maxAttempts: 2 });
+      const { coordinatorHandle: inbox } = await inboxOf(store);
+      const [m] = await send(store, inbox, 1);
+      await store.messages.receiveMessages(inbox, { visibilityMs: 100 });
+      clock.advance(100);
+      await store.messages.receiveMessages(inbox, { visibilityMs: 100 });
+      clock.advance(100);
+      // Its second (last) lease lapsed: dead, not delivered a third time.
+      expect(await store.messages.deliverPendingMessages(inbox)).toEqual([]);
+      expect((await store.messages.listDeadMessages(inbox)).map((d) => [d.id, d.status, d.attempts])).toEqual([
+        [m!.id, 'dead', 2],
+      ]);
+    });
+
     it('waitForMessages wakes when a lease lapses, and when a message arrives', async () => {
       const store = await fx.freshStore();
       const { coordinatorHandle: inbox } = await inboxOf(store);
@@ -290,6 +306,23 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
       ).rejects.toMatchObject({
         code: 'IDEMPOTENCY_KEY_CONFLICT',
       });
+    });
+
+    it('a keyed consumeResolution before the decision stores nothing: the same key takes the decision once it comes', async () => {
+      const store = await fx.freshStore();
+      const gate = await store.gates.openGate({ question: 'wait?' });
+      await expect(
+        store.gates.consumeResolution(gate.id, { consumer: 'run-a', idempotencyKey: 'poll' }),
+      ).rejects.toMatchObject({ code: 'GATE_NOT_RESOLVED' });
+      expect(await store.db.selectFrom('idempotency_keys').select('key').where('key', '=', 'poll').execute()).toEqual(
+        [],
+      );
+      await store.gates.resolveGate(gate.id, 'go');
+      const taken = await store.gates.consumeResolution(gate.id, { consumer: 'run-a', idempotencyKey: 'poll' });
+      expect(taken).toMatchObject({ gateId: gate.id, resolution: 'go', consumer: 'run-a' });
+      expect(await store.gates.consumeResolution(gate.id, { consumer: 'run-a', idempotencyKey: 'poll' })).toEqual(
+        taken,
+      );
     });
 
     it('ack and release take an idempotency key', async () => {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { InvalidArgumentError, type Store } from '../../src/index.js';
+import { IDEMPOTENCY_WINDOW_MS, InvalidArgumentError, type Store } from '../../src/index.js';
 import { recordAuditEvent } from '../../src/repositories/shared/audit.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders } from '../support/race.js';
@@ -132,8 +132,10 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
       runs: await count(store, 'coordinator_runs'),
       snapshots: await count(store, 'cleanup_snapshots'),
     };
+    // Messages are ids a resend converges on: kept for IDEMPOTENCY_WINDOW_MS whatever the cutoff
+    // (pruned in the test below, once the window has passed).
     const expected = {
-      messages: 3,
+      messages: 0,
       decision_gates: 1,
       dispatch_contexts: 1,
       coordinator_runs: 1,
@@ -153,7 +155,7 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     expect(await store.gates.getGate(liveGate.id)).not.toBeNull();
     expect(await store.gates.getGate(openGate.id)).not.toBeNull();
     expect(await store.gates.getGate(oldGate.id)).toBeNull();
-    expect(await store.messages.countPendingMessages('inbox')).toBe(0);
+    expect(await store.messages.countPendingMessages('inbox')).toBe(1);
     expect(await store.messages.countPendingMessages(live.coordinatorHandle)).toBe(1);
     expect((await store.paths.listPathLeases({ workspaceId: pathsWs.id })).map((l) => l.holder)).toEqual(['h2']);
     expect(await count(store, 'workspace_locks')).toBe(1);
@@ -173,6 +175,44 @@ export function defineMaintenanceSuite(makeFixture: () => DialectFixture) {
     expect(Object.values((await store.maintenance.prune({ olderThanMs: 50_000 })).deleted).every((n) => n === 0)).toBe(
       true,
     );
+  });
+
+  it('keeps message ids and idempotency keys for IDEMPOTENCY_WINDOW_MS whatever olderThanMs, and prunes them after', async () => {
+    const clock = new FakeClock(1_000);
+    const store = await fx.freshStore({ clock });
+    const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:window' });
+    const inbox = run.coordinatorHandle;
+    // An acked message, an unreadable pending one, and a key.
+    await store.messages.sendMessage({ id: 'acked', from: 'a', to: inbox, kind: 'k' });
+    const [handed] = await store.messages.receiveMessages(inbox, { limit: 1 });
+    await store.messages.ackMessages(inbox, [handed!.receipt], { idempotencyKey: 'ack-key' });
+    await store.messages.sendMessage({ id: 'orphan', allowUnknownRecipient: true, from: 'a', to: 'nobody', kind: 'k' });
+    const ids = async () =>
+      (await store.db.selectFrom('messages').select('id').orderBy('id').execute()).map((r) => r.id);
+    const keys = async () =>
+      Number(
+        (
+          await store.db
+            .selectFrom('idempotency_keys')
+            .select((eb) => eb.fn.countAll<number>().as('n'))
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
+    // Just inside the window: an olderThanMs of 0 deletes neither, and a resend with the id converges.
+    clock.t = 1_000 + IDEMPOTENCY_WINDOW_MS - 1;
+    const early = await store.maintenance.prune({ olderThanMs: 0 });
+    expect(early.deleted).toMatchObject({ messages: 0, idempotency_keys: 0 });
+    expect(await ids()).toEqual(['acked', 'orphan']);
+    expect(await keys()).toBe(1);
+    expect((await store.messages.sendMessage({ id: 'acked', from: 'a', to: inbox, kind: 'k' })).status).toBe(
+      'delivered',
+    );
+    // Past the window: both go.
+    clock.t = 1_000 + IDEMPOTENCY_WINDOW_MS + 1;
+    const late = await store.maintenance.prune({ olderThanMs: 0 });
+    expect(late.deleted).toMatchObject({ messages: 2, idempotency_keys: 1 });
+    expect(await ids()).toEqual([]);
+    expect(await keys()).toBe(0);
   });
 
   it('refuses bad options without deleting anything', async () => {

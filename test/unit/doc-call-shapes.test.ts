@@ -8,7 +8,8 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import type { TransferEnvironmentInput } from '../../src/index.js';
 
-const FIELDS: Record<keyof TransferEnvironmentInput, true> = {
+// The idempotency key every keyed mutation takes is not part of the transfer's own shape.
+const FIELDS: Record<Exclude<keyof TransferEnvironmentInput, 'idempotencyKey'>, true> = {
   environmentId: true,
   expectedOwnerTaskId: true,
   expectedGeneration: true,

@@ -15,11 +15,12 @@ import type {
 import type { StoreContext } from '../context.js';
 import type { LeaseFence } from '../shared/fence.js';
 import { requireLease, type Lease, type LeaseLostReason } from '../shared/lease.js';
-import { moveInFlightTask, requireNoOpenGate } from '../shared/lifecycle.js';
+import { GateOpenError, moveInFlightTask, requireNoOpenGate } from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../shared/lock-keys.js';
 import { toTask } from '../shared/records.js';
-import { findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
+import { CoordinatorRunNotRunningError, findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
+import { createOnce, keyedCall, keyedWrite, requireSameCreate } from '../idempotent.js';
 import {
   optionalId,
   optionalIdFilter,
@@ -218,6 +219,11 @@ async function escalationFor(
 }
 
 /** The dispatch repository on a store context (wired as `store.dispatches`). */
+// The typed refusals a keyed dispatch call stores (a TerminalBusyError found by the unique index
+// after the rollback is not stored: a retry meets it again).
+const NEXT_REFUSALS = [NotFoundError, CoordinatorRunNotRunningError, TerminalBusyError];
+const REPORT_REFUSALS = [NotFoundError, DispatchLeaseLostError, DispatchNotActiveError, GateOpenError];
+
 export function createDispatchRepository(ctx: StoreContext): DispatchRepository {
   const { dialect } = ctx;
   const { db } = dialect;
@@ -367,6 +373,55 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     return lease === undefined ? undefined : requireLease('dispatch', lease, 'options.lease');
   };
 
+  /**
+   * Reclaims up to `limit` lapsed dispatches, reading candidates from `reader` and ending each in
+   * `write` (its own transaction, or the keyed call's one).
+   */
+  async function reclaimIn(
+    reader: Kysely<Database> | Trx,
+    runId: string | undefined,
+    limit: number,
+    write: <T>(fn: (trx: Trx) => Promise<T>) => Promise<T>,
+  ): Promise<ReclaimedDispatch[]> {
+    const out: ReclaimedDispatch[] = [];
+    while (out.length < limit) {
+      const now = ctx.clock.now();
+      let query = reader
+        .selectFrom('dispatch_contexts')
+        .select(['id', 'task_id'])
+        .where('status', '=', 'active')
+        .where('lease_expires_at', '<=', now);
+      if (runId !== undefined) query = query.where('coordinator_run_id', '=', runId);
+      const candidates = await query
+        .orderBy('lease_expires_at')
+        .orderBy('seq')
+        .limit(limit - out.length)
+        .execute();
+      if (candidates.length === 0) break;
+      let progressed = false;
+      for (const candidate of candidates) {
+        const reclaimed = await write(async (trx) => {
+          await dialect.lockKey(trx, dispatchTaskLockKey(candidate.task_id));
+          const row = await trx
+            .selectFrom('dispatch_contexts')
+            .select(['status', 'lease_expires_at'])
+            .where('id', '=', candidate.id)
+            .executeTakeFirstOrThrow();
+          const at = ctx.clock.now();
+          if (row.status !== 'active' || row.lease_expires_at === null || Number(row.lease_expires_at) > at)
+            return null;
+          return failDispatchIn(trx, candidate.id, LEASE_EXPIRED, at, dialect.supportsSkipLocked);
+        });
+        if (reclaimed) {
+          out.push(reclaimed);
+          progressed = true;
+        }
+      }
+      if (!progressed) break;
+    }
+    return out;
+  }
+
   const repo: DispatchRepository = {
     async createDispatch(input) {
       requireInput('input', input);
@@ -376,10 +431,27 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       if (input.runId !== undefined) requireId('runId', input.runId);
       const ttlMs = ttlOf(input.ttlMs);
       const traceContext = optionalTraceContext('traceContext', input.traceContext);
-      const id = ctx.newId();
+      const id = input.id === undefined ? ctx.newId() : requireId('id', input.id);
       const now = ctx.clock.now();
-      const row = await onFreeTerminal([terminalHandle], () =>
+      const create = () =>
         dialect.writeTransaction(async (trx) => {
+          if (input.id !== undefined) {
+            const existing = await trx
+              .selectFrom('dispatch_contexts')
+              .selectAll()
+              .where('id', '=', id)
+              .executeTakeFirst();
+            if (existing) {
+              // A retry of this create (e.g. after COMMIT_OUTCOME_UNKNOWN): the same input gets the stored dispatch.
+              requireSameCreate('dispatch', id, {
+                taskId: [taskId, existing.task_id],
+                terminalHandle: [terminalHandle, existing.terminal_handle],
+                agentId: [agentId, existing.agent_id],
+                runId: [input.runId ?? existing.coordinator_run_id, existing.coordinator_run_id],
+              });
+              return existing;
+            }
+          }
           await dialect.lockKey(trx, dispatchTaskLockKey(taskId));
           const task = await trx
             .selectFrom('tasks')
@@ -427,7 +499,10 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
             lease_expires_at: now + ttlMs,
             trace_context: traceContext,
           });
-        }),
+        });
+      // A unique violation on a caller-chosen id (a racing create of it) runs once more and finds the row.
+      const row = await onFreeTerminal([terminalHandle], () =>
+        input.id === undefined ? create() : createOnce(dialect, [], create),
       );
       return toDispatch(row);
     },
@@ -440,8 +515,14 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const filter = checkFilter(input.filter);
       const ttlMs = ttlOf(input.ttlMs);
       const traceContext = optionalTraceContext('traceContext', input.traceContext);
+      const call = keyedCall(
+        'dispatches.dispatchNext',
+        input,
+        { runId, terminalHandle, agentId, filter, ttlMs },
+        NEXT_REFUSALS,
+      );
       const row = await onFreeTerminal([terminalHandle], () =>
-        dialect.writeTransaction(async (trx) => {
+        keyedWrite(ctx, call, async (trx) => {
           await requireRunningRunIn(trx, runId);
           await requireAgent(trx, agentId);
           const busy = await newestActiveFor(trx, terminalHandle);
@@ -466,8 +547,14 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const traceContext = optionalTraceContext('traceContext', input.traceContext);
       const limit = requireLimit('limit', input.limit, 1_000, Math.max(handles.length, 1));
       if (handles.length === 0) return [];
+      const call = keyedCall(
+        'dispatches.dispatchNextBatch',
+        input,
+        { runId, handles, agentId, filter, ttlMs, limit },
+        NEXT_REFUSALS,
+      );
       const rows = await onFreeTerminal(handles, () =>
-        dialect.writeTransaction(async (trx) => {
+        keyedWrite(ctx, call, async (trx) => {
           await requireRunningRunIn(trx, runId);
           await requireAgent(trx, agentId);
           const made: DispatchContextRow[] = [];
@@ -486,15 +573,19 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
 
     async completeDispatch(dispatchId, options) {
       requireId('dispatchId', dispatchId);
-      const result = requireJson('result', optionalInput('options', options).result);
+      const opts = optionalInput('options', options);
+      const result = requireJson('result', opts.result);
       const lease = optionalLease(options);
-      return dialect.writeTransaction((trx) => endIn(trx, dispatchId, 'completed', lease, result));
+      const call = keyedCall('dispatches.completeDispatch', opts, { dispatchId, result, lease }, REPORT_REFUSALS);
+      return keyedWrite(ctx, call, (trx) => endIn(trx, dispatchId, 'completed', lease, result));
     },
 
     async heartbeatDispatch(value, options) {
       const lease = requireLease('dispatch', value);
-      const ttlMs = ttlOf(optionalInput('options', options).ttlMs);
-      return dialect.writeTransaction(async (trx) => {
+      const opts = optionalInput('options', options);
+      const ttlMs = ttlOf(opts.ttlMs);
+      const call = keyedCall('dispatches.heartbeatDispatch', opts, { lease, ttlMs }, REPORT_REFUSALS);
+      return keyedWrite(ctx, call, async (trx) => {
         const now = ctx.clock.now();
         const renewed = await trx
           .updateTable('dispatch_contexts')
@@ -520,45 +611,12 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const opts = optionalInput('options', options);
       const runId = optionalIdFilter('runId', opts.runId);
       const limit = requireLimit('limit', opts.limit, 10_000, 100);
-      const out: ReclaimedDispatch[] = [];
+      const call = keyedCall('dispatches.reclaimExpiredDispatches', opts, { runId, limit }, []);
+      // Keyed, the whole reclaim is one transaction, so its key records exactly what it took back.
+      if (call !== null) return keyedWrite(ctx, call, (trx) => reclaimIn(trx, runId, limit, (fn) => fn(trx)));
       // One dispatch per transaction: each takes only its task's key, and a reclaim racing
       // another (or an exit, or a completion) ends the dispatch at most once.
-      while (out.length < limit) {
-        const now = ctx.clock.now();
-        let query = db
-          .selectFrom('dispatch_contexts')
-          .select(['id', 'task_id'])
-          .where('status', '=', 'active')
-          .where('lease_expires_at', '<=', now);
-        if (runId !== undefined) query = query.where('coordinator_run_id', '=', runId);
-        const candidates = await query
-          .orderBy('lease_expires_at')
-          .orderBy('seq')
-          .limit(limit - out.length)
-          .execute();
-        if (candidates.length === 0) break;
-        let progressed = false;
-        for (const candidate of candidates) {
-          const reclaimed = await dialect.writeTransaction(async (trx) => {
-            await dialect.lockKey(trx, dispatchTaskLockKey(candidate.task_id));
-            const row = await trx
-              .selectFrom('dispatch_contexts')
-              .select(['status', 'lease_expires_at'])
-              .where('id', '=', candidate.id)
-              .executeTakeFirstOrThrow();
-            const at = ctx.clock.now();
-            if (row.status !== 'active' || row.lease_expires_at === null || Number(row.lease_expires_at) > at)
-              return null;
-            return failDispatchIn(trx, candidate.id, LEASE_EXPIRED, at, dialect.supportsSkipLocked);
-          });
-          if (reclaimed) {
-            out.push(reclaimed);
-            progressed = true;
-          }
-        }
-        if (!progressed) break;
-      }
-      return out;
+      return reclaimIn(db, runId, limit, (fn) => dialect.writeTransaction(fn));
     },
 
     getDispatch,
@@ -574,7 +632,8 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const opts = optionalInput('options', options);
       const error = optionalString('error', opts.error) ?? 'worker terminal exited';
       const named = optionalIdFilter('dispatchId', opts.dispatchId);
-      return dialect.writeTransaction(async (trx) => {
+      const input = { terminalHandle, error, dispatchId: named };
+      return keyedWrite(ctx, keyedCall('dispatches.failActiveDispatchOnExit', opts, input, []), async (trx) => {
         // Exit reports for one terminal queue here, so each sees the previous one's result.
         await dialect.lockKey(trx, dispatchTerminalLockKey(terminalHandle));
         let first: DispatchExitResult | null = null;
@@ -596,7 +655,9 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       if (status !== 'completed' && status !== 'cancelled')
         throw new InvalidArgumentError('status', 'must be completed or cancelled');
       const lease = optionalLease(options);
-      const ended = await dialect.writeTransaction((trx) => endIn(trx, dispatchId, status, lease, undefined));
+      const opts = optionalInput('options', options);
+      const call = keyedCall('dispatches.endDispatch', opts, { dispatchId, status, lease }, REPORT_REFUSALS);
+      const ended = await keyedWrite(ctx, call, (trx) => endIn(trx, dispatchId, status, lease, undefined));
       return ended.dispatch;
     },
 

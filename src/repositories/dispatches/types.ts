@@ -4,6 +4,7 @@ import type { CoordinatorRunStatus, DispatchStatus, TaskStatus } from '../../sch
 import { LeaseLostError, type Lease, type LeaseLostReason } from '../shared/lease.js';
 import type { Task } from '../shared/records.js';
 import type { TraceContext } from '../shared/trace-context.js';
+import type { IdempotencyOptions } from '../idempotent.js';
 import { TaskNotDispatchableError } from '../shared/lifecycle.js';
 
 export { TaskNotDispatchableError };
@@ -49,7 +50,7 @@ export interface CompletedDispatch {
 }
 
 /** Options of the reports a worker makes on its dispatch. */
-export interface DispatchReportOptions {
+export interface DispatchReportOptions extends IdempotencyOptions {
   /** The dispatch lease it holds: a superseded or reclaimed one is refused with `DispatchLeaseLostError`. */
   readonly lease?: Lease<'dispatch'>;
 }
@@ -62,7 +63,7 @@ export interface DispatchNextFilter {
   readonly minPriority?: number;
 }
 
-export interface DispatchNextInput {
+export interface DispatchNextInput extends IdempotencyOptions {
   readonly runId: string;
   readonly terminalHandle: string;
   readonly agentId?: string | null;
@@ -76,7 +77,7 @@ export interface DispatchNextInput {
   readonly traceContext?: TraceContext | null;
 }
 
-export interface DispatchNextBatchInput {
+export interface DispatchNextBatchInput extends IdempotencyOptions {
   readonly runId: string;
   /** Free terminals to fill, in order; a busy one is skipped. */
   readonly terminalHandles: readonly string[];
@@ -103,6 +104,11 @@ export interface ReclaimedDispatch {
 }
 
 export interface CreateDispatchInput {
+  /**
+   * The dispatch's id (default: generated). A retry with the same id and input returns the
+   * dispatch as stored (whatever its status now); other input under the id is `ALREADY_EXISTS`.
+   */
+  readonly id?: string;
   readonly taskId: string;
   /** The worker terminal the task is sent to; its exit is reported by this handle. */
   readonly terminalHandle: string;
@@ -264,14 +270,20 @@ export interface DispatchRepository {
    * kept; `DEFAULT_DISPATCH_LEASE_TTL_MS`). A lease lapsed but not yet reclaimed is renewed; a
    * reclaimed, superseded or ended one is `DispatchLeaseLostError`.
    */
-  heartbeatDispatch(lease: Lease<'dispatch'>, options?: { ttlMs?: number }): Promise<Lease<'dispatch'>>;
+  heartbeatDispatch(
+    lease: Lease<'dispatch'>,
+    options?: { ttlMs?: number } & IdempotencyOptions,
+  ): Promise<Lease<'dispatch'>>;
   /**
    * Takes back every active dispatch whose lease lapsed: each ends `failed` with error
    * `lease_expired`, counts against its task's breaker, and its task returns to `ready` (or
    * `failed` at `DISPATCH_FAILURE_LIMIT`). Each dispatch is reclaimed exactly once however many
-   * reclaimers race. At most `limit` (default 100) per call.
+   * reclaimers race. At most `limit` (default 100) per call. With an `idempotencyKey` the whole
+   * call is one transaction, and a retry returns the dispatches that call reclaimed.
    */
-  reclaimExpiredDispatches(options?: { runId?: string; limit?: number }): Promise<ReclaimedDispatch[]>;
+  reclaimExpiredDispatches(
+    options?: { runId?: string; limit?: number } & IdempotencyOptions,
+  ): Promise<ReclaimedDispatch[]>;
   /** The dispatch with this id, or null; a plain read. */
   getDispatch(id: string): Promise<Dispatch | null>;
   /** The terminal's active dispatch (at most one, enforced by a unique index). */
@@ -285,7 +297,7 @@ export interface DispatchRepository {
    */
   failActiveDispatchOnExit(
     terminalHandle: string,
-    options?: { error?: string; dispatchId?: string },
+    options?: { error?: string; dispatchId?: string } & IdempotencyOptions,
   ): Promise<DispatchExitResult | null>;
   /**
    * Ends an active dispatch and moves its task along the table: `completed` → task `done` (as

@@ -102,8 +102,11 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
 
   async function deliverIn(trx: Transaction<Database>, handle: string, limit: number) {
     await TAKE_OVER.run(trx, { handle });
+    const params = { handle, now: now(), limit, maxAttempts: ctx.settings.maxAttempts };
+    // A message whose last lease lapsed is dead, not handed out once more.
+    await DEAD_LETTER_LAPSED.run(trx, params);
     const deliver = dialect.supportsSkipLocked ? DELIVER_SKIP_LOCKED : DELIVER_SERIALIZED;
-    return deliver.execute(trx, { handle, now: now(), limit });
+    return deliver.execute(trx, params);
   }
 
   /** When the inbox's next leased message becomes visible again, or null. */
@@ -249,11 +252,15 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
       return rows.map(toMessage);
     },
 
-    async requeueDeadMessages(handle, ids) {
+    async requeueDeadMessages(handle, ids, options) {
       requireId('handle', handle);
       const list = requireIdList('ids', ids);
       if (list.length === 0) return [];
-      const rows = await dialect.writeTransaction(async (trx) => {
+      const call = keyed('messages.requeueDeadMessages', optionalInput('options', options).idempotencyKey, {
+        handle,
+        ids: list,
+      });
+      const rows = await runIdempotent(dialect, now, call, async (trx) => {
         const requeued = await trx
           .updateTable('messages')
           .set({ dead_at: null, attempts: 0, receipt: null, visible_at: null })

@@ -23,6 +23,8 @@ interface DeliverParams {
   readonly handle: string;
   readonly now: number;
   readonly limit: number;
+  /** A message handed out this many times is dead-lettered, never delivered again. */
+  readonly maxAttempts: number;
 }
 
 /** The reason a dead message died when no consumer reported an error. */
@@ -124,6 +126,7 @@ export const DELIVER_SERIALIZED = prepared((db, p: DeliverParams) =>
         .where('m.status', '=', 'pending')
         .where('m.dead_at', 'is', null)
         .where((w) => w.or([w('m.visible_at', 'is', null), w('m.visible_at', '<=', p.now)]))
+        .where('m.attempts', '<', p.maxAttempts)
         .orderBy('m.seq')
         .limit(p.limit),
     )
@@ -144,6 +147,7 @@ export const DELIVER_SKIP_LOCKED = prepared((db, p: DeliverParams) =>
           .where('status', '=', 'pending')
           .where('dead_at', 'is', null)
           .where((w) => w.or([w('visible_at', 'is', null), w('visible_at', '<=', p.now)]))
+          .where('attempts', '<', p.maxAttempts)
           .orderBy('seq')
           .limit(p.limit)
           .forUpdate()

@@ -172,7 +172,7 @@ export interface MessageRepository {
   /** The inbox's dead messages, oldest first. */
   listDeadMessages(handle: string, options?: { limit?: number }): Promise<Message[]>;
   /** Makes dead messages of the inbox pending again with their attempts reset; returns those requeued. */
-  requeueDeadMessages(handle: string, ids: readonly string[]): Promise<Message[]>;
+  requeueDeadMessages(handle: string, ids: readonly string[], options?: IdempotencyOptions): Promise<Message[]>;
   /**
    * The seed's push-on-idle call: receives and acks up to `limit` visible messages in one
    * transaction, oldest first. At most once: a consumer that crashes after this returns loses

@@ -7,12 +7,14 @@ import type { Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError, type TaskfenceError } from '../../errors.js';
 import type { CleanupKind, CleanupSnapshotState, Database } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
-import { lockBarriers } from '../shared/barrier.js';
+import { CleanupBarrierError, lockBarriers } from '../shared/barrier.js';
+import { keyedWrite, RefusalAfterWrites, type IdempotentCall } from '../idempotent.js';
 import { ownedResourceLockKey, snapshotLockKey } from '../shared/lock-keys.js';
 import {
   CleanupAlreadyCompletedError,
   CleanupClaimLostError,
   CleanupInProgressError,
+  StaleOwnershipError as StaleOwnership,
   staleOwnershipError,
   type StaleOwnershipError,
 } from './errors.js';
@@ -27,8 +29,31 @@ type FencedOutcome<T> =
   | { readonly ok: true; readonly value: T }
   | { readonly ok: false; readonly error: TaskfenceError };
 
-/** Runs `fn` in a write transaction and throws the refusal it returned only after the commit. */
-async function commitThenThrow<T>(ctx: StoreContext, fn: (trx: Trx) => Promise<FencedOutcome<T>>): Promise<T> {
+/** The typed refusals a keyed cleanup step stores (a stale snapshot's mark is kept with it). */
+export const CLEANUP_REFUSALS = [
+  NotFoundError,
+  CleanupAlreadyCompletedError,
+  CleanupClaimLostError,
+  CleanupInProgressError,
+  StaleOwnership,
+];
+export const ADMIT_REFUSALS = [NotFoundError, CleanupBarrierError];
+
+/**
+ * Runs `fn` in a write transaction and throws the refusal it returned only after the commit;
+ * keyed, the refusal is stored with the writes (`RefusalAfterWrites`).
+ */
+async function commitThenThrow<T>(
+  ctx: StoreContext,
+  call: IdempotentCall | null,
+  fn: (trx: Trx) => Promise<FencedOutcome<T>>,
+): Promise<T> {
+  if (call !== null) {
+    return keyedWrite(ctx, call, async (trx) => {
+      const outcome = await fn(trx);
+      return outcome.ok ? outcome.value : (new RefusalAfterWrites(outcome.error) as unknown as T);
+    });
+  }
   const outcome = await ctx.dialect.writeTransaction(fn);
   if (!outcome.ok) throw outcome.error;
   return outcome.value;
@@ -62,8 +87,9 @@ export async function admitTaskCleanup(
   ctx: StoreContext,
   taskId: string,
   kind: CleanupKind,
+  call: IdempotentCall | null = null,
 ): Promise<CleanupAdmission> {
-  return ctx.dialect.writeTransaction(async (trx) => {
+  return keyedWrite(ctx, call, async (trx) => {
     const now = ctx.clock.now();
     await lockBarriers(ctx, trx, [taskId]);
     await requireTaskExists(trx, taskId);
@@ -121,9 +147,10 @@ export async function claimCleanup(
   snapshotId: string,
   claimant: string,
   ttlMs: number,
+  call: IdempotentCall | null = null,
 ): Promise<CleanupClaim> {
   const { dialect } = ctx;
-  return commitThenThrow<CleanupClaim>(ctx, async (trx) => {
+  return commitThenThrow<CleanupClaim>(ctx, call, async (trx) => {
     const now = ctx.clock.now();
     await dialect.lockKey(trx, snapshotLockKey(snapshotId));
     const snapshot = await loadSnapshot(trx, snapshotId);
@@ -180,9 +207,10 @@ export async function fenced<T>(
   claim: CleanupClaim,
   onCompleted: (snapshot: CleanupSnapshot) => FencedOutcome<T> | null,
   apply: (trx: Trx, snapshot: CleanupSnapshot, now: number) => Promise<T | null>,
+  call: IdempotentCall | null = null,
 ): Promise<T> {
   const { dialect } = ctx;
-  return commitThenThrow<T>(ctx, async (trx) => {
+  return commitThenThrow<T>(ctx, call, async (trx) => {
     const now = ctx.clock.now();
     await dialect.lockKey(trx, snapshotLockKey(claim.snapshotId));
     const snapshot = await loadSnapshot(trx, claim.snapshotId);

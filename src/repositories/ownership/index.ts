@@ -5,7 +5,7 @@
  */
 import { InvalidArgumentError, NotFoundError } from '../../errors.js';
 import type { StoreContext } from '../context.js';
-import { createOnce, requireSameCreate } from '../idempotent.js';
+import { createOnce, keyedCall, requireSameCreate, type IdempotencyOptions } from '../idempotent.js';
 import { lockBarriers, refuseIfAdmitted } from '../shared/barrier.js';
 import { activeGroupOf } from '../shared/groups.js';
 import {
@@ -19,11 +19,11 @@ import {
   requirePositiveMs,
   requireText,
 } from '../validate.js';
-import { admitTaskCleanup, claimCleanup, fenced, settleSnapshot } from './cleanup.js';
+import { ADMIT_REFUSALS, admitTaskCleanup, claimCleanup, CLEANUP_REFUSALS, fenced, settleSnapshot } from './cleanup.js';
 import { CleanupInProgressError } from './errors.js';
 import { loadEnvironment, loadGroup, loadSnapshot, requireTaskExists, snapshotsOf, toCleanupSnapshot } from './rows.js';
 import { endResourceClaim, renewResourceClaim } from './statements.js';
-import { detachSubtask, transfer } from './transfer.js';
+import { detachSubtask, transfer, TRANSFER_REFUSALS } from './transfer.js';
 import type { CleanupClaim, CleanupSnapshot, OwnershipRepository } from './types.js';
 
 const DEFAULT_CLAIM_TTL_MS = 10 * 60_000;
@@ -163,7 +163,14 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       const id = requireId('environmentId', input.environmentId);
       const owner = requireId('expectedOwnerTaskId', input.expectedOwnerTaskId);
       const generation = requireGeneration('expectedGeneration', input.expectedGeneration);
-      return transfer(ctx, 'environment', id, { owner, generation }, requireId('newOwnerTaskId', input.newOwnerTaskId));
+      const newOwner = requireId('newOwnerTaskId', input.newOwnerTaskId);
+      const call = keyedCall(
+        'ownership.transferEnvironmentOwnership',
+        input,
+        { id, owner, generation, newOwner },
+        TRANSFER_REFUSALS,
+      );
+      return transfer(ctx, 'environment', id, { owner, generation }, newOwner, call);
     },
 
     async transferGroupStewardship(input) {
@@ -171,14 +178,27 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       const id = requireId('groupId', input.groupId);
       const owner = requireId('expectedStewardTaskId', input.expectedStewardTaskId);
       const generation = requireGeneration('expectedGeneration', input.expectedGeneration);
-      return transfer(ctx, 'group', id, { owner, generation }, requireId('newStewardTaskId', input.newStewardTaskId));
+      const newOwner = requireId('newStewardTaskId', input.newStewardTaskId);
+      const call = keyedCall(
+        'ownership.transferGroupStewardship',
+        input,
+        { id, owner, generation, newOwner },
+        TRANSFER_REFUSALS,
+      );
+      return transfer(ctx, 'group', id, { owner, generation }, newOwner, call);
     },
 
-    async admitTaskCleanup(taskId, kind = 'archive') {
+    async admitTaskCleanup(taskId, kind = 'archive', options?: IdempotencyOptions) {
       requireId('taskId', taskId);
       if (kind !== 'archive' && kind !== 'delete')
         throw new InvalidArgumentError('kind', "must be 'archive' or 'delete'");
-      return admitTaskCleanup(ctx, taskId, kind);
+      const opts = optionalInput('options', options);
+      return admitTaskCleanup(
+        ctx,
+        taskId,
+        kind,
+        keyedCall('ownership.admitTaskCleanup', opts, { taskId, kind }, ADMIT_REFUSALS),
+      );
     },
 
     listCleanupSnapshots: async (taskId) => snapshotsOf(db, requireId('taskId', taskId)),
@@ -208,8 +228,10 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
     async claimCleanup(snapshotId, claimant, options) {
       requireId('snapshotId', snapshotId);
       requireId('claimant', claimant);
-      const ttlMs = requirePositiveMs('ttlMs', optionalInput('options', options).ttlMs ?? DEFAULT_CLAIM_TTL_MS);
-      return claimCleanup(ctx, snapshotId, claimant, ttlMs);
+      const opts = optionalInput('options', options);
+      const ttlMs = requirePositiveMs('ttlMs', opts.ttlMs ?? DEFAULT_CLAIM_TTL_MS);
+      const call = keyedCall('ownership.claimCleanup', opts, { snapshotId, claimant, ttlMs }, CLEANUP_REFUSALS);
+      return claimCleanup(ctx, snapshotId, claimant, ttlMs, call);
     },
 
     async tryClaimCleanup(snapshotId, claimant, options) {
@@ -224,7 +246,9 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
 
     async renewCleanupClaim(claim, options) {
       requireClaim(claim);
-      const ttlMs = requirePositiveMs('ttlMs', optionalInput('options', options).ttlMs ?? DEFAULT_CLAIM_TTL_MS);
+      const opts = optionalInput('options', options);
+      const ttlMs = requirePositiveMs('ttlMs', opts.ttlMs ?? DEFAULT_CLAIM_TTL_MS);
+      const call = keyedCall('ownership.renewCleanupClaim', opts, { claim, ttlMs }, CLEANUP_REFUSALS);
       return fenced(
         ctx,
         claim,
@@ -240,28 +264,40 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
             .execute();
           return { ...claim, expiresAt };
         },
+        call,
       );
     },
 
-    async completeCleanup(claim) {
+    async completeCleanup(claim, options?: IdempotencyOptions) {
       requireClaim(claim);
+      const call = keyedCall(
+        'ownership.completeCleanup',
+        optionalInput('options', options),
+        { claim },
+        CLEANUP_REFUSALS,
+      );
       return fenced(
         ctx,
         claim,
         (snapshot) => (snapshot.claimedBy === claim.claimant ? { ok: true, value: snapshot } : null),
         endClaim(claim, true, { state: 'completed', last_error: null, keepClaimant: true }),
+        call,
       );
     },
 
-    async failCleanup(claim, error) {
+    async failCleanup(claim, error, options?: IdempotencyOptions) {
       requireClaim(claim);
       const message = requireText('error', error);
-      return fenced(ctx, claim, () => null, endClaim(claim, false, { state: 'failed', last_error: message }));
+      const opts = optionalInput('options', options);
+      const call = keyedCall('ownership.failCleanup', opts, { claim, error: message }, CLEANUP_REFUSALS);
+      return fenced(ctx, claim, () => null, endClaim(claim, false, { state: 'failed', last_error: message }), call);
     },
 
-    async releaseCleanupClaim(claim) {
+    async releaseCleanupClaim(claim, options?: IdempotencyOptions) {
       requireClaim(claim);
-      return fenced(ctx, claim, () => null, endClaim(claim, false, { state: 'pending' }));
+      const opts = optionalInput('options', options);
+      const call = keyedCall('ownership.releaseCleanupClaim', opts, { claim }, CLEANUP_REFUSALS);
+      return fenced(ctx, claim, () => null, endClaim(claim, false, { state: 'pending' }), call);
     },
 
     async detachSubtask(input) {

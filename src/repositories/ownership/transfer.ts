@@ -8,7 +8,8 @@ import type { Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError } from '../../errors.js';
 import type { Database } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
-import { lockBarriers, refuseIfAdmitted } from '../shared/barrier.js';
+import { CleanupBarrierError, lockBarriers, refuseIfAdmitted } from '../shared/barrier.js';
+import { keyedWrite, type IdempotentCall } from '../idempotent.js';
 import { activeGroupOf } from '../shared/groups.js';
 import { ownedResourceLockKey } from '../shared/lock-keys.js';
 import {
@@ -72,6 +73,9 @@ async function moveStewardRole(trx: Trx, groupId: string, from: string, to: stri
     .execute();
 }
 
+/** The typed refusals a keyed transfer stores. */
+export const TRANSFER_REFUSALS = [NotFoundError, OwnershipChangedError, CleanupInProgressError, CleanupBarrierError];
+
 /** `transferEnvironmentOwnership` / `transferGroupStewardship` (validated input). */
 export async function transfer(
   ctx: StoreContext,
@@ -79,9 +83,10 @@ export async function transfer(
   id: string,
   expected: { readonly owner: string; readonly generation: number },
   newOwner: string,
+  call: IdempotentCall | null = null,
 ): Promise<OwnershipTransfer> {
   const { dialect } = ctx;
-  return dialect.writeTransaction(async (trx) => {
+  return keyedWrite(ctx, call, async (trx) => {
     const now = ctx.clock.now();
     await lockBarriers(ctx, trx, [newOwner]);
     await dialect.lockKey(trx, ownedResourceLockKey(kind, id));

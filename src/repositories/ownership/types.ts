@@ -17,6 +17,7 @@
  */
 import type { CleanupKind, CleanupSnapshotState, GroupMemberRole } from '../../schema/database.js';
 import type { OwnedResourceKind } from './errors.js';
+import type { IdempotencyOptions } from '../idempotent.js';
 
 /** An active cleanup claim on a resource. */
 export interface ResourceCleanupClaim {
@@ -61,14 +62,14 @@ export interface OwnershipTransfer {
   readonly changed: boolean;
 }
 
-export interface TransferEnvironmentInput {
+export interface TransferEnvironmentInput extends IdempotencyOptions {
   readonly environmentId: string;
   readonly expectedOwnerTaskId: string;
   readonly expectedGeneration: number;
   readonly newOwnerTaskId: string;
 }
 
-export interface TransferStewardshipInput {
+export interface TransferStewardshipInput extends IdempotencyOptions {
   readonly groupId: string;
   readonly expectedStewardTaskId: string;
   readonly expectedGeneration: number;
@@ -217,7 +218,7 @@ export interface OwnershipRepository {
    *   await store.ownership.completeCleanup(claim);  // fenced on (resource, owner, generation)
    * }
    */
-  admitTaskCleanup(taskId: string, kind?: CleanupKind): Promise<CleanupAdmission>;
+  admitTaskCleanup(taskId: string, kind?: CleanupKind, options?: IdempotencyOptions): Promise<CleanupAdmission>;
 
   /** The snapshots of a task's admitted cleanup, in inventory order (empty if none was admitted); they persist across restarts. */
   listCleanupSnapshots(taskId: string): Promise<CleanupSnapshot[]>;
@@ -238,7 +239,11 @@ export interface OwnershipRepository {
    * since the snapshot, the snapshot is marked `stale` and `StaleOwnershipError` is thrown; the
    * resource is untouched. A completed snapshot throws `CleanupAlreadyCompletedError`.
    */
-  claimCleanup(snapshotId: string, claimant: string, options?: { ttlMs?: number }): Promise<CleanupClaim>;
+  claimCleanup(
+    snapshotId: string,
+    claimant: string,
+    options?: { ttlMs?: number } & IdempotencyOptions,
+  ): Promise<CleanupClaim>;
 
   /**
    * `claimCleanup` with losing the race returned, not thrown (issue 21): `{ status: 'acquired',
@@ -249,12 +254,16 @@ export interface OwnershipRepository {
    * const r = await store.ownership.tryClaimCleanup(s.id, workerHandle);
    * if (r.status === 'busy') return; // r.heldBy.holder is cleaning it up until r.heldBy.expiresAt
    */
-  tryClaimCleanup(snapshotId: string, claimant: string, options?: { ttlMs?: number }): Promise<CleanupClaimResult>;
+  tryClaimCleanup(
+    snapshotId: string,
+    claimant: string,
+    options?: { ttlMs?: number } & IdempotencyOptions,
+  ): Promise<CleanupClaimResult>;
 
   /**
    * Extends a held claim to `now + ttlMs` (default 10 min). Fenced like `completeCleanup`.
    */
-  renewCleanupClaim(claim: CleanupClaim, options?: { ttlMs?: number }): Promise<CleanupClaim>;
+  renewCleanupClaim(claim: CleanupClaim, options?: { ttlMs?: number } & IdempotencyOptions): Promise<CleanupClaim>;
 
   /**
    * Records that the teardown finished: the resource becomes `removed` and the snapshot
@@ -262,16 +271,16 @@ export interface OwnershipRepository {
    * generation and the caller's claim. Otherwise: `StaleOwnershipError` (snapshot marked stale,
    * resource untouched) or `CleanupClaimLostError`. Repeating a successful completion is a no-op.
    */
-  completeCleanup(claim: CleanupClaim): Promise<CleanupSnapshot>;
+  completeCleanup(claim: CleanupClaim, options?: IdempotencyOptions): Promise<CleanupSnapshot>;
 
   /**
    * Records a failed teardown for a later retry: drops the claim, marks the snapshot `failed`
    * with `error`. Fenced like `completeCleanup`.
    */
-  failCleanup(claim: CleanupClaim, error: string): Promise<CleanupSnapshot>;
+  failCleanup(claim: CleanupClaim, error: string, options?: IdempotencyOptions): Promise<CleanupSnapshot>;
 
   /** Gives the claim back without an attempt result: the snapshot is `pending` again. Fenced like `completeCleanup`. */
-  releaseCleanupClaim(claim: CleanupClaim): Promise<CleanupSnapshot>;
+  releaseCleanupClaim(claim: CleanupClaim, options?: IdempotencyOptions): Promise<CleanupSnapshot>;
 
   /**
    * Detaches a subtask from its parent in one transaction: clears the parent link and, for a task

@@ -6,7 +6,8 @@ import { leaseKeys, WHOLE_WORKSPACE_KEY, decodePathLeaseKey } from '../../domain
 import { NotFoundError } from '../../errors.js';
 import type { TaskStatus } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
-import { afterTaskFinished, requireNoOpenGate } from '../shared/lifecycle.js';
+import { keyedWrite, type IdempotentCall } from '../idempotent.js';
+import { afterTaskFinished, GateOpenError, requireNoOpenGate } from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, pathsLockKey } from '../shared/lock-keys.js';
 import { acquireKeys } from './acquire.js';
 import { pathsTopic } from './statements.js';
@@ -22,15 +23,19 @@ import {
 
 const FINISHED: readonly TaskStatus[] = ['done', 'failed', 'cancelled'];
 
+/** The typed refusals a keyed `claimTask` / `submitTaskResult` stores (a busy claim is a result). */
+export const CLAIM_REFUSALS = [NotFoundError, PathClaimRefusedError];
+export const SUBMIT_REFUSALS = [NotFoundError, PathClaimRefusedError, PathLeaseLostError, GateOpenError];
+
 /** `claimTask` (validated input); its guarantee is stated on `PathLeaseRepository`. */
 export async function claimTask(
   ctx: StoreContext,
   taskId: string,
   holder: string,
   ttlMs: number,
+  call: IdempotentCall | null = null,
 ): Promise<PathClaimResult> {
-  const { dialect } = ctx;
-  return dialect.writeTransaction(async (trx): Promise<PathClaimResult> => {
+  return keyedWrite(ctx, call, async (trx): Promise<PathClaimResult> => {
     const task = await trx
       .selectFrom('tasks')
       .select(['workspace_id', 'writes', 'status'])
@@ -70,10 +75,11 @@ export async function submitTaskResult(
   taskId: string,
   by: string | PathLeaseGrant,
   status: 'done' | 'failed',
+  call: IdempotentCall | null = null,
 ): Promise<PathTaskSubmission> {
   const holder = typeof by === 'string' ? by : by.holder;
   const { dialect } = ctx;
-  return dialect.writeTransaction(async (trx) => {
+  return keyedWrite(ctx, call, async (trx) => {
     // The task's dispatch key first (it precedes the workspace's paths key in the lock order):
     // the result ends the task's active dispatch in this transaction, as completeDispatch does.
     await dialect.lockKey(trx, dispatchTaskLockKey(taskId));

@@ -12,6 +12,7 @@ import type { StoreContext } from '../context.js';
 import { readLeaseRowLocked, type LeaseFence } from '../shared/fence.js';
 import { requireLease, type LeaseLostReason } from '../shared/lease.js';
 import { pathsLockKey } from '../shared/lock-keys.js';
+import { keyedWrite, type IdempotentCall } from '../idempotent.js';
 import { optionalId } from '../validate.js';
 import { pathsTopic } from './statements.js';
 import { PathLeaseLostError, type PathLeaseGrant } from './types.js';
@@ -115,8 +116,16 @@ async function isLive(trx: Trx, lease: PathLeaseGrant, now: number): Promise<boo
 }
 
 /** `renewPaths(lease, { ttlMs })`: extends the grant's leases while it is live, or throws `PathLeaseLostError`. */
-export async function renewGrant(ctx: StoreContext, lease: PathLeaseGrant, ttlMs: number): Promise<PathLeaseGrant> {
-  return ctx.dialect.writeTransaction(async (trx) => {
+/** The typed refusal a keyed renew or release of a grant stores. */
+export const GRANT_REFUSALS = [PathLeaseLostError];
+
+export async function renewGrant(
+  ctx: StoreContext,
+  lease: PathLeaseGrant,
+  ttlMs: number,
+  call: IdempotentCall | null = null,
+): Promise<PathLeaseGrant> {
+  return keyedWrite(ctx, call, async (trx) => {
     // Serialized with acquisitions: a lease seen live here cannot be taken over meanwhile.
     await ctx.dialect.lockKey(trx, pathsLockKey(lease.resource));
     const now = ctx.clock.now();
@@ -142,8 +151,9 @@ export async function renewGrant(ctx: StoreContext, lease: PathLeaseGrant, ttlMs
 export async function releaseGrant(
   ctx: StoreContext,
   lease: PathLeaseGrant,
+  call: IdempotentCall | null = null,
 ): Promise<{ readonly released: readonly string[] }> {
-  return ctx.dialect.writeTransaction(async (trx) => {
+  return keyedWrite(ctx, call, async (trx) => {
     const rows = await trx
       .deleteFrom('path_leases')
       .where('workspace_id', '=', lease.resource)

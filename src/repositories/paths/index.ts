@@ -18,13 +18,15 @@ import {
   requirePathList,
   requirePositiveMs,
 } from '../validate.js';
+import { keyedCall, keyedWrite, type IdempotencyOptions } from '../idempotent.js';
 import { acquireKeys } from './acquire.js';
-import { claimTask, submitTaskResult } from './claims.js';
-import { isGrant, releaseGrant, renewGrant, requirePathGrant } from './grants.js';
+import { CLAIM_REFUSALS, claimTask, SUBMIT_REFUSALS, submitTaskResult } from './claims.js';
+import { GRANT_REFUSALS, isGrant, releaseGrant, renewGrant, requirePathGrant } from './grants.js';
 import { chunked, descendantRanges, pathsTopic, RANGE_CHUNK, RELEASE, RENEW, toPathLease } from './statements.js';
 import {
   DEFAULT_PATH_LEASE_TTL_MS,
   PathLeaseTimeoutError,
+  type TryAcquirePathsResult,
   type AcquirePathsInput,
   type PathLeaseGrant,
   type PathLeaseRepository,
@@ -56,10 +58,18 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     return { workspaceId, holder, ttlMs, keys, taskId };
   }
 
+  /** A keyed attempt that found the paths busy: rolled back with its key, so a later attempt may still acquire. */
+  class BusyAttempt extends Error {
+    constructor(readonly result: TryAcquirePathsResult) {
+      super('busy attempt');
+    }
+  }
+
   const repo: PathLeaseRepository = {
     async tryAcquirePaths(input) {
       const { workspaceId, holder, ttlMs, keys, taskId } = checkAcquireInput(input);
-      return dialect.writeTransaction((trx) => acquireKeys(ctx, trx, workspaceId, holder, keys, ttlMs, taskId));
+      const call = keyedCall('paths.tryAcquirePaths', input, { workspaceId, holder, ttlMs, keys, taskId }, []);
+      return keyedWrite(ctx, call, (trx) => acquireKeys(ctx, trx, workspaceId, holder, keys, ttlMs, taskId));
     },
 
     async acquirePaths(input, options) {
@@ -69,15 +79,22 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       const maxPollMs = options.maxPollMs === undefined ? undefined : requirePositiveMs('maxPollMs', options.maxPollMs);
       // A real-time deadline: waiting is a duration, and a test's frozen store clock must not make it endless.
       const deadline = performance.now() + timeoutMs;
+      // Keyed, only the acquiring attempt is recorded (a busy one rolls back with its key): a retry
+      // of a wait that acquired returns its grant; one that timed out waits again.
+      const call = keyedCall('paths.acquirePaths', input, { workspaceId, holder, ttlMs, keys, taskId }, []);
+      const attempt = (trx: Parameters<typeof acquireKeys>[1]) =>
+        acquireKeys(ctx, trx, workspaceId, holder, keys, ttlMs, taskId).then((r) => {
+          if (call !== null && r.status === 'busy') throw new BusyAttempt(r);
+          return r;
+        });
       for (;;) {
         // Subscribe before trying: a release committed between the try and the wait still wakes us.
         const wake = dialect.wakeups.subscribe(pathsTopic(workspaceId), maxPollMs);
-        const result = await dialect
-          .writeTransaction((trx) => acquireKeys(ctx, trx, workspaceId, holder, keys, ttlMs, taskId))
-          .catch((error: unknown) => {
-            wake.cancel();
-            throw error;
-          });
+        const result = await keyedWrite(ctx, call, attempt).catch((error: unknown) => {
+          if (error instanceof BusyAttempt) return error.result;
+          wake.cancel();
+          throw error;
+        });
         if (result.status === 'acquired') {
           wake.cancel();
           return Object.assign([...result.leases], { lease: result.lease });
@@ -94,14 +111,19 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       }
     },
 
-    releasePaths: async (input: ReleasePathsInput | PathLeaseGrant) => {
-      if (isGrant(input)) return releaseGrant(ctx, requirePathGrant(input));
+    releasePaths: async (input: ReleasePathsInput | PathLeaseGrant, options?: IdempotencyOptions) => {
+      if (isGrant(input)) {
+        const lease = requirePathGrant(input);
+        const opts = optionalInput('options', options);
+        return releaseGrant(ctx, lease, keyedCall('paths.releasePaths', opts, { lease }, GRANT_REFUSALS));
+      }
       requireInput('input', input);
       const workspaceId = requireId('workspaceId', input.workspaceId);
       const holder = requireId('holder', input.holder);
       const keys = input.paths === undefined ? null : leaseKeys(requirePathList('paths', input.paths));
       if (keys !== null && keys.length === 0) return { released: [] };
-      const rows = await dialect.writeTransaction(async (trx) => {
+      const call = keyedCall('paths.releasePaths', input, { workspaceId, holder, keys }, []);
+      const rows = await keyedWrite(ctx, call, async (trx) => {
         await dialect.wakeups.notify(trx, pathsTopic(workspaceId));
         if (keys === null) return RELEASE.execute(trx, { workspaceId, holder, froms: [], tos: [] }, -1);
         const released: { lease_key: string }[] = [];
@@ -123,7 +145,8 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       if (isGrant(input)) {
         const opts = options === undefined ? {} : requireInput('options', options);
         const ttlMs = opts.ttlMs === undefined ? DEFAULT_PATH_LEASE_TTL_MS : requirePositiveMs('ttlMs', opts.ttlMs);
-        return renewGrant(ctx, requirePathGrant(input), ttlMs);
+        const lease = requirePathGrant(input);
+        return renewGrant(ctx, lease, ttlMs, keyedCall('paths.renewPaths', opts, { lease, ttlMs }, GRANT_REFUSALS));
       }
       requireInput('input', input);
       const workspaceId = requireId('workspaceId', input.workspaceId);
@@ -137,7 +160,8 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       }
       const keys = leaseKeys(requirePathList('paths', input.paths));
       if (keys.length === 0) return { renewed: [], lost: [] };
-      const rows = await dialect.writeTransaction(async (trx) => {
+      const call = keyedCall('paths.renewPaths', input, { workspaceId, holder, ttlMs, keys }, []);
+      const rows = await keyedWrite(ctx, call, async (trx) => {
         // Serialized with acquisitions: a lease seen live here cannot be taken over meanwhile.
         await dialect.lockKey(trx, pathsLockKey(workspaceId));
         const now = ctx.clock.now();
@@ -198,17 +222,35 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     async claimTask(taskId, holder, options) {
       requireId('taskId', taskId);
       requireId('holder', holder);
-      const ttlMs = requirePositiveMs('ttlMs', optionalInput('options', options).ttlMs ?? DEFAULT_PATH_LEASE_TTL_MS);
-      return claimTask(ctx, taskId, holder, ttlMs);
+      const opts = optionalInput('options', options);
+      const ttlMs = requirePositiveMs('ttlMs', opts.ttlMs ?? DEFAULT_PATH_LEASE_TTL_MS);
+      return claimTask(
+        ctx,
+        taskId,
+        holder,
+        ttlMs,
+        keyedCall('paths.claimTask', opts, { taskId, holder, ttlMs }, CLAIM_REFUSALS),
+      );
     },
 
-    submitTaskResult: async (taskId: string, by: string | PathLeaseGrant, result: PathTaskResult) => {
+    submitTaskResult: async (
+      taskId: string,
+      by: string | PathLeaseGrant,
+      result: PathTaskResult,
+      options?: IdempotencyOptions,
+    ) => {
       requireId('taskId', taskId);
       const holder = isGrant(by) ? requirePathGrant(by, 'lease') : requireId('holder', by);
       const status = requireInput('result', result).status;
       if (status !== 'done' && status !== 'failed')
         throw new InvalidArgumentError('result.status', "must be 'done' or 'failed'");
-      return submitTaskResult(ctx, taskId, holder, status);
+      const call = keyedCall(
+        'paths.submitTaskResult',
+        optionalInput('options', options),
+        { taskId, by: holder, status },
+        SUBMIT_REFUSALS,
+      );
+      return submitTaskResult(ctx, taskId, holder, status, call);
     },
   };
   return repo;

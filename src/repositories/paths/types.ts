@@ -6,6 +6,7 @@ import { TaskfenceError } from '../../errors.js';
 import { WHOLE_WORKSPACE_KEY } from '../../domain/write-paths.js';
 import type { TaskStatus } from '../../schema/database.js';
 import { LeaseLostError, type Lease, type LeaseHolderInfo, type LeaseLostReason } from '../shared/lease.js';
+import type { IdempotencyOptions } from '../idempotent.js';
 
 /** A lease key as messages show it. */
 export function showKey(key: string): string {
@@ -63,7 +64,7 @@ export interface PathLeaseHolderInfo extends LeaseHolderInfo {
   readonly conflicts: readonly PathLeaseConflict[];
 }
 
-export interface AcquirePathsInput {
+export interface AcquirePathsInput extends IdempotencyOptions {
   readonly workspaceId: string;
   readonly holder: string;
   /** Paths to lease, reduced by `leaseKeys` (globs to their prefix; `"."`, `""` or `"*"` = the whole workspace). */
@@ -99,7 +100,7 @@ export type TryAcquirePathsResult =
 export type AcquiredPaths = readonly PathLease[] & { readonly lease: PathLeaseGrant };
 
 /** Options of `renewPaths(lease, options)`. */
-export interface RenewPathLeaseOptions {
+export interface RenewPathLeaseOptions extends IdempotencyOptions {
   /** The new TTL from now (default `DEFAULT_PATH_LEASE_TTL_MS`). */
   readonly ttlMs?: number;
 }
@@ -116,7 +117,7 @@ export interface AcquirePathsOptions {
 }
 
 /** @deprecated the 0.x form, by holder name: release the grant instead, `releasePaths(lease)`. */
-export interface ReleasePathsInput {
+export interface ReleasePathsInput extends IdempotencyOptions {
   readonly workspaceId: string;
   readonly holder: string;
   /** Release only the holder's leases on these paths and below them; omitted = all its leases in the workspace. */
@@ -124,7 +125,7 @@ export interface ReleasePathsInput {
 }
 
 /** @deprecated the 0.x form, by holder name: renew the grant instead, `renewPaths(lease, { ttlMs })`. */
-export interface RenewPathsInput {
+export interface RenewPathsInput extends IdempotencyOptions {
   readonly workspaceId: string;
   readonly holder: string;
   /**
@@ -175,7 +176,7 @@ export type PathClaimResult =
       readonly conflicts: readonly PathLeaseConflict[];
     };
 
-export interface PathClaimOptions {
+export interface PathClaimOptions extends IdempotencyOptions {
   /** Lease TTL (default `DEFAULT_PATH_LEASE_TTL_MS`); renew with `renewPaths`. */
   readonly ttlMs?: number;
 }
@@ -282,7 +283,7 @@ export interface PathLeaseRepository {
    * @example
    * await store.paths.releasePaths(claim.lease);
    */
-  releasePaths(lease: PathLeaseGrant): Promise<{ readonly released: readonly string[] }>;
+  releasePaths(lease: PathLeaseGrant, options?: IdempotencyOptions): Promise<{ readonly released: readonly string[] }>;
   /**
    * @deprecated the 0.x form, removed in the next release: it deletes every lease of the holder
    * name in the workspace (only those on or below `paths`, if given), other processes' of the same
@@ -350,7 +351,12 @@ export interface PathLeaseRepository {
    * @example
    * await store.paths.submitTaskResult(task.id, claim.lease, { status: 'done' });
    */
-  submitTaskResult(taskId: string, lease: PathLeaseGrant, result: PathTaskResult): Promise<PathTaskSubmission>;
+  submitTaskResult(
+    taskId: string,
+    lease: PathLeaseGrant,
+    result: PathTaskResult,
+    options?: IdempotencyOptions,
+  ): Promise<PathTaskSubmission>;
   /**
    * @deprecated the 0.x form, by holder name, removed in the next release: pass the claim's
    * grant. Refused with `PathClaimRefusedError` if another holder name holds a live lease of the task.
@@ -358,5 +364,10 @@ export interface PathLeaseRepository {
    * @example
    * await store.paths.submitTaskResult(task.id, 'agent-1', { status: 'done' });
    */
-  submitTaskResult(taskId: string, holder: string, result: PathTaskResult): Promise<PathTaskSubmission>;
+  submitTaskResult(
+    taskId: string,
+    holder: string,
+    result: PathTaskResult,
+    options?: IdempotencyOptions,
+  ): Promise<PathTaskSubmission>;
 }

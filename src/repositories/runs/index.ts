@@ -6,7 +6,7 @@ import { sql } from 'kysely';
 import { InvalidArgumentError, NotFoundError } from '../../errors.js';
 import type { CoordinatorRunRow, CoordinatorRunStatus } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
-import { requireSameCreate } from '../idempotent.js';
+import { keyedCall, keyedWrite, requireSameCreate, type IdempotencyOptions } from '../idempotent.js';
 import {
   optionalId,
   optionalInput,
@@ -42,6 +42,9 @@ const RUN_STATUSES: readonly CoordinatorRunStatus[] = ['running', ...STOPPED_STA
 
 const START_ATTEMPTS = 5;
 
+/** The typed refusals a keyed stop or heartbeat stores. */
+const RUN_REFUSALS = [NotFoundError, CoordinatorRunNotRunningError];
+
 /** The run repository on a store context (wired as `store.runs`). */
 export function createRunRepository(ctx: StoreContext): RunRepository {
   const { dialect } = ctx;
@@ -53,9 +56,9 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
     return row ? toCoordinatorRun(row) : null;
   }
 
-  /** After a conditional UPDATE matched nothing: why. */
-  async function notRunning(runId: string): Promise<never> {
-    const run = await getRun(runId);
+  /** After a conditional UPDATE matched nothing: why (read in its transaction, so a keyed call stores it). */
+  async function notRunning(trx: Parameters<typeof SELECT_RUN.first>[0], runId: string): Promise<never> {
+    const run = await SELECT_RUN.first(trx, { id: runId });
     if (!run) throw new NotFoundError('coordinator run', runId);
     throw new CoordinatorRunNotRunningError(runId, run.status);
   }
@@ -189,36 +192,48 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
       return rows.map(toCoordinatorRun);
     },
 
-    async stopCoordinatorRun(runId, status) {
+    async stopCoordinatorRun(runId, status, options?: IdempotencyOptions) {
       requireId('runId', runId);
       requireOneOf('status', status, STOPPED_STATUSES);
-      const row = await dialect.writeTransaction((trx) =>
-        trx
+      const call = keyedCall(
+        'runs.stopCoordinatorRun',
+        optionalInput('options', options),
+        { runId, status },
+        RUN_REFUSALS,
+      );
+      return keyedWrite(ctx, call, async (trx) => {
+        const row = await trx
           .updateTable('coordinator_runs')
           .set({ status, ended_at: ctx.clock.now() })
           .where('id', '=', runId)
           .where('status', '=', 'running')
           .returningAll()
-          .executeTakeFirst(),
-      );
-      return row ? toCoordinatorRun(row) : notRunning(runId);
+          .executeTakeFirst();
+        return row ? toCoordinatorRun(row) : notRunning(trx, runId);
+      });
     },
 
-    async heartbeatCoordinatorRun(runId) {
+    async heartbeatCoordinatorRun(runId, options?: IdempotencyOptions) {
       requireId('runId', runId);
       const now = ctx.clock.now();
+      const call = keyedCall(
+        'runs.heartbeatCoordinatorRun',
+        optionalInput('options', options),
+        { runId },
+        RUN_REFUSALS,
+      );
       // `status = 'running'` in the WHERE is the fence: PostgreSQL re-checks it on the row
       // version a concurrent reconcile left, so a reconciled run never comes back.
-      const row = await dialect.writeTransaction((trx) =>
-        trx
+      return keyedWrite(ctx, call, async (trx) => {
+        const row = await trx
           .updateTable('coordinator_runs')
           .set({ heartbeat_at: sql<number>`case when heartbeat_at > ${now} then heartbeat_at else ${now} end` })
           .where('id', '=', runId)
           .where('status', '=', 'running')
           .returningAll()
-          .executeTakeFirst(),
-      );
-      return row ? toCoordinatorRun(row) : notRunning(runId);
+          .executeTakeFirst();
+        return row ? toCoordinatorRun(row) : notRunning(trx, runId);
+      });
     },
 
     async reconcileStaleRuns(options) {

@@ -2,6 +2,7 @@
 import { TaskfenceError } from '../../errors.js';
 import type { CoordinatorRunStatus } from '../../schema/database.js';
 import type { CoordinatorRunLease } from '../shared/running-run.js';
+import type { IdempotencyOptions } from '../idempotent.js';
 
 export interface CoordinatorRun {
   readonly id: string;
@@ -125,12 +126,12 @@ export interface RunRepository {
    * Stops the run with this id (never "the latest run") if it is still running; a run that
    * already stopped or was reconciled gets `CoordinatorRunNotRunningError`.
    */
-  stopCoordinatorRun(runId: string, status: StoppedRunStatus): Promise<CoordinatorRun>;
+  stopCoordinatorRun(runId: string, status: StoppedRunStatus, options?: IdempotencyOptions): Promise<CoordinatorRun>;
   /**
    * Records that the run's holder is alive. Only a running run can heartbeat: once reconciled
    * or stopped, the call fails with `CoordinatorRunNotRunningError` and the run stays dead.
    */
-  heartbeatCoordinatorRun(runId: string): Promise<CoordinatorRun>;
+  heartbeatCoordinatorRun(runId: string, options?: IdempotencyOptions): Promise<CoordinatorRun>;
   /**
    * Fails, in one statement, every running run whose last heartbeat is older than
    * `staleAfterMs`, freeing its target; a heartbeat that commits first keeps its run alive.

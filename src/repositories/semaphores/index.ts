@@ -11,7 +11,15 @@ import type { StoreContext } from '../context.js';
 import { readLeaseRowLocked, type LeaseFence } from '../shared/fence.js';
 import { requireLease, type LeaseLostReason } from '../shared/lease.js';
 import { semaphoreLockKey } from '../shared/lock-keys.js';
-import { requireCounter, requireId, requireInput, requireLimit, requirePositiveMs } from '../validate.js';
+import { keyedCall, keyedWrite, type IdempotencyOptions } from '../idempotent.js';
+import {
+  optionalInput,
+  requireCounter,
+  requireId,
+  requireInput,
+  requireLimit,
+  requirePositiveMs,
+} from '../validate.js';
 import {
   DEFAULT_SEMAPHORE_TTL_MS,
   MAX_SEMAPHORE_LIMIT,
@@ -137,6 +145,9 @@ export const fenceSemaphore: LeaseFence = async (ctx, trx, lease) => {
  * @example
  * const semaphores = createSemaphoreRepository(createStoreContext(dialect));
  */
+/** The typed refusal a keyed renew or release stores (a busy acquire is a result). */
+const LEASE_REFUSALS = [SemaphoreLeaseLostError];
+
 export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepository {
   const { dialect } = ctx;
 
@@ -163,7 +174,8 @@ export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepositor
   return {
     async acquire(name, input) {
       const { holder, limit, ttlMs } = checkAcquire(name, input);
-      return dialect.writeTransaction((trx) => acquireIn(ctx, trx, name, holder, limit, ttlMs));
+      const call = keyedCall('semaphores.acquire', input, { name, holder, limit, ttlMs }, []);
+      return keyedWrite(ctx, call, (trx) => acquireIn(ctx, trx, name, holder, limit, ttlMs));
     },
 
     async acquireWait(name, input, options) {
@@ -201,7 +213,8 @@ export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepositor
       const lease = checkLease(value);
       const opts = options === undefined ? {} : requireInput('options', options);
       const ttlMs = opts.ttlMs === undefined ? DEFAULT_SEMAPHORE_TTL_MS : requirePositiveMs('ttlMs', opts.ttlMs);
-      return dialect.writeTransaction(async (trx) => {
+      const call = keyedCall('semaphores.renew', opts, { lease, ttlMs }, LEASE_REFUSALS);
+      return keyedWrite(ctx, call, async (trx) => {
         const now = ctx.clock.now();
         const row = await trx
           .updateTable('semaphore_holders')
@@ -220,9 +233,10 @@ export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepositor
       });
     },
 
-    async release(value) {
+    async release(value, options?: IdempotencyOptions) {
       const lease = checkLease(value);
-      await dialect.writeTransaction(async (trx) => {
+      const call = keyedCall('semaphores.release', optionalInput('options', options), { lease }, LEASE_REFUSALS);
+      await keyedWrite(ctx, call, async (trx) => {
         const gone = await trx
           .deleteFrom('semaphore_holders')
           .where('name', '=', lease.resource)

@@ -4,6 +4,7 @@
  */
 import type { Lease, LeaseLostReason } from '../shared/lease.js';
 import { LeaseLostError, LeaseWaitTimeoutError } from '../shared/lease.js';
+import type { IdempotencyOptions } from '../idempotent.js';
 
 /** TTL of a semaphore slot when the call gives none. */
 export const DEFAULT_SEMAPHORE_TTL_MS = 60_000;
@@ -39,7 +40,7 @@ export type SemaphoreClaim =
   | { readonly status: 'acquired'; readonly lease: SemaphoreLease }
   | { readonly status: 'busy'; readonly heldBy: SemaphoreBusy };
 
-export interface AcquireSemaphoreInput {
+export interface AcquireSemaphoreInput extends IdempotencyOptions {
   /** Who holds the slot; shown to the callers it blocks. One holder may hold several slots. */
   readonly holder: string;
   /** How many slots the semaphore has (1..`MAX_SEMAPHORE_LIMIT`). Callers of one name should agree; each call is judged by its own. */
@@ -125,7 +126,7 @@ export interface SemaphoreRepository {
    * @example
    * lease = await store.semaphores.renew(lease, { ttlMs: 60_000 });
    */
-  renew(lease: SemaphoreLease, options?: { readonly ttlMs?: number }): Promise<SemaphoreLease>;
+  renew(lease: SemaphoreLease, options?: { readonly ttlMs?: number } & IdempotencyOptions): Promise<SemaphoreLease>;
   /**
    * Frees the slot (live or expired) and wakes the waiters of `name`. A repeat release of the
    * same token is a no-op success; a token never granted for `name` throws `SemaphoreLeaseLostError`.
@@ -133,7 +134,7 @@ export interface SemaphoreRepository {
    * @example
    * await store.semaphores.release(lease);
    */
-  release(lease: SemaphoreLease): Promise<void>;
+  release(lease: SemaphoreLease, options?: IdempotencyOptions): Promise<void>;
   /** The live slots of `name`, soonest-expiring first; for diagnostics and tests. */
   listHolders(name: string): Promise<SemaphoreHolder[]>;
 }

@@ -5,6 +5,7 @@
  */
 import type { Lease, LeaseClaim, LeaseLostReason } from './lease.js';
 import { LeaseLostError } from './lease.js';
+import type { IdempotencyOptions } from '../idempotent.js';
 
 /** TTL of a workspace lock when the claim gives none (renew at about a third of it). */
 export const DEFAULT_WORKSPACE_LOCK_TTL_MS = 5 * 60_000;
@@ -54,7 +55,7 @@ export type WorkspaceLockClaim =
 /** The result of `claimTaskLease`: `{ status: 'acquired', lease }`, or the live holder it lost to. */
 export type TaskLeaseClaim = LeaseClaim<'task_lease', TaskLeaseHolder>;
 
-export interface ClaimWorkspaceLockInput {
+export interface ClaimWorkspaceLockInput extends IdempotencyOptions {
   /** Who holds it (a process or run handle); shown to the losers. */
   readonly holder: string;
   /** The run the lock is held for. */
@@ -63,7 +64,7 @@ export interface ClaimWorkspaceLockInput {
   readonly ttlMs?: number;
 }
 
-export interface ClaimTaskLeaseInput {
+export interface ClaimTaskLeaseInput extends IdempotencyOptions {
   /** Who holds it (a run or process handle); shown to the losers. */
   readonly holder: string;
   /** How long the lease lives unless renewed (default `DEFAULT_TASK_LEASE_TTL_MS`). */
@@ -71,7 +72,7 @@ export interface ClaimTaskLeaseInput {
 }
 
 /** How long a renewal extends a lease: from now, `ttlMs` (default: the kind's default TTL). */
-export interface RenewLeaseOptions {
+export interface RenewLeaseOptions extends IdempotencyOptions {
   readonly ttlMs?: number;
 }
 
@@ -166,7 +167,7 @@ export interface LockRepository {
    * @example
    * await store.locks.releaseWorkspaceLock(lease);
    */
-  releaseWorkspaceLock(lease: WorkspaceLock): Promise<void>;
+  releaseWorkspaceLock(lease: WorkspaceLock, options?: IdempotencyOptions): Promise<void>;
   /** @deprecated since 0.x: pass the lease, `releaseWorkspaceLock(lease)`. */
   releaseWorkspaceLock(workspaceId: string, input: { token: number }): Promise<void>;
   /** The current holder of a workspace lock, or null if it is free or expired. */
@@ -179,7 +180,7 @@ export interface LockRepository {
   /** @deprecated since 0.x: pass the lease, `renewTaskLease(lease, { ttlMs })`. */
   renewTaskLease(taskId: string, input: { token: number; ttlMs: number }): Promise<TaskLease>;
   /** Frees a task lease (same semantics as `releaseWorkspaceLock`); throws `StaleTaskLeaseError` for a superseded or never granted token. */
-  releaseTaskLease(lease: TaskLease): Promise<void>;
+  releaseTaskLease(lease: TaskLease, options?: IdempotencyOptions): Promise<void>;
   /** @deprecated since 0.x: pass the lease, `releaseTaskLease(lease)`. */
   releaseTaskLease(taskId: string, input: { token: number }): Promise<void>;
   /** The current holder of a task lease, or null if it is free or expired. */
