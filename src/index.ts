@@ -168,6 +168,7 @@ export type { Task, Project, WorkspaceRecord } from './repositories/shared/recor
 export type { Agent, Company, OrgRepository } from './repositories/org.js';
 export {
   MAX_DEPENDENCIES,
+  MAX_TASK_BATCH,
   TaskDependencyRefusedError,
   type CreateTaskInput,
   type DependencyRefusal,
@@ -238,6 +239,7 @@ export type { ConsumedResolution, ConsumeResolutionInput } from './repositories/
 export {
   DEFAULT_DELIVERY_LIMIT,
   MAX_DELIVERY_LIMIT,
+  MAX_MESSAGE_BATCH,
   DEFAULT_VISIBILITY_MS,
   type Message,
   type MessageDeliveryStatus,
