@@ -169,6 +169,7 @@ export type { Task, Project, WorkspaceRecord } from './repositories/shared/recor
 export type { Agent, Company, OrgRepository } from './repositories/org.js';
 export {
   MAX_DEPENDENCIES,
+  MAX_TASK_BATCH,
   TaskDependencyRefusedError,
   type CreateTaskInput,
   type DependencyRefusal,
@@ -240,6 +241,7 @@ export type { TraceContext } from './repositories/shared/trace-context.js';
 export {
   DEFAULT_DELIVERY_LIMIT,
   MAX_DELIVERY_LIMIT,
+  MAX_MESSAGE_BATCH,
   DEFAULT_VISIBILITY_MS,
   type Message,
   type MessageDeliveryStatus,

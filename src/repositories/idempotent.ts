@@ -46,6 +46,11 @@ export async function createOnce<T>(
   dialect: StoreDialect,
   references: readonly Reference[],
   attempt: () => Promise<T>,
+  /**
+   * A batch of N ids may lose a race N times to creators of overlapping batches, each lost race
+   * meaning one more of its ids committed by another: it then gets N + 1 rounds.
+   */
+  rounds = 2,
 ): Promise<T> {
   for (let round = 1; ; round++) {
     try {
@@ -53,7 +58,7 @@ export async function createOnce<T>(
     } catch (error) {
       const kind = dialect.classifyError(error);
       if (kind === 'foreign_key_violation') await requireReferences(dialect.db, references);
-      if (kind !== 'unique_violation' || round >= 2) throw error;
+      if (kind !== 'unique_violation' || round >= rounds) throw error;
     }
   }
 }

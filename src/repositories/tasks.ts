@@ -5,6 +5,7 @@ import {
   TASK_STATUSES,
   type Database,
   type NewTaskRow,
+  type TaskRow,
   type TaskStatus,
   type WorkspaceMode,
 } from '../schema/database.js';
@@ -24,7 +25,14 @@ import { dispatchTaskLockKey, runTargetLockKey } from './shared/lock-keys.js';
 import { toTask, type Task } from './shared/records.js';
 import { findRunningRun } from './shared/running-run.js';
 import type { StoreContext } from './context.js';
-import { createOnce, keyedCall, keyedWrite, requireSameCreate, type IdempotencyOptions } from './idempotent.js';
+import {
+  createOnce,
+  keyedCall,
+  keyedWrite,
+  requireSameCreate,
+  type IdempotencyOptions,
+  type Reference,
+} from './idempotent.js';
 import {
   optionalId,
   optionalIdFilter,
@@ -111,6 +119,11 @@ export class TaskDependencyRefusedError extends TaskfenceError {
 /** Most dependencies one call adds. */
 export const MAX_DEPENDENCIES = 1_000;
 
+/** Most tasks one `createTasks` call creates. */
+export const MAX_TASK_BATCH = 1_000;
+/** Rows per INSERT statement in a batch (SQLite binds at most 32,766 parameters per statement). */
+const INSERT_CHUNK = 500;
+
 export interface ListTasksFilter {
   /** Only tasks of this coordinator run. */
   readonly runId?: string;
@@ -127,6 +140,22 @@ export interface TaskRepository {
    * membership: a child is never visible without its membership.
    */
   createTask(input: CreateTaskInput): Promise<Task>;
+  /**
+   * Creates up to `MAX_TASK_BATCH` tasks in one write transaction (one commit): **atomic**, every
+   * task is created or none is, and the first refusal is thrown as `createTask` would throw it.
+   * Each is created as `createTask` creates it (the running run of its target stamped, a `shared`
+   * child's membership, dependencies), and idempotent by id the same way: a task whose id exists
+   * with the same input is returned as stored, other input is `AlreadyExistsError`. `dependsOn`
+   * may name tasks earlier in the batch (a later one is `INVALID_ARGUMENT`); a `parentId` names a
+   * task that exists before the call. Returns the tasks in input order.
+   *
+   * @example
+   * const [build, test] = await store.tasks.createTasks([
+   *   { id: 'build', companyId, title: 'build', requiresFilesystem: true, targetKey, status: 'ready' },
+   *   { id: 'test', companyId, title: 'test', requiresFilesystem: true, targetKey, status: 'ready', dependsOn: ['build'] },
+   * ]);
+   */
+  createTasks(inputs: readonly CreateTaskInput[]): Promise<Task[]>;
   getTask(id: string): Promise<Task | null>;
   /** Like `getTask`, but a missing task is a `NotFoundError`. */
   requireTask(id: string): Promise<Task>;
@@ -371,6 +400,35 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
       );
     },
 
+    async createTasks(inputs) {
+      if (!Array.isArray(inputs)) throw new InvalidArgumentError('inputs', 'must be an array of createTask inputs');
+      if (inputs.length > MAX_TASK_BATCH)
+        throw new InvalidArgumentError('inputs', `must hold at most ${MAX_TASK_BATCH} tasks`);
+      const items = (inputs as readonly CreateTaskInput[]).map((input, i) => prepareCreate(ctx, input, i));
+      const position = new Map<string, number>();
+      items.forEach((item, i) => {
+        if (position.has(item.id)) throw new InvalidArgumentError(`inputs[${i}].id`, `repeats task id ${item.id}`);
+        position.set(item.id, i);
+      });
+      items.forEach((item, i) => {
+        for (const dep of item.dependsOn) {
+          const at = position.get(dep);
+          if (at !== undefined && at >= i)
+            throw new InvalidArgumentError(`inputs[${i}].dependsOn`, `names ${dep}, which is not earlier in the batch`);
+        }
+        if (item.input.parentId && position.has(item.input.parentId))
+          throw new InvalidArgumentError(`inputs[${i}].parentId`, 'must name a task that exists before the call');
+      });
+      if (items.length === 0) return [];
+      const references = items.flatMap((item) => item.references);
+      return createOnce(
+        dialect,
+        references,
+        () => dialect.writeTransaction((trx) => createTasksIn(ctx, trx, items, position)),
+        items.length + 1,
+      );
+    },
+
     async getTask(id) {
       requireId('id', id);
       const row = await dialect.db.selectFrom('tasks').selectAll().where('id', '=', id).executeTakeFirst();
@@ -537,4 +595,208 @@ async function reaches(trx: Trx, from: string, to: string): Promise<boolean> {
     )
     select 1 as hit from reach where id = ${to} limit 1`.execute(trx);
   return found.rows.length > 0;
+}
+
+/** A `createTask` input, checked and normalized before the transaction. */
+interface PreparedCreate {
+  readonly input: CreateTaskInput;
+  readonly id: string;
+  readonly companyId: string;
+  readonly title: string;
+  readonly status: TaskStatus;
+  readonly requiresFilesystem: boolean;
+  readonly writes: readonly string[] | null;
+  readonly priority: number;
+  readonly spec: string | null;
+  readonly dependsOn: readonly string[];
+  readonly references: readonly Reference[];
+}
+
+/** `createTask`'s checks for item `i` of a batch, with the field names prefixed `inputs[i].`. */
+function prepareCreate(ctx: StoreContext, input: CreateTaskInput, i: number): PreparedCreate {
+  try {
+    checkCreateTaskInput(input);
+    if (input.targetKey === '') throw new InvalidArgumentError('targetKey', 'must be null or a non-empty key');
+    const companyId = requireText('companyId', input.companyId);
+    return {
+      input,
+      id: input.id ?? ctx.newId(),
+      companyId,
+      title: requireText('title', input.title),
+      status: input.status ?? 'backlog',
+      requiresFilesystem: requireBoolean('requiresFilesystem', input.requiresFilesystem),
+      writes: validateWrites(input.writes),
+      priority: input.priority === undefined ? 0 : requirePriority(input.priority),
+      spec: requireJson('spec', input.spec),
+      dependsOn: input.dependsOn === undefined ? [] : requireDependencyList(input.dependsOn),
+      references: [
+        ['company', 'companies', companyId],
+        ['project', 'projects', input.projectId],
+        ['assignee agent', 'agents', input.assigneeAgentId],
+        ['workspace', 'workspaces', input.workspaceId],
+      ],
+    };
+  } catch (error) {
+    if (error instanceof InvalidArgumentError) {
+      throw new InvalidArgumentError(`inputs[${i}].${error.field}`, error.reason);
+    }
+    throw error;
+  }
+}
+
+/**
+ * The batch's transaction. Keys are taken once, up front and in the documented order: every
+ * target's run-target key (level 2, sorted), then every parent's cleanup barrier (level 3,
+ * sorted), so a batch never takes a key above one it holds. Then one read per kind (existing ids,
+ * running runs, dependencies) and one multi-row INSERT per table, whatever the batch's size.
+ */
+async function createTasksIn(
+  ctx: StoreContext,
+  trx: Trx,
+  items: readonly PreparedCreate[],
+  position: ReadonlyMap<string, number>,
+): Promise<Task[]> {
+  const { dialect } = ctx;
+  const now = ctx.clock.now();
+  const named = items.filter((item) => item.input.id !== undefined).map((item) => item.id);
+  const existing = new Map<string, TaskRow>();
+  for (const chunk of chunks(named, INSERT_CHUNK)) {
+    for (const row of await trx.selectFrom('tasks').selectAll().where('id', 'in', chunk).execute())
+      existing.set(row.id, row);
+  }
+  for (const item of items) {
+    const stored = existing.get(item.id);
+    // A retry of this create (e.g. after COMMIT_OUTCOME_UNKNOWN): the same input gets the stored task.
+    if (stored) requireSameCreate('task', item.id, sameCreateFields(item, stored));
+  }
+  const fresh = items.filter((item) => !existing.has(item.id));
+  const targets = [...new Set(fresh.map((item) => item.input.targetKey ?? null))];
+  for (const target of targets.map((t) => runTargetLockKey(t)).sort()) await dialect.lockKey(trx, target);
+  const parents = [...new Set(fresh.flatMap((item) => (item.input.parentId ? [item.input.parentId] : [])))];
+  if (parents.length > 0) await lockBarriers(ctx, trx, parents);
+  const runOf = new Map<string, string | null>();
+  for (const target of targets) runOf.set(target ?? '', (await findRunningRun(trx, target))?.id ?? null);
+
+  // Each parent checked as createTask checks it (exists, not admitted for cleanup; its group for a shared child).
+  const groupOf = new Map<string, string | null>();
+  for (const item of fresh) {
+    const parentId = item.input.parentId;
+    if (!parentId) {
+      if (item.input.workspaceMode === 'shared')
+        throw new InvalidArgumentError(
+          'workspaceMode',
+          'a shared task needs a parentId whose workspace group it joins',
+        );
+      continue;
+    }
+    if (!groupOf.has(parentId)) {
+      const parent = await trx.selectFrom('tasks').select('id').where('id', '=', parentId).executeTakeFirst();
+      if (!parent) throw new NotFoundError('parent task', parentId);
+      groupOf.set(parentId, (await activeGroupOf(trx, parentId))?.id ?? null);
+    }
+    await refuseIfAdmitted(trx, 'create', item.id, [parentId]);
+    if (item.input.workspaceMode === 'shared' && !groupOf.get(parentId))
+      throw new InvalidArgumentError('workspaceMode', `parent task ${parentId} has no shared workspace group to join`);
+  }
+
+  // Dependencies outside the batch, row-locked as createTask locks them; inside it, the rows about to be written.
+  const outside = [...new Set(fresh.flatMap((item) => item.dependsOn.filter((dep) => !position.has(dep))))];
+  const depRows = new Map<
+    string,
+    { id: string; status: TaskStatus; coordinator_run_id: string | null; target_key: string | null }
+  >();
+  for (const chunk of chunks(outside, INSERT_CHUNK))
+    for (const row of await lockedTasks(ctx, trx, chunk, 'share')) depRows.set(row.id, row);
+  for (const [id, row] of existing) depRows.set(id, row);
+
+  const rows: NewTaskRow[] = [];
+  for (const item of fresh) {
+    const input = item.input;
+    const runId = runOf.get(input.targetKey ?? '') ?? null;
+    const deps = item.dependsOn.map((depId) => {
+      const dep = depRows.get(depId);
+      if (!dep) throw new NotFoundError('task (dependency)', depId);
+      checkSameScope({ id: item.id, coordinator_run_id: runId, target_key: input.targetKey ?? null }, dep);
+      return dep;
+    });
+    const reason = blockedBy(deps);
+    const stored = reason !== null && (item.status === 'ready' || item.status === 'blocked') ? 'blocked' : item.status;
+    const row: NewTaskRow = {
+      id: item.id,
+      company_id: item.companyId,
+      project_id: input.projectId ?? null,
+      assignee_agent_id: input.assigneeAgentId ?? null,
+      workspace_id: input.workspaceId ?? null,
+      title: item.title,
+      description: input.description ?? null,
+      status: stored,
+      created_at: now,
+      updated_at: now,
+      coordinator_run_id: runId,
+      target_key: input.targetKey ?? null,
+      requires_filesystem: item.requiresFilesystem ? 1 : 0,
+      parent_id: input.parentId ?? null,
+      workspace_mode: input.workspaceMode ?? null,
+      writes: item.writes === null ? null : JSON.stringify(item.writes),
+      priority: item.priority,
+      spec: item.spec,
+      blocked_reason: stored === 'blocked' ? reason : null,
+    };
+    rows.push(row);
+    // A later item of the batch that depends on this one sees what is about to be stored.
+    depRows.set(item.id, {
+      id: item.id,
+      status: stored,
+      coordinator_run_id: runId,
+      target_key: row.target_key ?? null,
+    });
+  }
+  // In input order, so `seq` follows the batch's order.
+  for (const chunk of chunks(rows, INSERT_CHUNK)) await trx.insertInto('tasks').values(chunk).execute();
+  const edges = fresh.flatMap((item) =>
+    item.dependsOn.map((depId) => ({ task_id: item.id, depends_on_id: depId, created_at: now })),
+  );
+  for (const chunk of chunks(edges, INSERT_CHUNK)) await trx.insertInto('task_dependencies').values(chunk).execute();
+  const members = fresh.flatMap((item) => {
+    const groupId =
+      item.input.workspaceMode === 'shared' && item.input.parentId ? groupOf.get(item.input.parentId) : null;
+    return groupId ? [{ group_id: groupId, task_id: item.id, role: 'member' as const, joined_at: now }] : [];
+  });
+  for (const chunk of chunks(members, INSERT_CHUNK))
+    await trx.insertInto('workspace_group_members').values(chunk).execute();
+  // Read back inside the transaction (the seq the database assigned), as createTask does.
+  const written = new Map(existing);
+  for (const chunk of chunks(
+    fresh.map((item) => item.id),
+    INSERT_CHUNK,
+  ))
+    for (const row of await trx.selectFrom('tasks').selectAll().where('id', 'in', chunk).execute())
+      written.set(row.id, row);
+  return items.map((item) => toTask(written.get(item.id)!));
+}
+
+/** What `requireSameCreate` compares for a retried create of a stored task. */
+function sameCreateFields(item: PreparedCreate, existing: TaskRow) {
+  const input = item.input;
+  return {
+    companyId: [item.companyId, existing.company_id],
+    title: [item.title, existing.title],
+    description: [input.description ?? null, existing.description],
+    projectId: [input.projectId ?? null, existing.project_id],
+    assigneeAgentId: [input.assigneeAgentId ?? null, existing.assignee_agent_id],
+    workspaceId: [input.workspaceId ?? null, existing.workspace_id],
+    requiresFilesystem: [item.requiresFilesystem ? 1 : 0, existing.requires_filesystem],
+    targetKey: [input.targetKey ?? null, existing.target_key],
+    parentId: [input.parentId ?? null, existing.parent_id],
+    workspaceMode: [input.workspaceMode ?? null, existing.workspace_mode],
+    writes: [item.writes === null ? null : JSON.stringify(item.writes), existing.writes],
+    priority: [item.priority, Number(existing.priority)],
+    spec: [item.spec, existing.spec],
+  } as const;
+}
+
+function chunks<T>(list: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < list.length; i += size) out.push(list.slice(i, i + size));
+  return out;
 }

@@ -32,6 +32,7 @@ import {
   type Message,
   type MessageRepository,
   type ReceivedMessage,
+  type SendMessageInput,
 } from './types.js';
 
 export * from './types.js';
@@ -82,6 +83,82 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
   const { dialect } = ctx;
   const { db } = dialect;
   const now = () => ctx.clock.now();
+
+  /**
+   * Queues `items` in the caller's write transaction: named ids already stored are answered as a
+   * retry (same input) or refused (`ALREADY_EXISTS`); every new recipient must be known (one
+   * lookup per distinct handle); the rows go in with one INSERT per chunk, in input order; each
+   * inbox (and the inbox that will take it over) is woken once, on commit. Rows come back in input order.
+   */
+  async function sendIn(trx: Transaction<Database>, items: readonly PreparedSend[]): Promise<MessageRow[]> {
+    const stored = new Map<string, MessageRow>();
+    const named = items.filter((item) => item.named).map((item) => item.id);
+    for (const chunk of chunked(named))
+      for (const row of await trx.selectFrom('messages').selectAll().where('id', 'in', chunk).execute())
+        stored.set(row.id, row);
+    for (const item of items) {
+      const row = stored.get(item.id);
+      if (row)
+        requireSameCreate('message', item.id, {
+          from: [item.from, row.from_handle],
+          to: [item.to, row.to_handle],
+          kind: [item.kind, row.kind],
+          payload: [item.payload, row.payload],
+        });
+    }
+    const fresh = items.filter((item) => !stored.has(item.id));
+    const wake = new Set<string>();
+    for (const to of new Set(fresh.map((item) => item.to))) {
+      const recipient = await trx
+        .selectFrom('coordinator_runs as r')
+        .select((eb) => [
+          'r.status',
+          eb
+            .selectFrom('coordinator_runs as s')
+            .select('s.coordinator_handle')
+            .whereRef('s.target_key', '=', 'r.target_key')
+            .where('s.status', '=', 'running')
+            .limit(1)
+            .as('successor'),
+        ])
+        .where('r.coordinator_handle', '=', to)
+        .executeTakeFirst();
+      if (!recipient && fresh.some((item) => item.to === to && !item.allowUnknown)) {
+        const terminal = await trx
+          .selectFrom('dispatch_contexts')
+          .select('id')
+          .where('terminal_handle', '=', to)
+          .limit(1)
+          .executeTakeFirst();
+        if (!terminal) throw new UnknownRecipientError(to);
+      }
+      wake.add(to);
+      if (recipient && recipient.successor !== null && recipient.successor !== to) wake.add(recipient.successor);
+    }
+    const createdAt = now();
+    const rows = fresh.map((item) => ({
+      id: item.id,
+      from_handle: item.from,
+      to_handle: item.to,
+      kind: item.kind,
+      payload: item.payload,
+      status: 'pending' as const,
+      created_at: createdAt,
+      delivered_at: null,
+      receipt: null,
+      visible_at: null,
+      dead_at: null,
+      last_error: null,
+    }));
+    for (const chunk of chunked(rows)) await trx.insertInto('messages').values(chunk).execute();
+    // Consumers waiting on the inbox (or on the run that will take it over) wake when this commits.
+    for (const handle of wake) await dialect.wakeups.notify(trx, inboxTopic(handle));
+    // The sequence is assigned by the database (a default, or SQLite's trigger): read it back.
+    for (const chunk of chunked(fresh.map((item) => item.id)))
+      for (const row of await trx.selectFrom('messages').selectAll().where('id', 'in', chunk).execute())
+        stored.set(row.id, row);
+    return items.map((item) => stored.get(item.id)!);
+  }
 
   /** Takes over adopted runs' messages, dead-letters lapsed last attempts, hands out the rest. */
   async function receiveIn(trx: Transaction<Database>, handle: string, limit: number, visibilityMs: number) {
@@ -201,6 +278,35 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
         }),
       );
       return toMessage(row);
+    },
+
+    async sendMessages(inputs) {
+      if (!Array.isArray(inputs)) throw new InvalidArgumentError('inputs', 'must be an array of sendMessage inputs');
+      if (inputs.length > MAX_MESSAGE_BATCH)
+        throw new InvalidArgumentError('inputs', `must hold at most ${MAX_MESSAGE_BATCH} messages`);
+      const items = (inputs as readonly SendMessageInput[]).map((input, i) => {
+        try {
+          requireInput('input', input);
+          return prepareSend(ctx, input);
+        } catch (error) {
+          if (error instanceof InvalidArgumentError)
+            throw new InvalidArgumentError(`inputs[${i}].${error.field}`, error.reason);
+          throw error;
+        }
+      });
+      const seen = new Set<string>();
+      items.forEach((item, i) => {
+        if (seen.has(item.id)) throw new InvalidArgumentError(`inputs[${i}].id`, `repeats message id ${item.id}`);
+        seen.add(item.id);
+      });
+      if (items.length === 0) return [];
+      const rows = await createOnce(
+        dialect,
+        [],
+        () => dialect.writeTransaction((trx) => sendIn(trx, items)),
+        items.length + 1,
+      );
+      return rows.map(toMessage);
     },
 
     async receiveMessages(handle, options) {
@@ -345,4 +451,40 @@ function requireIdList(field: string, value: unknown): string[] {
     throw new InvalidArgumentError(field, `must be an array of at most ${MAX_DELIVERY_LIMIT} ids`);
   }
   return [...new Set(value.map((id, i) => requireId(`${field}[${i}]`, id)))];
+}
+
+/** Most messages one `sendMessages` call queues. */
+export const MAX_MESSAGE_BATCH = 1_000;
+/** Rows or ids per statement in a batch (SQLite binds at most 32,766 parameters per statement). */
+const BATCH_CHUNK = 500;
+
+function chunked<T>(list: readonly T[]): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < list.length; i += BATCH_CHUNK) out.push(list.slice(i, i + BATCH_CHUNK));
+  return out;
+}
+
+/** A `sendMessage` input, checked before the transaction. */
+interface PreparedSend {
+  readonly id: string;
+  /** The caller chose the id (so a stored row with it is a retry). */
+  readonly named: boolean;
+  readonly from: string;
+  readonly to: string;
+  readonly kind: string;
+  readonly payload: string | null;
+  readonly allowUnknown: boolean;
+}
+
+function prepareSend(ctx: StoreContext, input: SendMessageInput): PreparedSend {
+  const id = input.id === undefined ? ctx.newId() : requireId('id', input.id);
+  const payload = requireJson('payload', input.payload);
+  const from = requireId('from', input.from);
+  const to = requireId('to', input.to);
+  const kind = requireId('kind', input.kind);
+  const allowUnknown =
+    input.allowUnknownRecipient === undefined
+      ? false
+      : requireBoolean('allowUnknownRecipient', input.allowUnknownRecipient);
+  return { id, named: input.id !== undefined, from, to, kind, payload, allowUnknown };
 }

@@ -144,6 +144,17 @@ export interface MessageRepository {
    */
   sendMessage(input: SendMessageInput): Promise<Message>;
   /**
+   * Queues up to `MAX_MESSAGE_BATCH` messages in one write transaction (one commit): **atomic**,
+   * every message is queued or none is (an unknown recipient is `UNKNOWN_RECIPIENT` for the whole
+   * batch). Each is checked and is idempotent by `id` as `sendMessage`'s is. Messages get their
+   * `seq` in input order, so one inbox hands a batch out in the order it was given. Returns the
+   * messages in input order.
+   *
+   * @example
+   * await store.messages.sendMessages(results.map((r) => ({ id: r.id, from: terminal, to: coordinator, kind: 'result', payload: r })));
+   */
+  sendMessages(inputs: readonly SendMessageInput[]): Promise<Message[]>;
+  /**
    * Hands out up to `limit` visible messages of the inbox, oldest first, each under a lease of
    * `visibilityMs` with a fresh `receipt`. A message not acked before its lease lapses is handed
    * out again (`attempt + 1`); one handed out `maxAttempts` times moves to `dead` when its last

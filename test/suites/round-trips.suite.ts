@@ -1,0 +1,54 @@
+/**
+ * The round-trip budget (issue 24): every hot call sends at most its budget of statements, counted
+ * with `onQuery` (a count, not a timing, so it is stable on a loaded machine). The README's
+ * "Round trips per call" table lists the same figures; lower a budget when a call gets cheaper.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DialectFixture } from '../support/fixtures.js';
+import { HOT_CALLS, measureRoundTrips, statementCounter, type HotCall } from './round-trips.ops.js';
+
+/** Statements per call, per dialect (PostgreSQL: round trips, BEGIN counted with its first statement). */
+export const ROUND_TRIP_BUDGET: Record<HotCall, { readonly sqlite: number; readonly postgres: number }> = {
+  startCoordinatorRun: { sqlite: 6, postgres: 7 },
+  'createTask (with a target)': { sqlite: 5, postgres: 6 },
+  dispatchNext: { sqlite: 8, postgres: 8 },
+  heartbeatDispatch: { sqlite: 3, postgres: 3 },
+  completeDispatch: { sqlite: 9, postgres: 11 },
+  claimWorkspaceLock: { sqlite: 4, postgres: 5 },
+  renewWorkspaceLock: { sqlite: 3, postgres: 3 },
+  releaseWorkspaceLock: { sqlite: 3, postgres: 3 },
+  claimTaskLease: { sqlite: 3, postgres: 3 },
+  renewTaskLease: { sqlite: 3, postgres: 3 },
+  releaseTaskLease: { sqlite: 3, postgres: 3 },
+  'semaphores.acquire': { sqlite: 6, postgres: 7 },
+  'semaphores.renew': { sqlite: 3, postgres: 3 },
+  'semaphores.release': { sqlite: 3, postgres: 4 },
+  'tryAcquirePaths (2 paths)': { sqlite: 8, postgres: 9 },
+  renewPaths: { sqlite: 4, postgres: 5 },
+  releasePaths: { sqlite: 3, postgres: 4 },
+  'paths.claimTask': { sqlite: 11, postgres: 12 },
+  sendMessage: { sqlite: 5, postgres: 6 },
+  'receiveMessages (1)': { sqlite: 5, postgres: 4 },
+  'ackMessages (1)': { sqlite: 3, postgres: 3 },
+  transferEnvironmentOwnership: { sqlite: 3, postgres: 5 },
+};
+
+export function defineRoundTripSuite(makeFixture: () => DialectFixture) {
+  let fx: DialectFixture;
+  let counts: Record<HotCall, number>;
+
+  beforeAll(async () => {
+    fx = makeFixture();
+    const counter = statementCounter();
+    const store = await fx.freshStore({ onQuery: counter.onQuery });
+    counts = await measureRoundTrips(store, counter);
+  }, 120_000);
+  afterAll(() => fx.cleanup());
+
+  describe('round trips per hot call', () => {
+    it.each(HOT_CALLS)('%s stays within its budget', (call) => {
+      expect(counts[call]).toBeGreaterThan(0);
+      expect(counts[call]).toBeLessThanOrEqual(ROUND_TRIP_BUDGET[call][fx.kind]);
+    });
+  });
+}
