@@ -1,6 +1,7 @@
 // A PostgreSQL-only app (better-sqlite3 not installed): migrates and works on PostgreSQL, and a
 // `sqlite:` URL fails at once with DriverNotInstalledError saying what to install.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { openStore, DriverNotInstalledError } from 'taskfence';
@@ -47,8 +48,15 @@ try {
         .name,
       'Acme',
     );
+    // The CLI from the installed package: `inspect --json` has every section.
+    const inspected = JSON.parse(
+      execFileSync('node_modules/.bin/taskfence', ['inspect', '--db', url.toString(), '--json'], { encoding: 'utf8' }),
+    );
+    for (const key of ['runs', 'dispatches', 'locks', 'paths', 'semaphores', 'inbox', 'ownership', 'readyQueue'])
+      assert.ok(key in inspected, `inspect --json has no ${key}`);
+    assert.equal(inspected.runs.running.total, 1);
     console.log(
-      `PostgreSQL-only app: ok (schema ${(await store.migrationStatus()).currentVersion}, sqlite: URL -> DRIVER_NOT_INSTALLED)`,
+      `PostgreSQL-only app: ok (schema ${(await store.migrationStatus()).currentVersion}, sqlite: URL -> DRIVER_NOT_INSTALLED, inspect --json)`,
     );
   } finally {
     await store.close();

@@ -6,9 +6,11 @@
 //   1. typechecks (strict, skipLibCheck off) an app whose own function takes a `Kysely<Database>`
 //      from the app's kysely and is handed `store.db` — one kysely copy, no TS2345;
 //   2. runs it: migrate + a repository call + the app's own query on SQLite;
-//   3. runs the CommonJS smoke test (`require('taskfence')`) from the installed package.
-// Then a PostgreSQL-only app (no better-sqlite3 installed) migrates PostgreSQL (TEST_PG_URL) and
-// gets DriverNotInstalledError for a `sqlite:` URL.
+//   3. runs the CommonJS smoke test (`require('taskfence')`) from the installed package;
+//   4. runs `taskfence/otel` (with @opentelemetry/api installed) and `taskfence inspect --json` on SQLite.
+// Then a PostgreSQL-only app (no better-sqlite3, no @opentelemetry/api installed) migrates
+// PostgreSQL (TEST_PG_URL), gets DriverNotInstalledError for a `sqlite:` URL, runs
+// `taskfence inspect`, and finds `taskfence/otel` unloadable without its optional peer.
 //
 // Kysely lines: KYSELY_VERSIONS (comma-separated), else 0.28.0 (the lowest in the peer range) and 0.28 on Node 20 and 0.28,0.29 on Node ≥ 22
 // (kysely 0.29 needs Node 22). Installs run with --ignore-scripts (the package needs none); the
@@ -72,6 +74,7 @@ try {
         taskfence: `file:${tarball}`,
         kysely: line.split('.').length === 3 ? line : `~${line}.0`,
         'better-sqlite3': sqliteVersion,
+        '@opentelemetry/api': installedVersion(repo, '@opentelemetry/api'),
       },
       // A Node backend has Node's types; taskfence itself needs no other @types package.
       devDependencies: { '@types/node': installedVersion(repo, '@types/node') },
@@ -91,6 +94,7 @@ try {
     });
     copyFileSync(join(repo, 'test/consumer/app.ts'), join(app, 'src/app.ts'));
     copyFileSync(join(repo, 'test/consumer/require.cjs'), join(app, 'require.cjs'));
+    copyFileSync(join(repo, 'test/consumer/otel-smoke.mjs'), join(app, 'otel-smoke.mjs'));
     npm(['install', '--ignore-scripts', '--no-audit', '--no-fund'], app);
     // The better-sqlite3 binary this repository built for this Node (same version): no compile here.
     cpSync(join(repo, 'node_modules/better-sqlite3/build'), join(app, 'node_modules/better-sqlite3/build'), {
@@ -106,6 +110,9 @@ try {
     console.log(`-- kysely ${kysely}: run on SQLite`);
     process.stdout.write(run(process.execPath, ['out/app.js', `sqlite:${join(app, 'app.sqlite')}`], app));
     process.stdout.write(run(process.execPath, ['require.cjs'], app));
+    const sqliteUrl = `sqlite:${join(app, 'otel.sqlite')}`;
+    process.stdout.write(run(process.execPath, ['otel-smoke.mjs', sqliteUrl], app));
+    checkInspect(run(join(app, 'node_modules/.bin/taskfence'), ['inspect', '--db', sqliteUrl, '--json'], app));
   }
 
   console.log('-- PostgreSQL-only app (no better-sqlite3)');
@@ -123,10 +130,25 @@ try {
   copyFileSync(join(repo, 'test/consumer/pg-only.mjs'), join(pgApp, 'pg-only.mjs'));
   if (!pgUrl) throw new Error('TEST_PG_URL is not set: the PostgreSQL-only app needs a server');
   process.stdout.write(run(process.execPath, ['pg-only.mjs'], pgApp));
+  // The optional peer is not installed: the core loaded without it (above), taskfence/otel cannot.
+  const otel = run(
+    process.execPath,
+    ['-e', "import('taskfence/otel').then(() => console.log('loaded'), (e) => console.log(e.code))"],
+    pgApp,
+  );
+  if (otel.trim() !== 'ERR_MODULE_NOT_FOUND') throw new Error(`taskfence/otel without @opentelemetry/api: ${otel}`);
   console.log('== consumer test passed');
 } finally {
   if (keep) console.log(`(kept ${work})`);
   else rmSync(work, { recursive: true, force: true });
+}
+
+/** `taskfence inspect --json` prints one object whose keys are the sections (issue 26). */
+function checkInspect(out) {
+  const keys = Object.keys(JSON.parse(out));
+  for (const key of ['runs', 'dispatches', 'locks', 'paths', 'semaphores', 'inbox', 'ownership', 'readyQueue'])
+    if (!keys.includes(key)) throw new Error(`taskfence inspect --json has no ${key}: ${keys.join(', ')}`);
+  console.log(`taskfence inspect --json: ok (${keys.length} keys)`);
 }
 
 function writeJson(path, value) {
