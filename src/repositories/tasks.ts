@@ -40,6 +40,7 @@ import {
   requirePathList,
   requireText,
 } from './validate.js';
+import { committed, type OutcomeDeclarations } from './shared/outcomes.js';
 
 export interface CreateTaskInput {
   readonly id?: string;
@@ -531,3 +532,14 @@ async function reaches(trx: Trx, from: string, to: string): Promise<boolean> {
     select 1 as hit from reach where id = ${to} limit 1`.execute(trx);
   return found.rows.length > 0;
 }
+
+/** Each call's declared outcome (see shared/outcomes.ts). */
+export const TASK_OUTCOMES: OutcomeDeclarations<TaskRepository> = {
+  createTask: committed,
+  getTask: committed,
+  requireTask: committed,
+  listTasks: committed,
+  transitionTask: committed,
+  addDependency: committed,
+  listDependencies: committed,
+};

@@ -10,6 +10,7 @@
  * writes makes processing effectively-once. See the README (Messages; Failure model).
  */
 import type { IdempotencyOptions } from '../idempotent.js';
+import { committed, type OutcomeDeclarations } from '../shared/outcomes.js';
 
 /**
  * - `pending`: waiting, or handed out under a lease not yet acked;
@@ -183,3 +184,16 @@ export interface MessageRepository {
   waitForMessages(handle: string, options: WaitOptions & { visibilityMs: number }): Promise<ReceivedMessage[]>;
   waitForMessages(handle: string, options: WaitOptions): Promise<Message[]>;
 }
+
+/** Each call's declared outcome (see shared/outcomes.ts): a refused receipt is an answer in the result, not an outcome of the call. */
+export const MESSAGE_OUTCOMES: OutcomeDeclarations<MessageRepository> = {
+  sendMessage: committed,
+  receiveMessages: committed,
+  ackMessages: committed,
+  releaseMessages: committed,
+  listDeadMessages: committed,
+  requeueDeadMessages: committed,
+  deliverPendingMessages: committed,
+  waitForMessages: committed,
+  countPendingMessages: committed,
+};
