@@ -3,7 +3,8 @@ import type { ErrorKind } from './dialects/types.js';
 import { TaskfenceError } from './errors.js';
 import type { MigrationEvent } from './migrator/migrator.js';
 import type { PruneResult } from './repositories/maintenance.js';
-import type { Repositories } from './repositories/index.js';
+import { declarationOf, type Repositories } from './repositories/index.js';
+import { outcomeOfCode, type CallOutcome } from './repositories/shared/outcomes.js';
 
 /**
  * What a store reports while it works, on `node:diagnostics_channel` (publishing costs nothing
@@ -82,27 +83,6 @@ export interface StoreStats {
   readonly pool: { readonly total: number; readonly idle: number; readonly waiting: number } | null;
 }
 
-/** Codes that mean "someone else won" rather than "your token is stale". */
-const CONFLICT_CODES = new Set([
-  'COORDINATOR_RUN_CONFLICT',
-  'COORDINATOR_HANDLE_TAKEN',
-  'DISPATCH_ALREADY_ACTIVE',
-  'GATE_ALREADY_RESOLVED',
-  'CLEANUP_IN_PROGRESS',
-  'CLEANUP_BARRIER',
-  'OWNERSHIP_CHANGED',
-  'PATH_LEASE_TIMEOUT',
-  'PATH_CLAIM_REFUSED',
-  'ALREADY_EXISTS',
-]);
-const REFUSED_CODES = new Set([
-  'STALE_WORKSPACE_LOCK',
-  'STALE_TASK_LEASE',
-  'STALE_OWNERSHIP',
-  'CLEANUP_CLAIM_LOST',
-  'COORDINATOR_RUN_NOT_RUNNING',
-]);
-
 /** Counts, publishes and forwards a store's events. */
 export class EventHub {
   readonly #onEvent: ((event: TaskfenceEvent) => void) | undefined;
@@ -139,7 +119,12 @@ export class EventHub {
     }
   }
 
-  /** Wraps every repository function: results and refusals that mean a conflict, a refusal or a lost lease become events. */
+  /**
+   * Wraps every repository function: each call reports the outcome its area declares
+   * (`OUTCOMES`, shared/outcomes.ts): `busy` is a `conflict` event, `refused` a `refused` event,
+   * `lost` a `lease.lost` event, and a declaration's own events (reconciled runs, prunes) follow.
+   * Nothing is inferred from a call's name or its result's shape.
+   */
   observe(repositories: Repositories): Repositories {
     const observed: Record<string, object> = {};
     for (const [area, repository] of Object.entries(repositories) as [string, Record<string, unknown>][]) {
@@ -150,20 +135,18 @@ export class EventHub {
           continue;
         }
         const operation = `${area}.${name}`;
-        const renewal = /^renew/.test(name);
+        const declaration = declarationOf(area, name);
         wrapped[name] = (...args: unknown[]) =>
           (fn as (...a: unknown[]) => Promise<unknown>)(...args).then(
             (result) => {
-              this.#onResult(operation, result);
+              const declared = declaration.returned(result as never);
+              this.#report(operation, declared.outcome, null, declared.keys);
+              if (declaration.events) for (const event of declaration.events(result as never)) this.emit(event);
               return result;
             },
             (error: unknown) => {
-              if (error instanceof TaskfenceError) {
-                if (renewal && (REFUSED_CODES.has(error.code) || /EXPIRED|LOST/.test(error.code))) {
-                  this.emit({ type: 'lease.lost', operation, code: error.code });
-                } else if (REFUSED_CODES.has(error.code)) this.emit({ type: 'refused', operation, code: error.code });
-                else if (CONFLICT_CODES.has(error.code)) this.emit({ type: 'conflict', operation, code: error.code });
-              }
+              const code = error instanceof TaskfenceError ? error.code : null;
+              this.#report(operation, outcomeOfCode(declaration, code), code);
               throw error;
             },
           );
@@ -173,24 +156,11 @@ export class EventHub {
     return observed as unknown as Repositories;
   }
 
-  #onResult(operation: string, result: unknown): void {
-    if (result === null || typeof result !== 'object') {
-      return;
-    }
-    const r = result as { status?: unknown; conflicts?: unknown; lost?: unknown; ok?: unknown };
-    if (operation === 'runs.reconcileStaleRuns' && Array.isArray(result)) {
-      for (const run of result as { id: string; targetKey: string | null }[])
-        this.emit({ type: 'run.reconciled', runId: run.id, targetKey: run.targetKey });
-      return;
-    }
-    if (operation === 'maintenance.prune') {
-      this.emit({ type: 'prune', result: result as PruneResult });
-      return;
-    }
-    if (r.status === 'busy') this.emit({ type: 'conflict', operation, code: null });
-    else if (Array.isArray(r.conflicts) && r.conflicts.length > 0)
-      this.emit({ type: 'conflict', operation, code: null });
-    if (Array.isArray(r.lost) && r.lost.length > 0)
-      this.emit({ type: 'lease.lost', operation, code: null, keys: r.lost as string[] });
+  /** The event of a declared outcome, if it has one (`acquired`, `renewed`, `released`, `committed` and `error` have none). */
+  #report(operation: string, outcome: CallOutcome, code: string | null, keys?: readonly string[]): void {
+    if (outcome === 'busy') this.emit({ type: 'conflict', operation, code });
+    else if (outcome === 'refused' && code !== null) this.emit({ type: 'refused', operation, code });
+    else if (outcome === 'lost')
+      this.emit({ type: 'lease.lost', operation, code, ...(keys === undefined ? {} : { keys }) });
   }
 }

@@ -4,9 +4,11 @@
  * `import 'taskfence'` never loads either. `traceStore(store)` returns a copy of the store whose
  * every repository call (on the store and on the `tx` of `store.transaction`) runs in a span:
  * named `taskfence <area>.<call>`, with `db.system.name` (`sqlite` / `postgresql`),
- * `db.operation.name`, `messaging.*` for message calls, and `taskfence.outcome`, the declared
- * outcome: `committed`, `busy` (someone else holds it), `lost` (a renewal found the lease gone),
- * `refused` (a stale token or generation), `unknown` (`COMMIT_OUTCOME_UNKNOWN`) or `error`.
+ * `db.operation.name`, `messaging.*` for message calls, and `taskfence.outcome`, the outcome
+ * each area declares for the call: `acquired`, `busy` (someone else holds it, or the state
+ * refuses the request), `renewed`, `released`, `lost` (a renewal found the lease gone), `refused`
+ * (a stale token or generation), `committed` (any other call), `unknown`
+ * (`COMMIT_OUTCOME_UNKNOWN`) or `error`.
  * Nothing is traced on the store itself: code holding the plain store is unaffected.
  * Producer calls store their span's W3C trace context with the message or dispatch, and the
  * consumer's calls link to it (see `./propagation.ts`).
@@ -14,8 +16,9 @@
 import { SpanKind, SpanStatusCode, context, trace, type Attributes, type Span, type Tracer } from '@opentelemetry/api';
 import { InvalidArgumentError, TaskfenceError } from '../errors.js';
 import type { Store } from '../store.js';
-import { LeaseLostError } from '../repositories/shared/lease.js';
 import { isConsumer, isProducer, producerLinks, withActiveTraceContext } from './propagation.js';
+import { declarationOf, OUTCOMES } from '../repositories/index.js';
+import { committed, outcomeOfCode, type CallOutcome } from '../repositories/shared/outcomes.js';
 
 /** Options of `traceStore`. */
 export interface TraceStoreOptions {
@@ -24,66 +27,27 @@ export interface TraceStoreOptions {
 }
 
 /** The declared outcome of a call, the span's `taskfence.outcome`. */
-export type CallOutcome = 'committed' | 'busy' | 'lost' | 'refused' | 'unknown' | 'error';
+export type { CallOutcome };
 
-const AREAS = [
-  'org',
-  'tasks',
-  'runs',
-  'dispatches',
-  'gates',
-  'messages',
-  'locks',
-  'scheduler',
-  'paths',
-  'ownership',
-  'semaphores',
-  'maintenance',
-] as const;
+/** The areas a store exposes: the ones that declare their calls' outcomes. */
+const AREAS = Object.keys(OUTCOMES);
 
-/** Codes meaning someone else won (the `conflict` events' codes). */
-const BUSY_CODES = new Set([
-  'COORDINATOR_RUN_CONFLICT',
-  'COORDINATOR_HANDLE_TAKEN',
-  'DISPATCH_ALREADY_ACTIVE',
-  'GATE_ALREADY_RESOLVED',
-  'CLEANUP_IN_PROGRESS',
-  'CLEANUP_BARRIER',
-  'OWNERSHIP_CHANGED',
-  'PATH_LEASE_TIMEOUT',
-  'PATH_CLAIM_REFUSED',
-  'ALREADY_EXISTS',
-  'SEMAPHORE_TIMEOUT',
-]);
-/** Codes meaning a stale token, generation or claim was refused (the `refused` events' codes). */
-const REFUSED_CODES = new Set([
-  'STALE_WORKSPACE_LOCK',
-  'STALE_TASK_LEASE',
-  'STALE_OWNERSHIP',
-  'CLEANUP_CLAIM_LOST',
-  'COORDINATOR_RUN_NOT_RUNNING',
-]);
-
-/** The outcome of a call that resolved with `result`. */
-export function outcomeOfResult(result: unknown): CallOutcome {
-  if (result === null || typeof result !== 'object') return 'committed';
-  const r = result as { status?: unknown; conflicts?: unknown; lost?: unknown };
-  if (r.status === 'busy') return 'busy';
-  if (Array.isArray(r.conflicts) && r.conflicts.length > 0) return 'busy';
-  if (Array.isArray(r.lost) && r.lost.length > 0) return 'lost';
-  return 'committed';
+/**
+ * The outcome of call `area.name` that returned `result`, as its area declares it (the same
+ * declarations the store's events come from: `OUTCOMES`, repositories/shared/outcomes.ts).
+ */
+export function outcomeOfResult(area: string, name: string, result: unknown): CallOutcome {
+  return declarationOf(area, name).returned(result as never).outcome;
 }
 
-/** The outcome of call `name` that threw `error`. */
-export function outcomeOfError(name: string, error: unknown): CallOutcome {
-  if (!(error instanceof TaskfenceError)) return 'error';
-  if (error.code === 'COMMIT_OUTCOME_UNKNOWN') return 'unknown';
-  const renewal = /^renew|^heartbeat/.test(name);
-  if (renewal && (error instanceof LeaseLostError || REFUSED_CODES.has(error.code) || /EXPIRED|LOST/.test(error.code)))
-    return 'lost';
-  if (error instanceof LeaseLostError || REFUSED_CODES.has(error.code)) return 'refused';
-  if (BUSY_CODES.has(error.code)) return 'busy';
-  return 'error';
+/** The outcome of call `area.name` that threw `error`, by the one table of error codes the events use too. */
+export function outcomeOfError(area: string, name: string, error: unknown): CallOutcome {
+  return outcomeOfCode(declarationOf(area, name), error instanceof TaskfenceError ? error.code : null);
+}
+
+/** The outcome of a `store.transaction` that threw: its callback's error, by the same table. */
+function outcomeOfTransactionError(error: unknown): CallOutcome {
+  return outcomeOfCode(committed, error instanceof TaskfenceError ? error.code : null);
 }
 
 /** messaging.* attributes of a message call (the inbox is its first argument, or `input.to` for a send). */
@@ -148,10 +112,10 @@ async function inSpan<T>(
     const result = await context.with(trace.setSpan(context.active(), span), call);
     if (messaging && Array.isArray(result)) span.setAttribute('messaging.batch.message_count', result.length);
     if (isConsumer(area, name)) span.addLinks(producerLinks(area, result));
-    end(span, outcomeOfResult(result));
+    end(span, outcomeOfResult(area, name, result));
     return result;
   } catch (error) {
-    end(span, outcomeOfError(name, error), error);
+    end(span, outcomeOfError(area, name, error), error);
     throw error;
   }
 }
@@ -218,7 +182,7 @@ export function traceStore(store: Store, options: TraceStoreOptions = {}): Store
         return result;
       },
       (error: unknown) => {
-        end(span, outcomeOfError('transaction', error), error);
+        end(span, outcomeOfTransactionError(error), error);
         throw error;
       },
     );

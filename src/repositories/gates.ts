@@ -30,6 +30,7 @@ import {
   type ConsumedResolution,
   type ConsumeResolutionInput,
 } from './gate-resume.js';
+import { committed, type OutcomeDeclarations } from './shared/outcomes.js';
 
 export interface DecisionGate {
   readonly id: string;
@@ -367,3 +368,13 @@ export function createGateRepository(ctx: StoreContext): GateRepository {
     },
   };
 }
+
+/** Each call's declared outcome (see shared/outcomes.ts); a resolved or consumed gate is `busy` by its code. */
+export const GATE_OUTCOMES: OutcomeDeclarations<GateRepository> = {
+  openGate: committed,
+  expireGates: committed,
+  getGate: committed,
+  resolveGate: committed,
+  consumeResolution: committed,
+  listOpenGates: committed,
+};

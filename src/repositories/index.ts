@@ -1,12 +1,12 @@
 import type { StoreContext } from './context.js';
 import { createDispatchRepository } from './dispatches/index.js';
 import type { DispatchRepository } from './dispatches/types.js';
-import { createGateRepository, type GateRepository } from './gates.js';
+import { createGateRepository, GATE_OUTCOMES, type GateRepository } from './gates.js';
 import { createLockRepository } from './locks.js';
 import type { LockRepository } from './shared/leases.js';
-import { createMaintenanceRepository, type MaintenanceRepository } from './maintenance.js';
+import { createMaintenanceRepository, MAINTENANCE_OUTCOMES, type MaintenanceRepository } from './maintenance.js';
 import { createMessageRepository, type MessageRepository } from './messages/index.js';
-import { createOrgRepository, type OrgRepository } from './org.js';
+import { createOrgRepository, ORG_OUTCOMES, type OrgRepository } from './org.js';
 import { createOwnershipRepository } from './ownership/index.js';
 import type { OwnershipRepository } from './ownership/types.js';
 import { createPathLeaseRepository } from './paths/index.js';
@@ -15,8 +15,16 @@ import { createRunRepository } from './runs/index.js';
 import { createSemaphoreRepository } from './semaphores/index.js';
 import type { SemaphoreRepository } from './semaphores/types.js';
 import type { RunRepository } from './runs/types.js';
-import { createSchedulerRepository, type SchedulerRepository } from './scheduler.js';
-import { createTaskRepository, type TaskRepository } from './tasks.js';
+import { createSchedulerRepository, SCHEDULER_OUTCOMES, type SchedulerRepository } from './scheduler.js';
+import { createTaskRepository, TASK_OUTCOMES, type TaskRepository } from './tasks.js';
+import type { OutcomeDeclaration, OutcomeDeclarations } from './shared/outcomes.js';
+import { LOCK_OUTCOMES } from './shared/leases.js';
+import { DISPATCH_OUTCOMES } from './dispatches/types.js';
+import { MESSAGE_OUTCOMES } from './messages/types.js';
+import { OWNERSHIP_OUTCOMES } from './ownership/types.js';
+import { PATH_OUTCOMES } from './paths/types.js';
+import { RUN_OUTCOMES } from './runs/types.js';
+import { SEMAPHORE_OUTCOMES } from './semaphores/types.js';
 
 /** The repository groups a store exposes, one per area of the spec. */
 export interface Repositories {
@@ -57,4 +65,30 @@ export function createRepositories(context: StoreContext): Repositories {
     semaphores: createSemaphoreRepository(context),
     maintenance: createMaintenanceRepository(context),
   };
+}
+
+/**
+ * Every call's declared outcome, by area, as each area declares it beside its functions: what the
+ * event hub reports and the OpenTelemetry spans record (see shared/outcomes.ts).
+ */
+export const OUTCOMES: { readonly [A in keyof Repositories]: OutcomeDeclarations<Repositories[A]> } = Object.freeze({
+  org: ORG_OUTCOMES,
+  tasks: TASK_OUTCOMES,
+  runs: RUN_OUTCOMES,
+  dispatches: DISPATCH_OUTCOMES,
+  gates: GATE_OUTCOMES,
+  messages: MESSAGE_OUTCOMES,
+  locks: LOCK_OUTCOMES,
+  scheduler: SCHEDULER_OUTCOMES,
+  paths: PATH_OUTCOMES,
+  ownership: OWNERSHIP_OUTCOMES,
+  semaphores: SEMAPHORE_OUTCOMES,
+  maintenance: MAINTENANCE_OUTCOMES,
+});
+
+/** The declaration of `area.name`; throws for a call nobody declared (a new method must declare its outcome). */
+export function declarationOf(area: string, name: string): OutcomeDeclaration<never> {
+  const declaration = (OUTCOMES as Record<string, Record<string, OutcomeDeclaration<never>> | undefined>)[area]?.[name];
+  if (!declaration) throw new Error(`taskfence: ${area}.${name} declares no outcome (see shared/outcomes.ts)`);
+  return declaration;
 }

@@ -4,6 +4,7 @@ import type { Database } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { tableIn } from '../query/schema.js';
 import { IDEMPOTENCY_WINDOW_MS } from './idempotent.js';
+import type { OutcomeDeclarations } from './shared/outcomes.js';
 
 /** What `prune` may delete, table by table. */
 export type PrunableTable =
@@ -386,3 +387,12 @@ async function pruneIdempotencyKeys(
     if (n.seen < batchSize) return total;
   }
 }
+
+/** Each call's declared outcome (see shared/outcomes.ts): a prune reports its counts. */
+export const MAINTENANCE_OUTCOMES: OutcomeDeclarations<MaintenanceRepository> = {
+  prune: {
+    returned: () => ({ outcome: 'committed' }),
+    stale: 'refused',
+    events: (result) => [{ type: 'prune', result }],
+  },
+};

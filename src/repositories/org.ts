@@ -4,6 +4,7 @@ import type { StoreContext } from './context.js';
 import { createOnce, requireSameCreate } from './idempotent.js';
 import { toProject, toWorkspace, type Project, type WorkspaceRecord } from './shared/records.js';
 import { optionalId, optionalString, requireId, requireInput, requireText } from './validate.js';
+import { committed, type OutcomeDeclarations } from './shared/outcomes.js';
 
 export interface Company {
   readonly id: string;
@@ -220,3 +221,15 @@ export function createOrgRepository(ctx: StoreContext): OrgRepository {
   };
   return repo;
 }
+
+/** Each call's declared outcome (see shared/outcomes.ts): org records are plain writes and reads. */
+export const ORG_OUTCOMES: OutcomeDeclarations<OrgRepository> = {
+  createCompany: committed,
+  createWorkspace: committed,
+  createAgent: committed,
+  createProject: committed,
+  getWorkspace: committed,
+  getAgent: committed,
+  getProject: committed,
+  requireAgent: committed,
+};

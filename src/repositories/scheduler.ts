@@ -29,6 +29,7 @@ import {
 import { toProject, toTask, toWorkspace, type WorkspaceRecord } from './shared/records.js';
 import { keyedCall, keyedWrite, type IdempotencyOptions } from './idempotent.js';
 import { optionalId, requireBoolean, requireId, requireInput, requirePositiveMs } from './validate.js';
+import type { OutcomeDeclarations } from './shared/outcomes.js';
 
 /** Lease and lock lifetime of a dispatched run unless the caller says otherwise (renew at about a third of it). */
 export const DEFAULT_DISPATCH_TTL_MS = DEFAULT_TASK_LEASE_TTL_MS;
@@ -267,3 +268,24 @@ export function createSchedulerRepository(ctx: StoreContext, locks: LockReposito
     },
   };
 }
+
+/**
+ * Each call's declared outcome (see shared/outcomes.ts). `dispatchRun` claims with the store's
+ * unobserved locks, so its own result is where its contention is reported: a run cancelled
+ * because another run holds the workspace, or skipped because another run holds the task, is
+ * `busy`; a heartbeat skipped for an unresolvable workspace holds nothing and is `committed`.
+ */
+export const SCHEDULER_OUTCOMES: OutcomeDeclarations<SchedulerRepository> = {
+  resolveWorkspaceWithLockMode: { returned: () => ({ outcome: 'committed' }), stale: 'refused' },
+  dispatchRun: {
+    returned: (r) => ({
+      outcome:
+        r.outcome === 'dispatched'
+          ? 'acquired'
+          : r.reason === 'workspace_busy' || r.reason === 'task_leased'
+            ? 'busy'
+            : 'committed',
+    }),
+    stale: 'refused',
+  },
+};

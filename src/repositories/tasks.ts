@@ -48,6 +48,7 @@ import {
   requirePathList,
   requireText,
 } from './validate.js';
+import { committed, type OutcomeDeclarations } from './shared/outcomes.js';
 
 export interface CreateTaskInput {
   readonly id?: string;
@@ -800,3 +801,14 @@ function chunks<T>(list: readonly T[], size: number): T[][] {
   for (let i = 0; i < list.length; i += size) out.push(list.slice(i, i + size));
   return out;
 }
+/** Each call's declared outcome (see shared/outcomes.ts). */
+export const TASK_OUTCOMES: OutcomeDeclarations<TaskRepository> = {
+  createTask: committed,
+  createTasks: committed,
+  getTask: committed,
+  requireTask: committed,
+  listTasks: committed,
+  transitionTask: committed,
+  addDependency: committed,
+  listDependencies: committed,
+};

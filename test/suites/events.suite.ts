@@ -128,6 +128,160 @@ export function defineEventsSuite(makeFixture: () => DialectFixture) {
     expect(store.stats()).toMatchObject({ conflicts: 2, refusals: 1, leasesLost: 1 });
   });
 
+  it("reports every area's declared outcomes: scheduler, paths, semaphores, dispatches, gates, cleanup claims", async () => {
+    const seen: TaskfenceEvent[] = [];
+    const clock = new FakeClock(1_000_000);
+    const store: Store = await fx.freshStore({ clock, onEvent: (e) => seen.push(e) });
+    const company = await store.org.createCompany({ name: 'Every area' });
+    const ws = await store.org.createWorkspace({ companyId: company.id, name: 'ws' });
+    const agent = await store.org.createAgent({
+      companyId: company.id,
+      name: 'dev',
+      role: 'engineer',
+      workspaceId: ws.id,
+    });
+    const codingTask = () =>
+      store.tasks.createTask({
+        companyId: company.id,
+        title: 'code',
+        assigneeAgentId: agent.id,
+        requiresFilesystem: true,
+      });
+    const marks: number[] = [];
+    const mark = () => marks.push(seen.length);
+    const since = (i: number) =>
+      seen
+        .slice(marks[i], marks[i + 1])
+        .filter((e) => e.type !== 'migration')
+        .map((e) => [e.type, 'operation' in e ? e.operation : null, 'code' in e ? e.code : null]);
+
+    // 0 scheduler.dispatchRun: the workspace is held (cancelled), the task is held (skipped), a done task is refused.
+    mark();
+    const t1 = await codingTask();
+    const t2 = await codingTask();
+    expect(
+      await store.scheduler.dispatchRun({ taskId: t1.id, agentId: agent.id, runId: 'r1', mode: 'heartbeat' }),
+    ).toMatchObject({ outcome: 'dispatched' });
+    expect(
+      await store.scheduler.dispatchRun({ taskId: t2.id, agentId: agent.id, runId: 'r2', mode: 'heartbeat' }),
+    ).toMatchObject({ outcome: 'cancelled', reason: 'workspace_busy' });
+    expect(
+      await store.scheduler.dispatchRun({ taskId: t1.id, agentId: agent.id, runId: 'r3', mode: 'heartbeat' }),
+    ).toMatchObject({ outcome: 'skipped', reason: 'task_leased' });
+    const done = await store.tasks.createTask({
+      companyId: company.id,
+      title: 'over',
+      requiresFilesystem: false,
+      status: 'done',
+    });
+    await expect(
+      store.scheduler.dispatchRun({ taskId: done.id, agentId: agent.id, runId: 'r4', mode: 'heartbeat' }),
+    ).rejects.toMatchObject({ code: 'TASK_NOT_DISPATCHABLE' });
+    clock.t += 10 * 60_000; // every dispatched lease lapses
+
+    // 1 paths: a busy claim, a lost renewal, a refused release of a never-granted token.
+    mark();
+    const pws = await store.org.createWorkspace({ companyId: company.id, name: 'paths' });
+    const a = await store.paths.tryAcquirePaths({ workspaceId: pws.id, holder: 'a', paths: ['src'], ttlMs: 1_000 });
+    if (a.status !== 'acquired') throw new Error('not acquired');
+    expect(
+      (await store.paths.tryAcquirePaths({ workspaceId: pws.id, holder: 'b', paths: ['src/x'], ttlMs: 1_000 })).status,
+    ).toBe('busy');
+    clock.t += 5_000;
+    await expect(store.paths.renewPaths(a.lease, { ttlMs: 1_000 })).rejects.toMatchObject({ code: 'PATH_LEASE_LOST' });
+    await expect(store.paths.releasePaths({ ...a.lease, token: a.lease.token + 9 })).rejects.toMatchObject({
+      code: 'PATH_LEASE_LOST',
+      reason: 'never_granted',
+    });
+
+    // 2 semaphores: busy, a timed-out wait, a lost renewal, a refused release.
+    mark();
+    const s1 = await store.semaphores.acquire('gpu', { holder: 'a', limit: 1, ttlMs: 1_000 });
+    if (s1.status !== 'acquired') throw new Error('not acquired');
+    expect((await store.semaphores.acquire('gpu', { holder: 'b', limit: 1, ttlMs: 1_000 })).status).toBe('busy');
+    await expect(
+      store.semaphores.acquireWait('gpu', { holder: 'b', limit: 1, ttlMs: 1_000 }, { timeoutMs: 1 }),
+    ).rejects.toMatchObject({ code: 'SEMAPHORE_TIMEOUT' });
+    clock.t += 5_000;
+    await expect(store.semaphores.renew(s1.lease)).rejects.toMatchObject({ code: 'SEMAPHORE_LEASE_LOST' });
+    await expect(store.semaphores.release({ ...s1.lease, token: s1.lease.token + 9 })).rejects.toMatchObject({
+      code: 'SEMAPHORE_LEASE_LOST',
+    });
+
+    // 3 dispatches and gates: a second dispatch of a task, a heartbeat after the reclaim, a gate resolved twice.
+    mark();
+    const targetKey = 'worktree:every-area';
+    const run = await store.runs.startCoordinatorRun({ targetKey });
+    const ready = await store.tasks.createTask({
+      companyId: company.id,
+      title: 'go',
+      targetKey,
+      requiresFilesystem: false,
+      status: 'ready',
+    });
+    const dispatch = await store.dispatches.createDispatch({
+      taskId: ready.id,
+      terminalHandle: 'term-1',
+      ttlMs: 1_000,
+    });
+    await expect(store.dispatches.createDispatch({ taskId: ready.id, terminalHandle: 'term-2' })).rejects.toMatchObject(
+      { code: expect.stringMatching(/^(DISPATCH_ALREADY_ACTIVE|TASK_NOT_DISPATCHABLE)$/) },
+    );
+    clock.t += 5_000;
+    expect(await store.dispatches.reclaimExpiredDispatches({ runId: run.id })).toHaveLength(1);
+    await expect(store.dispatches.heartbeatDispatch(dispatch.lease!)).rejects.toMatchObject({
+      code: 'DISPATCH_LEASE_LOST',
+    });
+    const gated = await store.tasks.createTask({
+      companyId: company.id,
+      title: 'ask',
+      targetKey,
+      requiresFilesystem: false,
+    });
+    const gate = await store.gates.openGate({ question: 'go?', taskId: gated.id });
+    await store.gates.resolveGate(gate.id, 'yes');
+    await expect(store.gates.resolveGate(gate.id, 'no')).rejects.toMatchObject({ code: 'GATE_ALREADY_RESOLVED' });
+
+    // 4 cleanup claims: a busy claim, a lost renewal.
+    mark();
+    const doomed = await store.tasks.createTask({ companyId: company.id, title: 'doomed', requiresFilesystem: true });
+    await store.ownership.createEnvironment({ ownerTaskId: doomed.id, rootPath: '/w/doomed' });
+    const admission = await store.ownership.admitTaskCleanup(doomed.id, 'delete');
+    const snapshot = admission.snapshots[0]!.id;
+    const held = await store.ownership.claimCleanup(snapshot, 'w1', { ttlMs: 1_000 });
+    expect((await store.ownership.tryClaimCleanup(snapshot, 'w2', { ttlMs: 1_000 })).status).toBe('busy');
+    clock.t += 5_000;
+    await store.ownership.claimCleanup(snapshot, 'w2', { ttlMs: 1_000 });
+    await expect(store.ownership.renewCleanupClaim(held)).rejects.toMatchObject({ code: 'CLEANUP_CLAIM_LOST' });
+    mark();
+
+    expect(since(0)).toEqual([
+      ['conflict', 'scheduler.dispatchRun', null],
+      ['conflict', 'scheduler.dispatchRun', null],
+      ['conflict', 'scheduler.dispatchRun', 'TASK_NOT_DISPATCHABLE'],
+    ]);
+    expect(since(1)).toEqual([
+      ['conflict', 'paths.tryAcquirePaths', null],
+      ['lease.lost', 'paths.renewPaths', 'PATH_LEASE_LOST'],
+      ['refused', 'paths.releasePaths', 'PATH_LEASE_LOST'],
+    ]);
+    expect(since(2)).toEqual([
+      ['conflict', 'semaphores.acquire', null],
+      ['conflict', 'semaphores.acquireWait', 'SEMAPHORE_TIMEOUT'],
+      ['lease.lost', 'semaphores.renew', 'SEMAPHORE_LEASE_LOST'],
+      ['refused', 'semaphores.release', 'SEMAPHORE_LEASE_LOST'],
+    ]);
+    expect(since(3)).toEqual([
+      ['conflict', 'dispatches.createDispatch', expect.any(String)],
+      ['lease.lost', 'dispatches.heartbeatDispatch', 'DISPATCH_LEASE_LOST'],
+      ['conflict', 'gates.resolveGate', 'GATE_ALREADY_RESOLVED'],
+    ]);
+    expect(since(4)).toEqual([
+      ['conflict', 'ownership.tryClaimCleanup', null],
+      ['lease.lost', 'ownership.renewCleanupClaim', 'CLEANUP_CLAIM_LOST'],
+    ]);
+  });
+
   it('reports the calls of a retried store.transaction callback once per attempt', async () => {
     const seen: TaskfenceEvent[] = [];
     const store: Store = await fx.freshStore({ onEvent: (e) => seen.push(e) });

@@ -1,7 +1,7 @@
 /**
  * `taskfence/otel`: spans for repository calls and transactions, recorded with the OpenTelemetry
  * SDK's in-memory exporter, on both dialects: names, `db.*` and `messaging.*` attributes, the
- * declared outcome of each call (committed, busy, lost, refused, error), and the calls on a
+ * declared outcome of each call (acquired, busy, renewed, released, lost, refused, committed, error), and the calls on a
  * transaction's `tx` as children of its span; the `stats()` counters and the inbox and lease
  * gauges collected by a metric reader.
  */
@@ -42,7 +42,7 @@ export function defineOtelSuite(makeFixture: () => DialectFixture) {
   const spans = () => exporter.getFinishedSpans();
   const named = (name: string) => spans().filter((s) => s.name === name);
 
-  it('a span per call, named after the call, with db.* attributes and the outcome: committed, busy, lost, refused', async () => {
+  it('a span per call, named after the call, with db.* attributes and the outcome: acquired, busy, released, lost, refused', async () => {
     const system = plain.dialect.kind === 'postgres' ? 'postgresql' : 'sqlite';
     const ws = `${ns}-ws`;
     const mine = await store.locks.claimWorkspaceLock(ws, { holder: 'me', runId: 'r1', ttlMs: 60_000 });
@@ -62,7 +62,7 @@ export function defineOtelSuite(makeFixture: () => DialectFixture) {
     await expect(store.tasks.getTask('')).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
 
     const claims = named('taskfence locks.claimWorkspaceLock');
-    expect(claims.map((s) => s.attributes['taskfence.outcome'])).toEqual(['committed', 'busy']);
+    expect(claims.map((s) => s.attributes['taskfence.outcome'])).toEqual(['acquired', 'busy']);
     expect(claims[0]!.attributes).toMatchObject({
       'db.system.name': system,
       'db.operation.name': 'locks.claimWorkspaceLock',
@@ -73,7 +73,7 @@ export function defineOtelSuite(makeFixture: () => DialectFixture) {
       'error.type': 'STALE_WORKSPACE_LOCK',
     });
     const releases = named('taskfence locks.releaseWorkspaceLock');
-    expect(releases.map((s) => s.attributes['taskfence.outcome'])).toEqual(['committed', 'refused']);
+    expect(releases.map((s) => s.attributes['taskfence.outcome'])).toEqual(['released', 'refused']);
     // A declared refusal is an answer, not a failed span; a bad argument is.
     expect(releases[1]!.status.code).toBe(0);
     const bad = named('taskfence tasks.getTask')[0]!;
@@ -86,6 +86,54 @@ export function defineOtelSuite(makeFixture: () => DialectFixture) {
     // The plain store is untouched: its calls make no spans.
     await plain.locks.getWorkspaceLock(ws);
     expect(named('taskfence locks.getWorkspaceLock')).toEqual([]);
+  });
+
+  it("the outcome is the one each area declares, from the same code table as the events: dispatchRun's contention, a task not dispatchable, renewals", async () => {
+    const ws = await plain.org.createWorkspace({ companyId: `${ns}-co`, name: 'outcomes' });
+    const agent = await plain.org.createAgent({
+      companyId: `${ns}-co`,
+      name: 'dev',
+      role: 'engineer',
+      workspaceId: ws.id,
+    });
+    const task = () =>
+      plain.tasks.createTask({
+        companyId: `${ns}-co`,
+        title: 'code',
+        assigneeAgentId: agent.id,
+        requiresFilesystem: true,
+      });
+    const [t1, t2] = [await task(), await task()];
+    await store.scheduler.dispatchRun({ taskId: t1.id, agentId: agent.id, runId: `${ns}-r1`, mode: 'heartbeat' });
+    await store.scheduler.dispatchRun({ taskId: t2.id, agentId: agent.id, runId: `${ns}-r2`, mode: 'heartbeat' });
+    const done = await plain.tasks.createTask({
+      companyId: `${ns}-co`,
+      title: 'over',
+      requiresFilesystem: false,
+      status: 'done',
+    });
+    await expect(
+      store.scheduler.dispatchRun({ taskId: done.id, agentId: agent.id, runId: `${ns}-r3`, mode: 'heartbeat' }),
+    ).rejects.toMatchObject({ code: 'TASK_NOT_DISPATCHABLE' });
+    const runs = named('taskfence scheduler.dispatchRun');
+    expect(runs.map((s) => s.attributes['taskfence.outcome'])).toEqual(['acquired', 'busy', 'busy']);
+    // A refusal by the state is an answer, not a failed span.
+    expect(runs[2]!.status.code).toBe(0);
+    expect(runs[2]!.attributes['error.type']).toBe('TASK_NOT_DISPATCHABLE');
+
+    const slot = await store.semaphores.acquire(`${ns}-sem`, { holder: 'a', limit: 1, ttlMs: 60_000 });
+    if (slot.status !== 'acquired') throw new Error('not acquired');
+    await store.semaphores.renew(slot.lease, { ttlMs: 60_000 });
+    await store.semaphores.release(slot.lease);
+    await expect(store.semaphores.renew(slot.lease)).rejects.toMatchObject({ code: 'SEMAPHORE_LEASE_LOST' });
+    expect(named('taskfence semaphores.acquire')[0]!.attributes['taskfence.outcome']).toBe('acquired');
+    expect(named('taskfence semaphores.renew').map((s) => s.attributes['taskfence.outcome'])).toEqual([
+      'renewed',
+      'lost',
+    ]);
+    expect(named('taskfence semaphores.release')[0]!.attributes['taskfence.outcome']).toBe('released');
+    await store.semaphores.listHolders(`${ns}-sem`);
+    expect(named('taskfence semaphores.listHolders')[0]!.attributes['taskfence.outcome']).toBe('committed');
   });
 
   it('message calls carry messaging.* attributes: send is a producer span, receive a consumer span with the batch size', async () => {

@@ -6,6 +6,7 @@ import type { Task } from '../shared/records.js';
 import type { TraceContext } from '../shared/trace-context.js';
 import type { IdempotencyOptions } from '../idempotent.js';
 import { TaskNotDispatchableError } from '../shared/lifecycle.js';
+import { committed, grant, release, renewal, type OutcomeDeclarations } from '../shared/outcomes.js';
 
 export { TaskNotDispatchableError };
 
@@ -314,3 +315,19 @@ export interface DispatchRepository {
   /** Dispatch counts of one run by status (every status present, zero if none). */
   countDispatchesByStatus(runId: string): Promise<Record<DispatchStatus, number>>;
 }
+
+/** Each call's declared outcome (see shared/outcomes.ts): a dispatch is a lease, granted by a dispatch and released by its end. */
+export const DISPATCH_OUTCOMES: OutcomeDeclarations<DispatchRepository> = {
+  createDispatch: grant,
+  dispatchNext: { returned: (d) => ({ outcome: d === null ? 'committed' : 'acquired' }), stale: 'refused' },
+  dispatchNextBatch: { returned: (ds) => ({ outcome: ds.length === 0 ? 'committed' : 'acquired' }), stale: 'refused' },
+  completeDispatch: release,
+  heartbeatDispatch: renewal,
+  reclaimExpiredDispatches: committed,
+  getDispatch: committed,
+  getActiveDispatchForTerminal: committed,
+  failActiveDispatchOnExit: release,
+  endDispatch: release,
+  listDispatches: committed,
+  countDispatchesByStatus: committed,
+};

@@ -11,6 +11,7 @@
  */
 import type { IdempotencyOptions } from '../idempotent.js';
 import type { TraceContext } from '../shared/trace-context.js';
+import { committed, type OutcomeDeclarations } from '../shared/outcomes.js';
 
 /**
  * - `pending`: waiting, or handed out under a lease not yet acked;
@@ -205,3 +206,17 @@ export interface MessageRepository {
   waitForMessages(handle: string, options: WaitOptions & { visibilityMs: number }): Promise<ReceivedMessage[]>;
   waitForMessages(handle: string, options: WaitOptions): Promise<Message[]>;
 }
+
+/** Each call's declared outcome (see shared/outcomes.ts): a refused receipt is an answer in the result, not an outcome of the call. */
+export const MESSAGE_OUTCOMES: OutcomeDeclarations<MessageRepository> = {
+  sendMessage: committed,
+  sendMessages: committed,
+  receiveMessages: committed,
+  ackMessages: committed,
+  releaseMessages: committed,
+  listDeadMessages: committed,
+  requeueDeadMessages: committed,
+  deliverPendingMessages: committed,
+  waitForMessages: committed,
+  countPendingMessages: committed,
+};

@@ -18,6 +18,7 @@
 import type { CleanupKind, CleanupSnapshotState, GroupMemberRole } from '../../schema/database.js';
 import type { OwnedResourceKind } from './errors.js';
 import type { IdempotencyOptions } from '../idempotent.js';
+import { claim, committed, grant, release, renewal, type OutcomeDeclarations } from '../shared/outcomes.js';
 
 /** An active cleanup claim on a resource. */
 export interface ResourceCleanupClaim {
@@ -293,3 +294,24 @@ export interface OwnershipRepository {
    */
   detachSubtask(input: { taskId: string; expectedParentId: string }): Promise<DetachResult>;
 }
+
+/** Each call's declared outcome (see shared/outcomes.ts): a cleanup claim is a lease, settled by complete, fail or release. */
+export const OWNERSHIP_OUTCOMES: OutcomeDeclarations<OwnershipRepository> = {
+  createEnvironment: committed,
+  createWorkspaceGroup: committed,
+  getEnvironment: committed,
+  getWorkspaceGroup: committed,
+  transferEnvironmentOwnership: committed,
+  transferGroupStewardship: committed,
+  admitTaskCleanup: committed,
+  listCleanupSnapshots: committed,
+  getCleanupSnapshot: committed,
+  listPendingCleanups: committed,
+  claimCleanup: grant,
+  tryClaimCleanup: claim,
+  renewCleanupClaim: renewal,
+  completeCleanup: release,
+  failCleanup: release,
+  releaseCleanupClaim: release,
+  detachSubtask: committed,
+};

@@ -7,6 +7,7 @@ import { WHOLE_WORKSPACE_KEY } from '../../domain/write-paths.js';
 import type { TaskStatus } from '../../schema/database.js';
 import { LeaseLostError, type Lease, type LeaseHolderInfo, type LeaseLostReason } from '../shared/lease.js';
 import type { IdempotencyOptions } from '../idempotent.js';
+import { claim, committed, grant, release, type OutcomeDeclarations } from '../shared/outcomes.js';
 
 /** A lease key as messages show it. */
 export function showKey(key: string): string {
@@ -371,3 +372,22 @@ export interface PathLeaseRepository {
     options?: IdempotencyOptions,
   ): Promise<PathTaskSubmission>;
 }
+
+/**
+ * Each call's declared outcome (see shared/outcomes.ts). `renewPaths` has two forms: the grant
+ * form returns the renewed grant or throws; the deprecated by-name form reports lost keys in `lost`.
+ */
+export const PATH_OUTCOMES: OutcomeDeclarations<PathLeaseRepository> = {
+  tryAcquirePaths: claim,
+  acquirePaths: grant,
+  releasePaths: release,
+  renewPaths: {
+    returned: (r: RenewPathsResult | PathLeaseGrant) =>
+      'kind' in r || r.lost.length === 0 ? { outcome: 'renewed' } : { outcome: 'lost', keys: r.lost },
+    stale: 'lost',
+  },
+  listPathLeases: committed,
+  pruneExpiredPaths: committed,
+  claimTask: claim,
+  submitTaskResult: release,
+};

@@ -3,6 +3,7 @@ import { TaskfenceError } from '../../errors.js';
 import type { CoordinatorRunStatus } from '../../schema/database.js';
 import type { CoordinatorRunLease } from '../shared/running-run.js';
 import type { IdempotencyOptions } from '../idempotent.js';
+import { claim, committed, grant, release, renewal, type OutcomeDeclarations } from '../shared/outcomes.js';
 
 export interface CoordinatorRun {
   readonly id: string;
@@ -139,3 +140,20 @@ export interface RunRepository {
    */
   reconcileStaleRuns(options: { staleAfterMs: number }): Promise<CoordinatorRun[]>;
 }
+
+/** Each call's declared outcome (see shared/outcomes.ts): stopping a run releases it, a heartbeat renews it. */
+export const RUN_OUTCOMES: OutcomeDeclarations<RunRepository> = {
+  tryStartCoordinatorRun: claim,
+  startCoordinatorRun: grant,
+  adoptUnownedTasks: committed,
+  getActiveCoordinatorRunForTarget: committed,
+  getCoordinatorRun: committed,
+  listCoordinatorRuns: committed,
+  stopCoordinatorRun: release,
+  heartbeatCoordinatorRun: renewal,
+  reconcileStaleRuns: {
+    returned: () => ({ outcome: 'committed' }),
+    stale: 'refused',
+    events: (runs) => runs.map((run) => ({ type: 'run.reconciled', runId: run.id, targetKey: run.targetKey })),
+  },
+};

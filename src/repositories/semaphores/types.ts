@@ -5,6 +5,7 @@
 import type { Lease, LeaseLostReason } from '../shared/lease.js';
 import { LeaseLostError, LeaseWaitTimeoutError } from '../shared/lease.js';
 import type { IdempotencyOptions } from '../idempotent.js';
+import { claim, committed, grant, release, renewal, type OutcomeDeclarations } from '../shared/outcomes.js';
 
 /** TTL of a semaphore slot when the call gives none. */
 export const DEFAULT_SEMAPHORE_TTL_MS = 60_000;
@@ -138,3 +139,12 @@ export interface SemaphoreRepository {
   /** The live slots of `name`, soonest-expiring first; for diagnostics and tests. */
   listHolders(name: string): Promise<SemaphoreHolder[]>;
 }
+
+/** Each call's declared outcome (see shared/outcomes.ts). */
+export const SEMAPHORE_OUTCOMES: OutcomeDeclarations<SemaphoreRepository> = {
+  acquire: claim,
+  acquireWait: grant,
+  renew: renewal,
+  release: release,
+  listHolders: committed,
+};

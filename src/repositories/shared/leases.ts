@@ -6,6 +6,7 @@
 import type { Lease, LeaseClaim, LeaseLostReason } from './lease.js';
 import { LeaseLostError } from './lease.js';
 import type { IdempotencyOptions } from '../idempotent.js';
+import { claim, committed, release, renewal, type OutcomeDeclarations } from './outcomes.js';
 
 /** TTL of a workspace lock when the claim gives none (renew at about a third of it). */
 export const DEFAULT_WORKSPACE_LOCK_TTL_MS = 5 * 60_000;
@@ -186,3 +187,15 @@ export interface LockRepository {
   /** The current holder of a task lease, or null if it is free or expired. */
   getTaskLease(taskId: string): Promise<TaskLeaseHolder | null>;
 }
+
+/** Each call's declared outcome (see outcomes.ts). */
+export const LOCK_OUTCOMES: OutcomeDeclarations<LockRepository> = {
+  claimWorkspaceLock: claim,
+  renewWorkspaceLock: renewal,
+  releaseWorkspaceLock: release,
+  getWorkspaceLock: committed,
+  claimTaskLease: claim,
+  renewTaskLease: renewal,
+  releaseTaskLease: release,
+  getTaskLease: committed,
+};
