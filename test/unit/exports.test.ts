@@ -81,6 +81,7 @@ const PUBLIC_EXPORTS = [
   'PathClaimRefusedError',
   'PathLeaseLostError',
   'PathLeaseTimeoutError',
+  'PermissionDeniedError',
   'ReadOnlyError',
   'ReleaseOutsideWindowError',
   'ReleaseStillRunningError',
