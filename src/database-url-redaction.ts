@@ -1,7 +1,8 @@
 /**
  * Database URLs made safe to print, in every form a password can take in them:
- * - userinfo, with any characters in the password, an unencoded `@` or `/` included
- *   (`postgres://app:p@ss/word@db1/app` prints as `postgres://app:***@db1/app`);
+ * - userinfo, with any characters in the password, an unencoded `@`, `/`, `?` or `=` included
+ *   (`postgres://app:p@ss/word@db1/app` prints as `postgres://app:***@db1/app`, and
+ *   `postgres://app:a?b=c@db1/app` as `postgres://app:***@db1/app`);
  * - `password=` (and `sslpassword=`) in the query string, which pg accepts;
  * - libpq key/value strings (`host=db1 password='s3 cret' dbname=app`), quoted or not.
  * `secretsIn` lists the passwords themselves, so output can be scrubbed of them wherever they
@@ -15,20 +16,60 @@ const KEY_VALUE = /(^|[\s&?;])(password|sslpassword)(\s*=\s*)('(?:[^'\\]|\\.)*'?
 /** What may follow the userinfo's `@`: a host list (`db1`, `[::1]:5432`, `a:1,b:2`), then `/`, `?`, `#` or the end. */
 const HOST_LIKE = /^[A-Za-z0-9._~%\-[\]:,]*$/;
 
+/** A range of the URL after `scheme://` that holds a secret: `[start, end)`. */
+interface Span {
+  readonly start: number;
+  readonly end: number;
+}
+
 /**
- * The index of the `@` that ends the userinfo of `rest` (the URL after `scheme://`), or -1: the
- * last `@` followed by something host-like that is not inside the query string.
+ * Where the secrets of `rest` (the URL after `scheme://`) are, redacting conservatively: a
+ * password may hold any character unencoded (`@`, `/`, `?`, `=`), so
+ * - the userinfo ends at the last `@` followed by something host-like, and everything between
+ *   its first `:` and that `@` is the password (`u:a?b=c@h` masks `a?b=c`); an `@` with no `:`
+ *   before it and a `/`, `?` or `#` is a query value's, not the userinfo's end;
+ * - `password=` and `sslpassword=` values are read both from the first `?` (which may sit inside
+ *   such a password) and from the first `?` after the userinfo, so a value holding an `@` is
+ *   masked whole either way.
+ * Where the two readings overlap, both are masked: a URL may lose more than its password, never less.
  */
-function userinfoEnd(rest: string): number {
-  for (let at = rest.lastIndexOf('@'); at >= 0; at = rest.lastIndexOf('@', at - 1)) {
-    const after = rest.slice(at + 1).split(/[/?#]/, 1)[0]!;
-    if (!HOST_LIKE.test(after)) continue;
-    const query = rest.indexOf('?');
-    // `?password=a@b`: an `@` after `?…=` is a query value, not the userinfo's end.
-    if (query >= 0 && query < at && rest.slice(query, at).includes('=')) continue;
-    return at;
+function secretSpans(rest: string): Span[] {
+  const spans: Span[] = [];
+  let at = -1;
+  for (let i = rest.lastIndexOf('@'); i >= 0; i = rest.lastIndexOf('@', i - 1)) {
+    if (HOST_LIKE.test(rest.slice(i + 1).split(/[/?#]/, 1)[0]!)) {
+      at = i;
+      break;
+    }
   }
-  return -1;
+  if (at >= 0) {
+    const colon = rest.slice(0, at).indexOf(':');
+    if (colon >= 0) spans.push({ start: colon + 1, end: at });
+    else if (/[/?#]/.test(rest.slice(0, at))) at = -1;
+  }
+  for (const q of new Set([rest.indexOf('?'), at >= 0 ? rest.indexOf('?', at) : -1])) {
+    if (q < 0) continue;
+    const hash = rest.indexOf('#', q);
+    let offset = q + 1;
+    for (const pair of rest.slice(q + 1, hash < 0 ? rest.length : hash).split('&')) {
+      const eq = pair.indexOf('=');
+      if (eq >= 0 && SECRET_KEYS.test(safeDecode(pair.slice(0, eq))))
+        spans.push({ start: offset + eq + 1, end: offset + pair.length });
+      offset += pair.length + 1;
+    }
+  }
+  return spans;
+}
+
+/** `spans` sorted, overlapping or touching ones merged: what is masked as one `***`. */
+function merged(spans: readonly Span[]): Span[] {
+  const out: Span[] = [];
+  for (const span of [...spans].sort((a, b) => a.start - b.start)) {
+    const last = out[out.length - 1];
+    if (last && span.start <= last.end) out[out.length - 1] = { start: last.start, end: Math.max(last.end, span.end) };
+    else out.push(span);
+  }
+  return out;
 }
 
 /** A database URL (or libpq key/value string) safe to print: every password replaced by `***`. */
@@ -36,32 +77,13 @@ export function redactDatabaseUrl(url: string): string {
   const scheme = /^([a-zA-Z][a-zA-Z0-9+.-]*:\/\/)/.exec(url);
   if (!scheme) return url.replace(KEY_VALUE, `$1$2$3${MASK}`);
   const rest = url.slice(scheme[1]!.length);
-  const at = userinfoEnd(rest);
-  let out = rest;
-  if (at >= 0) {
-    const userinfo = rest.slice(0, at);
-    const colon = userinfo.indexOf(':');
-    out = (colon >= 0 ? `${userinfo.slice(0, colon)}:${MASK}` : userinfo) + rest.slice(at);
+  let out = '';
+  let from = 0;
+  for (const span of merged(secretSpans(rest))) {
+    out += rest.slice(from, span.start) + MASK;
+    from = span.end;
   }
-  return scheme[1]! + redactQuery(out);
-}
-
-function redactQuery(rest: string): string {
-  const q = rest.indexOf('?');
-  if (q < 0) return rest;
-  const [query, ...fragment] = rest.slice(q + 1).split('#');
-  const params = query!.split('&').map((pair) => {
-    const eq = pair.indexOf('=');
-    if (eq < 0) return pair;
-    let key = pair.slice(0, eq);
-    try {
-      key = decodeURIComponent(key);
-    } catch {
-      // keep it as written
-    }
-    return SECRET_KEYS.test(key) ? `${pair.slice(0, eq)}=${MASK}` : pair;
-  });
-  return `${rest.slice(0, q)}?${params.join('&')}${fragment.length > 0 ? `#${fragment.join('#')}` : ''}`;
+  return scheme[1]! + out + rest.slice(from);
 }
 
 /**
@@ -73,22 +95,9 @@ export function secretsIn(url: string): string[] {
   const scheme = /^([a-zA-Z][a-zA-Z0-9+.-]*:\/\/)/.exec(url);
   if (scheme) {
     const rest = url.slice(scheme[1]!.length);
-    const at = userinfoEnd(rest);
-    if (at >= 0) {
-      const userinfo = rest.slice(0, at);
-      const colon = userinfo.indexOf(':');
-      if (colon >= 0) found.push(userinfo.slice(colon + 1));
-    }
-    const q = rest.indexOf('?');
-    if (q >= 0) {
-      for (const pair of rest
-        .slice(q + 1)
-        .split('#')[0]!
-        .split('&')) {
-        const eq = pair.indexOf('=');
-        if (eq >= 0 && SECRET_KEYS.test(safeDecode(pair.slice(0, eq)))) found.push(pair.slice(eq + 1));
-      }
-    }
+    // Each reading's value, and the merged ranges (longest, so scrubbing replaces them first).
+    const spans = secretSpans(rest);
+    for (const span of [...spans, ...merged(spans)]) found.push(rest.slice(span.start, span.end));
   } else {
     for (const match of url.matchAll(KEY_VALUE)) found.push(match[4]!.replace(/^['"]|['"]$/g, ''));
   }

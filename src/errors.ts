@@ -31,7 +31,7 @@ export class InvalidDatabaseUrlError extends TaskfenceError {
 
 /**
  * The base of the database faults (`DatabaseUnavailableError`, `StorageFullError`,
- * `ReadOnlyError`, `CommitOutcomeUnknownError`, `LockTimeoutError`, `StatementTimeoutError`): the driver's error is the `cause`, its code is
+ * `ReadOnlyError`, `PermissionDeniedError`, `CommitOutcomeUnknownError`, `LockTimeoutError`, `StatementTimeoutError`): the driver's error is the `cause`, its code is
  * `driverCode`, and `retrySafe` says whether the failed call is known to have changed nothing.
  */
 export abstract class DatabaseFaultError extends TaskfenceError {
@@ -152,6 +152,46 @@ export class ReadOnlyError extends DatabaseFaultError {
       true,
     );
   }
+}
+
+/**
+ * The database role may not do what a statement needs (PostgreSQL 42501 "permission denied for
+ * …"): the statement failed and its transaction rolled back, so nothing was changed (`retrySafe`,
+ * though retrying helps only once the grant is made). `object` is what the server named
+ * (`sequence tasks_seq_seq`, `table tasks`, `schema app`) and `privilege` the one to grant
+ * (`USAGE` for a sequence's `nextval`); the README's "Least privilege" lists every grant the
+ * runtime needs.
+ */
+export class PermissionDeniedError extends DatabaseFaultError {
+  readonly code = 'PERMISSION_DENIED';
+  declare readonly retrySafe: true;
+  constructor(
+    /** The database, redacted. */
+    readonly target: string,
+    readonly operation: string,
+    /** What the server refused, as it named it (`sequence tasks_seq_seq`), or `null` when it named nothing. */
+    readonly object: string | null,
+    /** The privilege to grant on `object` (`USAGE`, `INSERT`, `CREATE`, …), or `null` when unknown. */
+    readonly privilege: string | null,
+    cause: unknown,
+  ) {
+    super(
+      `The database role lacks ${privilege ?? 'a privilege'} on ${object ?? 'an object'} at ${target} (${operation}): ` +
+        `${describeCause(cause)}. Nothing was changed. ` +
+        (privilege && object
+          ? `Grant it (GRANT ${privilege} ON ${grantTarget(object)} TO <the role>), `
+          : 'Grant it, ') +
+        'or see the README\'s "Least privilege" for every grant the runtime needs.',
+      cause,
+      true,
+    );
+  }
+}
+
+/** `sequence tasks_seq_seq` as GRANT names it: `SEQUENCE tasks_seq_seq`. */
+function grantTarget(object: string): string {
+  const space = object.indexOf(' ');
+  return space < 0 ? object : `${object.slice(0, space).toUpperCase()}${object.slice(space)}`;
 }
 
 /**

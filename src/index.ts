@@ -27,6 +27,7 @@ export {
   DatabaseUnavailableError,
   StorageFullError,
   ReadOnlyError,
+  PermissionDeniedError,
   CommitOutcomeUnknownError,
   LockTimeoutError,
   StatementTimeoutError,

@@ -19,6 +19,8 @@ export type ErrorKind =
   | 'storage_full'
   /** The database accepts no writes (`ReadOnlyError`). */
   | 'read_only'
+  /** The role lacks a privilege the statement needs (`PermissionDeniedError`). */
+  | 'permission_denied'
   | 'unknown';
 
 /** Column types that differ per dialect, for migrations (see the type mapping in README). */

@@ -4,7 +4,7 @@ import type { StoreDialect } from '../dialects/types.js';
 import { schemaOf } from '../query/schema.js';
 import type { Database } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
-import { driverCodeOf, ReadOnlyError } from '../errors.js';
+import { driverCodeOf, PermissionDeniedError, ReadOnlyError } from '../errors.js';
 import { check, type DoctorCheck } from './report.js';
 
 class ProbeRollback extends Error {
@@ -111,16 +111,25 @@ export async function runProbe(
         `not probed: ${error.inRecovery ? IN_RECOVERY : 'the database is read-only (default_transaction_read_only), writes will fail with READ_ONLY'}`,
       );
     }
-    if (driverCodeOf(error) === '42501') {
+    if (error instanceof PermissionDeniedError || driverCodeOf(error) === '42501') {
+      const raw = error instanceof PermissionDeniedError ? error.cause : error;
+      const lacks =
+        error instanceof PermissionDeniedError && error.privilege && error.object
+          ? `${error.privilege} on ${error.object}`
+          : missingPrivilege(errorMessage(raw));
       return check(
         id,
         'warn',
-        `not probed: this role lacks ${missingPrivilege(errorMessage(error))}, which only the probe needs (${errorMessage(error)}); the runtime does not`,
+        `not probed: this role lacks ${lacks}, which only the probe needs (${errorMessage(raw)}); ${RUNTIME_GRANTS}`,
       );
     }
     return check(id, 'fail', `the probe itself failed: ${errorMessage(error)}`);
   }
 }
+
+/** What a least-privilege application role needs, as doctor advises it (README, Least privilege). */
+export const RUNTIME_GRANTS =
+  "the runtime needs only USAGE on the schema, SELECT, INSERT, UPDATE and DELETE on taskfence's tables and USAGE on its sequences (tasks, dispatch_contexts and messages take seq from nextval)";
 
 /** The privilege a PostgreSQL "permission denied for …" names, in GRANT's words. */
 function missingPrivilege(message: string): string {

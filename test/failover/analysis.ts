@@ -87,9 +87,9 @@ export interface Findings {
   readonly overlaps: string[];
   /** Each message id acknowledged to more than one delivery. */
   readonly doubleDeliveries: string[];
-  /** Failed attempts that were not a TaskfenceError, except a raw 25006 (pending READ_ONLY). */
+  /** Failed attempts that were not a TaskfenceError (a raw 25006 included: it must be READ_ONLY). */
   readonly untyped: FailedAttempt[];
-  /** Raw 25006 failures: typed READ_ONLY once the engine-errors work lands. */
+  /** Raw 25006 failures among `untyped`: a read-only server's refusal that was not READ_ONLY; must be 0. */
   readonly rawReadOnly: number;
   readonly failedAttempts: number;
   readonly switches: SwitchFigures[];
@@ -184,7 +184,7 @@ export function analyse(
 
   const failures = reports.flatMap((r) => r.failures);
   const rawReadOnly = failures.filter((f) => !f.typed && f.code.endsWith(':25006')).length;
-  const untyped = failures.filter((f) => !f.typed && !f.code.endsWith(':25006'));
+  const untyped = failures.filter((f) => !f.typed);
 
   // Every acknowledged call, by when it was sent and when it returned.
   const calls = [

@@ -165,7 +165,7 @@ function summary(findings: Findings, reports: readonly WorkerReport[]) {
     failedAttempts: findings.failedAttempts,
     failedByCode: codes,
     untyped: findings.untyped.length,
-    rawReadOnlyPending: findings.rawReadOnly,
+    rawReadOnly: findings.rawReadOnly,
     unknownOutcomes: reports.reduce((n, r) => n + r.unknownOutcomes, 0),
     switches: findings.switches.map((s) => ({ promotionMs: s.promotionMs, firstAckMs: s.firstAckMs })),
     examples: {
@@ -210,6 +210,7 @@ describe('failover under load', () => {
     expect(findings.overlaps).toEqual([]);
     expect(findings.doubleDeliveries).toEqual([]);
     expect(findings.untyped).toEqual([]);
+    expect(findings.rawReadOnly).toBe(0);
   });
 
   it('with asynchronous replication, a failover loses acknowledged writes, and doctor warned beforehand', async () => {
@@ -257,7 +258,8 @@ describe('failover under load', () => {
     expect(ackedInLagWindow).toBeGreaterThan(0);
     // What asynchronous replication costs: writes the workers were told had committed are gone.
     expect(findings.lost.length).toBeGreaterThan(0);
-    // Even so, every failure the callers saw was typed.
+    // Even so, every failure the callers saw was typed (a read-only server's refusal as READ_ONLY).
     expect(findings.untyped).toEqual([]);
+    expect(findings.rawReadOnly).toBe(0);
   });
 });

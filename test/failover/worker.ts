@@ -76,24 +76,21 @@ const report: WorkerReport = {
 };
 let stopping = false;
 
-/** The READ_ONLY code of the engine-errors work; until it lands the raw SQLSTATE 25006 shows instead. */
-const READ_ONLY_CODES = new Set(['READ_ONLY', '25006']);
-
 function codeOf(error: unknown): { code: string; typed: boolean; retrySafe: boolean } {
   if (error instanceof TaskfenceError) {
     const retrySafe =
       (error as { retrySafe?: boolean }).retrySafe === true ||
       error.code === 'DATABASE_UNAVAILABLE' ||
-      READ_ONLY_CODES.has(error.code);
+      error.code === 'READ_ONLY';
     return { code: error.code, typed: true, retrySafe };
   }
   const driverCode = (error as { code?: unknown } | null)?.code;
   const name = error instanceof Error ? error.name : typeof error;
+  // A raw driver error (a read-only server's 25006 included) is untyped: the analysis fails on it.
   return {
     code: `untyped:${name}:${typeof driverCode === 'string' ? driverCode : ''}`,
     typed: false,
-    // A write refused by a read-only server changed nothing.
-    retrySafe: typeof driverCode === 'string' && READ_ONLY_CODES.has(driverCode),
+    retrySafe: false,
   };
 }
 

@@ -2,7 +2,8 @@
  * No password is ever printed: a marker password in every form a database URL can carry it
  * (userinfo with an unencoded `@`, `?password=`, a libpq key/value string, `PGPASSWORD`), through
  * openStore's errors, errors after the server dropped the store, events, and every CLI command
- * with and without `--json` and `--verbose`, given by `--db` and by `TASKFENCE_DATABASE_URL`.
+ * (`inspect` and the `ui` dashboard included) with and without `--json` and `--verbose`, given by
+ * `--db` and by `TASKFENCE_DATABASE_URL`.
  * The service trusts local connections, so the live forms really connect (the password is sent
  * only if asked for, and accepted either way). Needs `npm run build` (the CLI runs from dist/).
  */
@@ -11,6 +12,7 @@ import pg from 'pg';
 import { openStore, type TaskfenceEvent } from '../../src/index.js';
 import { postgresFixture } from '../support/dialects.js';
 import { runCli } from '../suites/cli.suite.js';
+import { http, startUi } from '../suites/ui.suite.js';
 
 const MARKER = 'Mk7Secret';
 const fx = postgresFixture();
@@ -31,8 +33,14 @@ function forms(base: string): Record<string, string> {
     'userinfo with an unencoded @': `postgres://postgres:${MARKER.slice(0, 3)}@${MARKER.slice(3)}@${hostPart}${db}${u.search}`,
     'userinfo, percent-encoded': `postgres://postgres:${encodeURIComponent(`${MARKER}@/`)}@${hostPart}${db}${u.search}`,
     '?password= in the query': `postgres://${hostPart}${db}?user=postgres&password=${MARKER}${more}`,
+    // An unencoded `?` in the password: no URL parser accepts these, so they only ever fail, and
+    // the failure must not print them.
+    'userinfo with ?…= in the password': `postgres://postgres:a?b=${MARKER}@${hostPart}${db}${u.search}`,
+    'userinfo with a ?x= after the password': `postgres://postgres:${MARKER}?x=1@${hostPart}${db}${u.search}`,
   };
 }
+/** Forms that are not well-formed URLs: refused (INVALID_DATABASE_URL), never connected. */
+const UNPARSEABLE = new Set(['userinfo with ?…= in the password', 'userinfo with a ?x= after the password']);
 const dead = (url: string) => url.replace(/:5432\b|127\.0\.0\.1:\d+/, '127.0.0.1:1');
 
 function expectNoMarker(text: string, context: string): void {
@@ -54,6 +62,9 @@ const COMMANDS: readonly (readonly string[])[] = [
   ['doctor', '--json'],
   ['prune', '--older-than', '30d', '--json'],
   ['prune', '--older-than', '30d', '--verbose'],
+  ['inspect'],
+  ['inspect', '--json'],
+  ['inspect', 'task', 'no-such-task', '--json'],
 ];
 
 describe('the CLI never prints a password', () => {
@@ -62,12 +73,13 @@ describe('the CLI never prints a password', () => {
       for (const command of COMMANDS) {
         const byFlag = await runCli([...command, '--db', url]);
         expectNoMarker(byFlag.out + byFlag.err, `${form}: ${command.join(' ')} --db`);
-        // 0, or a status --check code; never a usage error.
-        expect(byFlag.code, `${form}: ${command.join(' ')}: ${byFlag.err}`).not.toBe(2);
+        // 0, or a status --check code; never a usage error. A malformed URL is refused.
+        if (UNPARSEABLE.has(form)) expect(byFlag.code, `${form}: ${command.join(' ')}`).not.toBe(0);
+        else expect(byFlag.code, `${form}: ${command.join(' ')}: ${byFlag.err}`).not.toBe(2);
       }
       const byEnv = await runCli(['status', '--verbose'], { env: { TASKFENCE_DATABASE_URL: url } });
       expectNoMarker(byEnv.out + byEnv.err, `${form}: status via TASKFENCE_DATABASE_URL`);
-      expect(byEnv.out).toMatch(/database: postgres:\/\//);
+      if (!UNPARSEABLE.has(form)) expect(byEnv.out).toMatch(/database: postgres:\/\//);
     }
   }, 600_000);
 
@@ -79,7 +91,14 @@ describe('the CLI never prints a password', () => {
       `postgres://u:${MARKER}@/nohost`,
     ];
     for (const url of urls) {
-      for (const command of [['status', '--verbose'], ['migrate', '--json'], ['doctor', '--json'], ['plan']]) {
+      for (const command of [
+        ['status', '--verbose'],
+        ['migrate', '--json'],
+        ['doctor', '--json'],
+        ['plan'],
+        ['inspect', '--json'],
+        ['inspect'],
+      ]) {
         const result = await runCli([...command, '--db', url]);
         expectNoMarker(result.out + result.err, `${url}: ${command.join(' ')}`);
         expect(result.code).not.toBe(0);
@@ -111,7 +130,7 @@ describe('the library never reports a password', () => {
   });
 
   it('events and errors after the server dropped the store', async () => {
-    for (const form of Object.keys(forms(live))) {
+    for (const form of Object.keys(forms(live)).filter((f) => !UNPARSEABLE.has(f))) {
       const url = forms(await fx.freshUrl())[form]!;
       const events: TaskfenceEvent[] = [];
       const store = await openStore({ url, onEvent: (e) => events.push(e) });
@@ -133,4 +152,39 @@ describe('the library never reports a password', () => {
       expectNoMarker(store.dialect.kind + JSON.stringify(store.stats()), 'stats');
     }
   });
+});
+
+describe('the dashboard (taskfence ui) never shows a password', () => {
+  it('in its start lines, page, config and snapshot with every live form, and its errors with every form', async () => {
+    // ui serves a migrated database only (run alone, no earlier test has migrated it).
+    await (await fx.open(live)).migrate();
+    for (const [form, url] of Object.entries(forms(live))) {
+      if (UNPARSEABLE.has(form)) continue;
+      const ui = await startUi(url);
+      try {
+        for (const path of ['', 'api/config', 'api/snapshot']) {
+          const page = await http(`${ui.url}${path}`);
+          expect(page.status, `${form}: /${path}`).toBe(200);
+          expectNoMarker(page.text, `${form}: ui /${path}`);
+        }
+        expect((await http(`${ui.url}api/config`)).json()).toMatchObject({
+          label: expect.stringMatching(/^postgres:/),
+        });
+      } finally {
+        await ui.stop();
+      }
+      expectNoMarker(ui.output(), `${form}: ui output`);
+    }
+    for (const url of [...Object.values(forms(live)).map(dead), `host=127.0.0.1 port=1 password=${MARKER} dbname=x`]) {
+      const failed = await startUi(url).then(
+        async (ui) => {
+          await ui.stop();
+          throw new Error(`taskfence ui started on ${url}`);
+        },
+        (e: unknown) => e as Error,
+      );
+      expect(failed.message).toMatch(/taskfence ui exited with [1-9]/);
+      expectNoMarker(failed.message, `ui error: ${url}`);
+    }
+  }, 600_000);
 });

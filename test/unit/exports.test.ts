@@ -83,6 +83,7 @@ const PUBLIC_EXPORTS = [
   'PathClaimRefusedError',
   'PathLeaseLostError',
   'PathLeaseTimeoutError',
+  'PermissionDeniedError',
   'ReadOnlyError',
   'ReleaseOutsideWindowError',
   'ReleaseStillRunningError',

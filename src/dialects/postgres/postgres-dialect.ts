@@ -16,6 +16,7 @@ import {
   InvalidArgumentError,
   LockTimeoutError,
   MigrationLockTimeoutError,
+  PermissionDeniedError,
   ReadOnlyError,
   StatementTimeoutError,
   StorageFullError,
@@ -354,6 +355,7 @@ class PostgresStoreDialect implements StoreDialect {
     if (error instanceof StatementTimeoutError) return 'statement_timeout';
     if (error instanceof StorageFullError) return 'storage_full';
     if (error instanceof ReadOnlyError) return 'read_only';
+    if (error instanceof PermissionDeniedError) return 'permission_denied';
     if (error instanceof TaskfenceError) return 'unknown';
     return classifyPostgresError(error);
   }

@@ -11,6 +11,7 @@ import {
   DatabaseUnavailableError,
   driverCodeOf,
   LockTimeoutError,
+  PermissionDeniedError,
   ReadOnlyError,
   StatementTimeoutError,
   StorageFullError,
@@ -43,7 +44,7 @@ export function clientQueryTimeoutMs(statementTimeoutMs: number): number {
  * idle_session_timeout), every class-08 error, socket errors, pg's own "terminated"/"not
  * queryable" errors, and the client-side query and connect timeouts (after which the connection
  * is discarded). 53100 is a full disk, 25006 a read-only transaction (standby or
- * default_transaction_read_only).
+ * default_transaction_read_only), 42501 a missing privilege.
  */
 export function classifyPostgresError(error: unknown): ErrorKind {
   const code = (error as { code?: unknown } | null)?.code;
@@ -57,6 +58,7 @@ export function classifyPostgresError(error: unknown): ErrorKind {
     if (code === '57014') return 'statement_timeout';
     if (code === '53100') return 'storage_full';
     if (code === '25006') return 'read_only';
+    if (code === '42501') return 'permission_denied';
     if (
       code === '25P03' ||
       code === '57P05' ||
@@ -343,6 +345,10 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
     const kind = classifyPostgresError(raw);
     const operation = describeStatement(text);
     if (kind === 'storage_full') return new StorageFullError(this.#target, operation, raw);
+    if (kind === 'permission_denied') {
+      const { object, privilege } = missingPrivilege(raw instanceof Error ? raw.message : '', text);
+      return new PermissionDeniedError(this.#target, operation, object, privilege, raw);
+    }
     if (kind === 'read_only') {
       // The server stopped accepting writes (demoted, or read-only by setting): with a host list,
       // look for the writable host again, and never hand this connection out again.
@@ -410,6 +416,36 @@ export class ServerClockOffset {
 
 /** COMMIT completed as ROLLBACK: an earlier statement failed and the error was swallowed (now in errors.ts). */
 export { TransactionAbortedError };
+
+/**
+ * What a "permission denied for <kind> <name>" refused, and the privilege `statement` needed on
+ * it: USAGE for a sequence (`nextval` of a column default), the statement's verb for a table,
+ * CREATE or USAGE for a schema, EXECUTE for a function.
+ */
+export function missingPrivilege(
+  message: string,
+  statement: string,
+): { object: string | null; privilege: string | null } {
+  const match = /permission denied for (\w+) ("[^"]+"|\S+)/.exec(message);
+  if (!match) return { object: null, privilege: null };
+  const [, kind, name] = match as unknown as [string, string, string];
+  const object = `${kind} ${name}`;
+  const verb = /^\s*(?:with\b[\s\S]*?\)\s*)?(select|insert|update|delete)\b/i.exec(statement)?.[1];
+  switch (kind) {
+    case 'sequence':
+      return { object, privilege: 'USAGE' };
+    case 'table':
+    case 'relation':
+    case 'view':
+      return { object, privilege: verb ? verb.toUpperCase() : null };
+    case 'schema':
+      return { object, privilege: /^\s*create\b/i.test(statement) ? 'CREATE' : 'USAGE' };
+    case 'function':
+      return { object, privilege: 'EXECUTE' };
+    default:
+      return { object, privilege: null };
+  }
+}
 
 function describeStatement(sql: string): string {
   const flat = sql.replace(/\s+/g, ' ').trim();
