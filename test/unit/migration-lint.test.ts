@@ -42,6 +42,7 @@ describe('migration lint', () => {
         await sql`alter table tasks add constraint tasks_weight_check check (weight >= 0) not valid`.execute(db);
       },
       {
+        concurrent: [{ kind: 'validate-constraint', table: 'tasks', constraint: 'tasks_weight_check' }],
         backfill: {
           async batch({ db }) {
             await sql`update tasks set weight = 1 where weight = 0`.execute(db);
@@ -130,11 +131,32 @@ describe('migration lint', () => {
     expect(await rulesOf(ddlInBackfill)).toEqual(['ddl-in-backfill']);
   });
 
+  it('knows the concurrent steps: a NOT VALID constraint needs a validate step; an index step passes', async () => {
+    const addNotValid: MigrationDefinition['up'] = async ({ db }) =>
+      void (await sql`alter table tasks add constraint c1 check (1 = 1) not valid`.execute(db));
+    expect(await rulesOf(migration(addNotValid), 'postgres')).toEqual(['not-valid-never-validated']);
+    expect(
+      await lintMigration(
+        migration(addNotValid, {
+          concurrent: [
+            { kind: 'validate-constraint', table: 'tasks', constraint: 'c1' },
+            {
+              kind: 'create-index',
+              index: 't_i',
+              table: 'tasks',
+              build: (db) => db.schema.createIndex('t_i').on('tasks').column('title'),
+            },
+          ],
+        }),
+      ),
+    ).toEqual([]);
+  });
+
   it('would have flagged the migrations shipped before the rules (which is why they stop at 0056)', async () => {
     const byVersion = new Map(MIGRATIONS.map((m) => [m.version, m]));
-    expect(await rulesOf(byVersion.get(53)!, 'postgres')).toEqual(
-      expect.arrayContaining(['index-on-existing-table', 'constraint-without-not-valid']),
-    );
+    // 0052 and 0053 moved their index and CHECK validations to concurrent steps: they pass now.
+    expect(await rulesOf(byVersion.get(53)!, 'postgres')).toEqual([]);
+    expect(await rulesOf(byVersion.get(52)!, 'postgres')).toEqual([]);
     expect(await rulesOf(byVersion.get(56)!, 'postgres')).toEqual(['changing-column-type']);
     expect(await rulesOf(byVersion.get(7)!, 'sqlite')).toContain('data-change-in-ddl-step');
   });
