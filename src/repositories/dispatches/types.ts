@@ -1,20 +1,17 @@
 /** The public types of `store.dispatches` (SPEC §3): dispatch contexts, their errors and guarantees. */
 import { TaskfenceError } from '../../errors.js';
 import type { CoordinatorRunStatus, DispatchStatus, TaskStatus } from '../../schema/database.js';
-import { LeaseLostError, type Lease, type LeaseLostReason } from '../shared/lease.js';
+import type { Lease } from '../shared/lease.js';
 import type { Task } from '../shared/records.js';
-import { TaskNotDispatchableError } from '../shared/lifecycle.js';
+import { DispatchLeaseLostError, LEASE_EXPIRED, TaskNotDispatchableError } from '../shared/lifecycle.js';
 
-export { TaskNotDispatchableError };
+export { DispatchLeaseLostError, LEASE_EXPIRED, TaskNotDispatchableError };
 
 /** Failed dispatches of one task that trip its circuit breaker: the task fails instead of returning to ready. */
 export const DISPATCH_FAILURE_LIMIT = 3;
 
 /** A dispatch's lease lifetime unless the caller says otherwise (5 minutes; heartbeat at about a third of it). */
 export const DEFAULT_DISPATCH_LEASE_TTL_MS = 5 * 60_000;
-
-/** The error a reclaimed dispatch ends with, and the reason its task returned to ready. */
-export const LEASE_EXPIRED = 'lease_expired';
 
 export interface Dispatch {
   readonly id: string;
@@ -191,22 +188,6 @@ export class TerminalBusyError extends TaskfenceError {
     super(
       `Terminal ${terminalHandle} already has an active dispatch${activeDispatchId === null ? '' : ` (${activeDispatchId})`}. ` +
         'A terminal runs one dispatch at a time: complete, end or fail it first, or dispatch to a free terminal.',
-    );
-  }
-}
-
-/** The dispatch lease is not the caller's any more (reclaimed after expiry, superseded, or ended); nothing changed. */
-export class DispatchLeaseLostError extends LeaseLostError {
-  readonly code = 'DISPATCH_LEASE_LOST';
-  readonly kind = 'dispatch';
-  constructor(
-    readonly dispatchId: string,
-    readonly token: number,
-    readonly reason: LeaseLostReason,
-  ) {
-    super(
-      `Dispatch ${dispatchId} (token ${token}) is no longer this worker's (${reason}). ` +
-        'Stop the work: its task was reclaimed or ended; its result is refused.',
     );
   }
 }

@@ -9,6 +9,7 @@ import type { PathLeaseRow } from '../../schema/database.js';
 import { clampTimerMs } from '../../timers.js';
 import type { StoreContext } from '../context.js';
 import { pathsLockKey } from '../shared/lock-keys.js';
+import { requireLease } from '../shared/lease.js';
 import {
   optionalId,
   optionalIdFilter,
@@ -198,17 +199,24 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     async claimTask(taskId, holder, options) {
       requireId('taskId', taskId);
       requireId('holder', holder);
-      const ttlMs = requirePositiveMs('ttlMs', optionalInput('options', options).ttlMs ?? DEFAULT_PATH_LEASE_TTL_MS);
-      return claimTask(ctx, taskId, holder, ttlMs);
+      const opts = optionalInput('options', options);
+      const ttlMs = requirePositiveMs('ttlMs', opts.ttlMs ?? DEFAULT_PATH_LEASE_TTL_MS);
+      const dispatchLease =
+        opts.dispatchLease === undefined
+          ? undefined
+          : requireLease('dispatch', opts.dispatchLease, 'options.dispatchLease');
+      return claimTask(ctx, taskId, holder, ttlMs, dispatchLease);
     },
 
     submitTaskResult: async (taskId: string, by: string | PathLeaseGrant, result: PathTaskResult) => {
       requireId('taskId', taskId);
       const holder = isGrant(by) ? requirePathGrant(by, 'lease') : requireId('holder', by);
-      const status = requireInput('result', result).status;
+      const { status, dispatchLease } = requireInput('result', result);
       if (status !== 'done' && status !== 'failed')
         throw new InvalidArgumentError('result.status', "must be 'done' or 'failed'");
-      return submitTaskResult(ctx, taskId, holder, status);
+      const fence =
+        dispatchLease === undefined ? undefined : requireLease('dispatch', dispatchLease, 'result.dispatchLease');
+      return submitTaskResult(ctx, taskId, holder, status, fence);
     },
   };
   return repo;
