@@ -633,6 +633,22 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
     });
   });
 
+  describe('dispatch lease renewal', () => {
+    it('a heartbeat never revives a lapsed dispatch lease: refused expired, and the dispatch stays reclaimable', async () => {
+      const { run, create } = await runOn();
+      const task = await create();
+      const d = await dispatchOf(task, 1_000);
+      clock.advance(1_001);
+      const refused = await store.dispatches.heartbeatDispatch(d.lease!, { ttlMs: 60_000 }).catch((e: unknown) => e);
+      // Mutant "heartbeat-revives" (no lease_expires_at > now in heartbeatDispatch) fails here.
+      expect(refused).toBeInstanceOf(DispatchLeaseLostError);
+      expect(refused).toMatchObject({ code: 'DISPATCH_LEASE_LOST', reason: 'expired', dispatchId: d.id });
+      expect((await store.dispatches.getDispatch(d.id))?.leaseExpiresAt).toBe(d.lease!.expiresAt);
+      const reclaimed = await store.dispatches.reclaimExpiredDispatches({ runId: run.id });
+      expect(reclaimed.map((r) => r.dispatch.id)).toEqual([d.id]);
+    });
+  });
+
   describe('path claims and results follow the table and the dispatch lease', () => {
     async function pathTask(create: (extra?: object) => Promise<Task>, extra: object = {}) {
       const workspaceId = (await store.org.createWorkspace({ companyId: company, name: unique('ws') })).id;

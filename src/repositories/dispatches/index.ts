@@ -481,6 +481,8 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           .where('id', '=', lease.resource)
           .where('seq', '=', lease.token)
           .where('status', '=', 'active')
+          // Renew never revives a lapsed lease (the lease protocol): a lapsed one is reclaimable.
+          .where('lease_expires_at', '>', now)
           .returningAll()
           .executeTakeFirst();
         if (renewed) return toDispatch(renewed).lease!;
@@ -491,6 +493,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           .executeTakeFirst();
         if (!row || Number(row.seq) !== lease.token)
           throw new DispatchLeaseLostError(lease.resource, lease.token, 'never_granted');
+        if (row.status === 'active') throw new DispatchLeaseLostError(lease.resource, lease.token, 'expired');
         throw new DispatchLeaseLostError(lease.resource, lease.token, await endedReason(trx, row));
       });
     },

@@ -223,9 +223,10 @@ export interface DispatchRepository {
     options?: { result?: unknown } & DispatchReportOptions,
   ): Promise<CompletedDispatch>;
   /**
-   * Renews a dispatch lease for `ttlMs` (default: the lease's own lifetime at creation is not
-   * kept; `DEFAULT_DISPATCH_LEASE_TTL_MS`). A lease lapsed but not yet reclaimed is renewed; a
-   * reclaimed, superseded or ended one is `DispatchLeaseLostError`.
+   * Renews a live dispatch lease for `ttlMs` (default: the lease's own lifetime at creation is not
+   * kept; `DEFAULT_DISPATCH_LEASE_TTL_MS`). Renew never revives a lapsed lease: one lapsed but not
+   * yet reclaimed is `DispatchLeaseLostError` (`expired`), as is a reclaimed one; a superseded or
+   * ended one is `DispatchLeaseLostError` (`superseded`, `released`).
    */
   heartbeatDispatch(lease: Lease<'dispatch'>, options?: { ttlMs?: number }): Promise<Lease<'dispatch'>>;
   /**
