@@ -183,8 +183,10 @@ export {
 export {
   DISPATCH_TRANSITIONS,
   GateOpenError,
+  INITIAL_TASK_STATUSES,
   TASK_TRANSITIONS,
   TaskTransitionRefusedError,
+  type InitialTaskStatus,
   type TaskTransitionRefusal,
   type Transition,
 } from './repositories/shared/lifecycle.js';

@@ -20,6 +20,8 @@ import {
   propagateFinish,
   TaskTransitionRefusedError,
   waitingReason,
+  INITIAL_TASK_STATUSES,
+  type InitialTaskStatus,
 } from './shared/lifecycle.js';
 import { dispatchTaskLockKey, runTargetLockKey } from './shared/lock-keys.js';
 import { toTask, type Task } from './shared/records.js';
@@ -55,8 +57,12 @@ export interface CreateTaskInput {
   readonly companyId: string;
   readonly title: string;
   readonly description?: string | null;
-  /** Default `backlog`. */
-  readonly status?: TaskStatus;
+  /**
+   * Default `backlog`. A task starts `backlog`, `todo`, `ready` or `blocked` (README "The work
+   * lifecycle"); with a dependency not done it is stored `blocked` (reason: the dependencies),
+   * whatever status is asked.
+   */
+  readonly status?: InitialTaskStatus;
   readonly projectId?: string | null;
   readonly assigneeAgentId?: string | null;
   /** An explicit workspace: the task runs with an exclusive lock on it. */
@@ -200,7 +206,7 @@ function checkCreateTaskInput(input: CreateTaskInput): void {
   requireId('companyId', input.companyId);
   requireText('title', input.title);
   optionalString('description', input.description);
-  if (input.status !== undefined) requireOneOf('status', input.status, TASK_STATUSES);
+  if (input.status !== undefined) requireOneOf('status', input.status, INITIAL_TASK_STATUSES);
   optionalId('projectId', input.projectId);
   optionalId('assigneeAgentId', input.assigneeAgentId);
   optionalId('workspaceId', input.workspaceId);
@@ -280,8 +286,6 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
       checkCreateTaskInput(input);
       const requiresFilesystem = requireBoolean('requiresFilesystem', input.requiresFilesystem);
       const status = input.status ?? 'backlog';
-      if (!TASK_STATUSES.includes(status))
-        throw new InvalidArgumentError('status', `must be one of ${TASK_STATUSES.join(', ')}`);
       if (input.targetKey === '') throw new InvalidArgumentError('targetKey', 'must be null or a non-empty key');
       const writes = validateWrites(input.writes);
       const priority = input.priority === undefined ? 0 : requirePriority(input.priority);
@@ -359,7 +363,8 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
           for (const dep of deps)
             checkSameScope({ id, coordinator_run_id: runId, target_key: input.targetKey ?? null }, dep);
           const reason = blockedBy(deps);
-          const stored = reason !== null && (status === 'ready' || status === 'blocked') ? 'blocked' : status;
+          // Open dependencies always hold the task: it becomes ready when the last one is done.
+          const stored = reason !== null ? 'blocked' : status;
           const row: NewTaskRow = {
             id,
             company_id: companyId,

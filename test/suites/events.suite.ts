@@ -172,8 +172,9 @@ export function defineEventsSuite(makeFixture: () => DialectFixture) {
       companyId: company.id,
       title: 'over',
       requiresFilesystem: false,
-      status: 'done',
+      status: 'ready',
     });
+    await store.tasks.transitionTask(done.id, { from: 'ready', to: 'cancelled' });
     await expect(
       store.scheduler.dispatchRun({ taskId: done.id, agentId: agent.id, runId: 'r4', mode: 'heartbeat' }),
     ).rejects.toMatchObject({ code: 'TASK_NOT_DISPATCHABLE' });

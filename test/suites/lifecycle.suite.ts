@@ -14,6 +14,7 @@ import {
   TaskTransitionRefusedError,
   TerminalBusyError,
   type Dispatch,
+  type InitialTaskStatus,
   type Store,
   type Task,
   type TaskStatus,
@@ -75,7 +76,7 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       await store.db.updateTable('tasks').set({ status }).where('id', '=', task.id).execute();
       return { task };
     }
-    return { task: await store.tasks.createTask({ ...(await baseOf(create)), status }) };
+    return { task: await store.tasks.createTask({ ...(await baseOf(create)), status: status as InitialTaskStatus }) };
   }
   /** The createTask input `create` uses, read back from one task it creates (then cancelled). */
   async function baseOf(create: () => Promise<Task>) {
@@ -97,7 +98,8 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
     const { run, create } = await runOn();
     const from = row.from as TaskStatus;
     const breaker = row.call.endsWith('(breaker)');
-    const call = row.call.replace(' (breaker)', '');
+    const gated = row.call.endsWith('(open gate)');
+    const call = row.call.replace(' (breaker)', '').replace(' (open gate)', '');
     if (call === 'dependency done' || call === 'dependency failed') {
       const dep = await create();
       const task = await create({ dependsOn: [dep.id] });
@@ -105,7 +107,11 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       const d = await dispatchOf(dep);
       if (call === 'dependency done') await store.dispatches.completeDispatch(d.id);
       else await store.tasks.transitionTask(dep.id, { from: 'dispatched', to: 'cancelled' });
-      return { task: await store.tasks.requireTask(task.id), dispatch: await store.dispatches.getDispatch(d.id) };
+      return {
+        task: await store.tasks.requireTask(task.id),
+        dispatch: await store.dispatches.getDispatch(d.id),
+        depId: dep.id,
+      };
     }
     if (call === 'gates.openGate') {
       const { task } = await taskIn(create, from);
@@ -131,6 +137,30 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       expect(dispatch?.taskId).toBe(task.id);
       return { task: await store.tasks.requireTask(task.id), dispatch: dispatch ?? null };
     }
+    if (call === 'paths.claimTask') {
+      const workspaceId = (await store.org.createWorkspace({ companyId: company, name: unique('ws') })).id;
+      const task = await create({ workspaceId, writes: [] });
+      if (from !== 'ready') await dispatchOf(task);
+      if (from === 'in_progress') await store.paths.claimTask(task.id, 'first');
+      expect((await store.tasks.requireTask(task.id)).status).toBe(from);
+      expect(await store.paths.claimTask(task.id, 'worker')).toMatchObject({ status: 'acquired' });
+      return { task: await store.tasks.requireTask(task.id), dispatch: null };
+    }
+    if (call.startsWith('paths.submitTaskResult')) {
+      const workspaceId = (await store.org.createWorkspace({ companyId: company, name: unique('ws') })).id;
+      const task = await create({ workspaceId, writes: [] });
+      const dispatch = await dispatchOf(task);
+      const claim = await store.paths.claimTask(task.id, 'worker');
+      if (claim.status !== 'acquired') throw new Error('claim busy');
+      const status = (call === 'paths.submitTaskResult' ? row.to : call.includes("'done'") ? 'done' : 'failed') as
+        | 'done'
+        | 'failed';
+      await store.paths.submitTaskResult(task.id, claim.lease, { status, dispatchLease: dispatch.lease! });
+      return {
+        task: await store.tasks.requireTask(task.id),
+        dispatch: await store.dispatches.getDispatch(dispatch.id),
+      };
+    }
     if (call === 'tasks.transitionTask' || call === "tasks.transitionTask(→ 'cancelled')") {
       const { task, dispatch } = await taskIn(create, call === 'tasks.transitionTask' ? from : 'dispatched');
       const to = (call === 'tasks.transitionTask' ? row.to : 'cancelled') as TaskStatus;
@@ -147,6 +177,8 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
     const dispatch = await dispatchOf(task, call === 'dispatches.reclaimExpiredDispatches' ? 1_000 : undefined);
     if (inFlight === 'in_progress')
       await store.tasks.transitionTask(task.id, { from: 'dispatched', to: 'in_progress' });
+    // A gate opened while the task is in flight: it keeps running, and the gate holds it afterwards.
+    if (gated) await store.gates.openGate({ question: 'hold?', taskId: task.id });
     if (call === 'dispatches.completeDispatch')
       await store.dispatches.completeDispatch(dispatch.id, { result: { ok: 1 } });
     else if (call === "dispatches.endDispatch(id, 'completed')")
@@ -215,10 +247,53 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
   describe('the state machine', () => {
     it('walks every row of TASK_TRANSITIONS through the call it names', async () => {
       for (const row of TASK_TRANSITIONS) {
-        const { task } = await perform(row);
+        const { task, depId } = await perform(row);
         expect({ ...row, status: task.status }).toEqual({ ...row, status: row.to });
+        // `blocked → blocked` changes only the reason: the row is made when the reason names the failed dependency.
+        // Mutant "failure-does-not-block" (propagateFinish ignores failed/cancelled) fails here.
+        if (row.call === 'dependency failed')
+          expect(task.blockedReason).toBe(`dependency_failed: task ${depId} is cancelled`);
+        if (row.call === 'dependency done' || (row.to === 'ready' && row.from === 'blocked'))
+          expect(task.blockedReason).toBeNull();
       }
     }, 120_000);
+
+    it('refuses every (from, to) pair the table does not give transitionTask, with the typed refusal', async () => {
+      const statuses: TaskStatus[] = [
+        'backlog',
+        'todo',
+        'ready',
+        'blocked',
+        'dispatched',
+        'in_progress',
+        'done',
+        'failed',
+        'cancelled',
+      ];
+      const allowed = new Set(
+        TASK_TRANSITIONS.filter((r) => r.call === 'tasks.transitionTask').map((r) => `${r.from}>${r.to}`),
+      );
+      const { create } = await runOn();
+      let walked = 0;
+      for (const from of statuses) {
+        // One task in `from` serves every refused pair from it: a refusal changes nothing.
+        const { task, dispatch } = await taskIn(create, from);
+        for (const to of statuses) {
+          if (allowed.has(`${from}>${to}`)) continue;
+          const refused = await store.tasks.transitionTask(task.id, { from, to }).catch((e: unknown) => e);
+          expect({ from, to, refused }).toMatchObject({
+            from,
+            to,
+            refused: { code: 'TASK_TRANSITION_REFUSED', refusal: 'not_in_table', current: from },
+          });
+          expect(refused).toBeInstanceOf(TaskTransitionRefusedError);
+          walked++;
+        }
+        expect((await store.tasks.requireTask(task.id)).status).toBe(from);
+        if (dispatch) expect((await store.dispatches.getDispatch(dispatch.id))?.status).toBe('active');
+      }
+      expect(walked).toBe(statuses.length * statuses.length - allowed.size);
+    }, 60_000);
 
     it('walks every row of DISPATCH_TRANSITIONS through the call it names', async () => {
       for (const row of DISPATCH_TRANSITIONS) {
@@ -239,12 +314,34 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
         refusal: 'stale_from',
         current: 'ready',
       });
-      const dependent = await create({ dependsOn: [task.id], status: 'backlog' });
-      await expect(store.tasks.transitionTask(dependent.id, { from: 'backlog', to: 'ready' })).rejects.toBeInstanceOf(
-        TaskTransitionRefusedError,
-      );
-      expect((await store.tasks.requireTask(dependent.id)).status).toBe('backlog');
+      const dependent = await create({ dependsOn: [task.id], status: 'blocked' });
+      await expect(store.tasks.transitionTask(dependent.id, { from: 'blocked', to: 'ready' })).rejects.toMatchObject({
+        code: 'TASK_TRANSITION_REFUSED',
+        refusal: 'open_dependencies',
+      });
+      expect((await store.tasks.requireTask(dependent.id)).status).toBe('blocked');
       expect((await store.tasks.requireTask(task.id)).status).toBe('ready');
+    });
+
+    it('createTask starts a task only where the table starts one; open dependencies always store it blocked', async () => {
+      const { create } = await runOn();
+      for (const status of ['dispatched', 'in_progress', 'done', 'failed', 'cancelled'] as const) {
+        const refused = await create({ status: status as never }).catch((e: unknown) => e);
+        // Mutant "create-any-status" (createTask checks status against every TaskStatus) fails here.
+        expect({ status, refused }).toMatchObject({ status, refused: { code: 'INVALID_ARGUMENT', field: 'status' } });
+      }
+      const dep = await create();
+      for (const status of ['backlog', 'todo', 'ready', 'blocked'] as const) {
+        expect((await create({ status })).status).toBe(status);
+        const waiting = await create({ status, dependsOn: [dep.id] });
+        // Mutant "deps-block-only-ready" (only ready/blocked asks are stored blocked) fails here.
+        expect({ ...waiting, asked: status }).toMatchObject({
+          status: 'blocked',
+          blockedReason: `dependencies: waiting for ${dep.id}`,
+        });
+      }
+      // The README's Library snippet: a task created ready is dispatchable.
+      expect((await create({ status: 'ready' })).status).toBe('ready');
     });
 
     it('completeDispatch ends the dispatch and completes the task in one call, with its result', async () => {
@@ -303,6 +400,39 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       await store.gates.resolveGate(gate.id, 'yes');
       expect((await store.tasks.requireTask(task.id)).status).toBe('dispatched');
       expect((await store.dispatches.completeDispatch(d.id)).task.status).toBe('done');
+    });
+
+    it('a gate opened in flight still holds its task when the dispatch ends by exit, reclaim or cancel', async () => {
+      const { run, create } = await runOn();
+      const ends: [string, (d: Dispatch) => Promise<unknown>][] = [
+        ['exit', (d) => store.dispatches.failActiveDispatchOnExit(d.terminalHandle)],
+        [
+          'reclaim',
+          async () => {
+            clock.advance(1_001);
+            return store.dispatches.reclaimExpiredDispatches({ runId: run.id });
+          },
+        ],
+        ['cancel', (d) => store.dispatches.endDispatch(d.id, 'cancelled')],
+      ];
+      for (const [how, end] of ends) {
+        const task = await create();
+        const d = await dispatchOf(task, 1_000);
+        const gate = await store.gates.openGate({ question: `${how}?`, taskId: task.id });
+        await end(d);
+        // Mutant "re-ready-ignores-gate" (no openGateOf in moveInFlightTask) fails here.
+        expect({ how, ...(await store.tasks.requireTask(task.id)) }).toMatchObject({
+          how,
+          status: 'blocked',
+          blockedReason: `gate: ${gate.id}`,
+        });
+        expect(await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: unique('term') })).toBeNull();
+        await store.gates.resolveGate(gate.id, 'go');
+        expect(await store.tasks.requireTask(task.id)).toMatchObject({ status: 'ready', blockedReason: null });
+        const again = await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: unique('term') });
+        expect(again?.taskId).toBe(task.id);
+        await store.dispatches.completeDispatch(again!.id);
+      }
     });
 
     it('a dependency done does not ready a gated task; the resolution does, with the dependencies done', async () => {
@@ -500,6 +630,91 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       await expect(store.dispatches.completeDispatch(d.id)).rejects.toMatchObject({ reason: 'superseded' });
       expect((await store.tasks.requireTask(task.id)).status).toBe('dispatched');
       expect((await store.dispatches.getDispatch(again.id))?.status).toBe('active');
+    });
+  });
+
+  describe('dispatch lease renewal', () => {
+    it('a heartbeat never revives a lapsed dispatch lease: refused expired, and the dispatch stays reclaimable', async () => {
+      const { run, create } = await runOn();
+      const task = await create();
+      const d = await dispatchOf(task, 1_000);
+      clock.advance(1_001);
+      const refused = await store.dispatches.heartbeatDispatch(d.lease!, { ttlMs: 60_000 }).catch((e: unknown) => e);
+      // Mutant "heartbeat-revives" (no lease_expires_at > now in heartbeatDispatch) fails here.
+      expect(refused).toBeInstanceOf(DispatchLeaseLostError);
+      expect(refused).toMatchObject({ code: 'DISPATCH_LEASE_LOST', reason: 'expired', dispatchId: d.id });
+      expect((await store.dispatches.getDispatch(d.id))?.leaseExpiresAt).toBe(d.lease!.expiresAt);
+      const reclaimed = await store.dispatches.reclaimExpiredDispatches({ runId: run.id });
+      expect(reclaimed.map((r) => r.dispatch.id)).toEqual([d.id]);
+    });
+  });
+
+  describe('path claims and results follow the table and the dispatch lease', () => {
+    async function pathTask(create: (extra?: object) => Promise<Task>, extra: object = {}) {
+      const workspaceId = (await store.org.createWorkspace({ companyId: company, name: unique('ws') })).id;
+      return create({ workspaceId, writes: [], ...extra });
+    }
+
+    it('claimTask and submitTaskResult refuse a task the table does not let them move, changing nothing', async () => {
+      const { create } = await runOn();
+      for (const status of ['backlog', 'todo', 'blocked'] as const) {
+        const task = await pathTask(create, { status });
+        const refused = await store.paths.claimTask(task.id, 'worker').catch((e: unknown) => e);
+        // Mutant "claim-any-status" (no CLAIMABLE check in claimTask) fails here.
+        expect(refused).toBeInstanceOf(TaskTransitionRefusedError);
+        expect(refused).toMatchObject({ from: status, to: 'in_progress', refusal: 'not_in_table' });
+        const result = await store.paths.submitTaskResult(task.id, 'worker', { status: 'done' }).catch((e) => e);
+        // Mutant "submit-any-status" (no SUBMITTABLE check in submitTaskResult) fails here.
+        expect(result).toMatchObject({ code: 'TASK_TRANSITION_REFUSED', from: status, to: 'done' });
+        expect((await store.tasks.requireTask(task.id)).status).toBe(status);
+      }
+      // A dispatched task that nobody claimed takes no result either.
+      const dispatched = await pathTask(create);
+      const d = await dispatchOf(dispatched);
+      await expect(
+        store.paths.submitTaskResult(dispatched.id, 'worker', { status: 'done', dispatchLease: d.lease! }),
+      ).rejects.toMatchObject({ code: 'TASK_TRANSITION_REFUSED', from: 'dispatched' });
+      expect((await store.dispatches.getDispatch(d.id))?.status).toBe('active');
+    });
+
+    it("after a takeover, the old worker's result is refused and the new holder's dispatch stays active", async () => {
+      const { run, create } = await runOn();
+      const task = await pathTask(create);
+      const old = await dispatchOf(task, 1_000);
+      const oldClaim = await store.paths.claimTask(task.id, 'worker-a', { dispatchLease: old.lease! });
+      if (oldClaim.status !== 'acquired') throw new Error('claim busy');
+      clock.advance(1_001);
+      expect(await store.dispatches.reclaimExpiredDispatches({ runId: run.id })).toHaveLength(1);
+      // While the task waits in the queue, the old worker's result is not the table's (ready → done).
+      await expect(store.paths.submitTaskResult(task.id, oldClaim.lease, { status: 'done' })).rejects.toBeInstanceOf(
+        TaskTransitionRefusedError,
+      );
+      const fresh = await dispatchOf(await store.tasks.requireTask(task.id));
+      await store.tasks.transitionTask(task.id, { from: 'dispatched', to: 'in_progress' });
+      // Mutant "dispatch-keeps-claim" (insertDispatch leaves the task's path claim) fails here.
+      await expect(store.paths.submitTaskResult(task.id, oldClaim.lease, { status: 'done' })).rejects.toMatchObject({
+        code: 'PATH_LEASE_LOST',
+        reason: 'superseded',
+      });
+      // Mutant "no-dispatch-fence" (requireTaskDispatchLease ignores the lease) fails here.
+      await expect(
+        store.paths.submitTaskResult(task.id, 'worker-a', { status: 'done', dispatchLease: old.lease! }),
+      ).rejects.toMatchObject({ code: 'DISPATCH_LEASE_LOST', reason: 'superseded' });
+      await expect(store.paths.submitTaskResult(task.id, 'worker-a', { status: 'failed' })).rejects.toMatchObject({
+        code: 'PATH_CLAIM_REFUSED',
+        reason: 'not_dispatch_holder',
+      });
+      await expect(store.paths.claimTask(task.id, 'worker-a', { dispatchLease: old.lease! })).rejects.toBeInstanceOf(
+        DispatchLeaseLostError,
+      );
+      expect((await store.tasks.requireTask(task.id)).status).toBe('in_progress');
+      expect((await store.dispatches.getDispatch(fresh.id))?.status).toBe('active');
+      // The new holder claims under its dispatch and reports with its lease.
+      const claim = await store.paths.claimTask(task.id, 'worker-b', { dispatchLease: fresh.lease! });
+      if (claim.status !== 'acquired') throw new Error('claim busy');
+      await store.paths.submitTaskResult(task.id, claim.lease, { status: 'done', dispatchLease: fresh.lease! });
+      expect((await store.tasks.requireTask(task.id)).status).toBe('done');
+      expect((await store.dispatches.getDispatch(fresh.id))?.status).toBe('completed');
     });
   });
 

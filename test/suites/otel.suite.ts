@@ -110,8 +110,9 @@ export function defineOtelSuite(makeFixture: () => DialectFixture) {
       companyId: `${ns}-co`,
       title: 'over',
       requiresFilesystem: false,
-      status: 'done',
+      status: 'ready',
     });
+    await plain.tasks.transitionTask(done.id, { from: 'ready', to: 'cancelled' });
     await expect(
       store.scheduler.dispatchRun({ taskId: done.id, agentId: agent.id, runId: `${ns}-r3`, mode: 'heartbeat' }),
     ).rejects.toMatchObject({ code: 'TASK_NOT_DISPATCHABLE' });

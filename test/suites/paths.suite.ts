@@ -301,7 +301,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
         title: 't',
         requiresFilesystem: true,
         workspaceId,
-        status: 'todo',
+        status: 'ready',
         writes,
       });
     }
@@ -321,7 +321,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
         heldBy: { holder: 'h1' },
         conflicts: [{ key: '', holder: 'h1', expiresAt: expect.any(Number) }],
       });
-      expect((await store.tasks.requireTask(other.id)).status).toBe('todo');
+      expect((await store.tasks.requireTask(other.id)).status).toBe('ready');
       expect((await store.paths.tryAcquirePaths(req(ws, 'h3', ['docs']))).acquired).toBe(false);
 
       // and the other way round: a legacy task cannot claim while any path is leased
@@ -468,7 +468,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       });
       const job = await task(ws, ['docs']);
       expect(await store.paths.claimTask(job.id, 'h1')).toMatchObject({ status: 'busy', heldBy: { holder: 'run-1' } });
-      expect((await store.tasks.requireTask(job.id)).status).toBe('todo');
+      expect((await store.tasks.requireTask(job.id)).status).toBe('ready');
       await store.locks.releaseWorkspaceLock(lock.lease);
 
       const claim = await store.paths.claimTask(job.id, 'h1');
@@ -483,6 +483,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
         title: 'whole-workspace run',
         assigneeAgentId: agent.id,
         requiresFilesystem: true,
+        status: 'ready',
       });
       const dispatch = await store.scheduler.dispatchRun({
         taskId: coding.id,
@@ -537,7 +538,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
         code: 'INVALID_WRITE_PATH',
         path: '../outside',
       });
-      expect((await store.tasks.requireTask(escaping.id)).status).toBe('todo');
+      expect((await store.tasks.requireTask(escaping.id)).status).toBe('ready');
       expect(await store.paths.listPathLeases({ workspaceId: ws })).toEqual([]);
     });
   });
@@ -803,6 +804,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
         requiresFilesystem: true,
         workspaceId: ws,
         writes: ['src'],
+        status: 'ready',
       });
       const victim = 7;
       const hung = contenders.start(victim, 'claimAndHang', { taskId: t.id, holder: 'doomed', ttlMs: 1_500 });

@@ -319,6 +319,7 @@ export function defineValidationSuite(makeFixture: () => DialectFixture): void {
           requiresFilesystem: true,
           workspaceId: ws,
           writes: many(MAX_WRITE_PATHS),
+          status: 'ready',
         });
         const claim = await store.paths.claimTask(task.id, 'agent-1', { ttlMs: 600_000 });
         expect(claim).toMatchObject({ claimed: true, mode: 'paths' });

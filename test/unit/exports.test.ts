@@ -48,6 +48,7 @@ const PUBLIC_EXPORTS = [
   'GateNotResolvedError',
   'GateOpenError',
   'IDEMPOTENCY_WINDOW_MS',
+  'INITIAL_TASK_STATUSES',
   'IN_FLIGHT_STATUSES',
   'IdempotencyKeyConflictError',
   'InvalidArgumentError',

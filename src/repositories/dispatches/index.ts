@@ -14,8 +14,8 @@ import type {
 } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
 import type { LeaseFence } from '../shared/fence.js';
-import { requireLease, type Lease, type LeaseLostReason } from '../shared/lease.js';
-import { GateOpenError, moveInFlightTask, requireNoOpenGate } from '../shared/lifecycle.js';
+import { requireLease, type Lease } from '../shared/lease.js';
+import { endedReason, GateOpenError, moveInFlightTask, requireNoOpenGate } from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../shared/lock-keys.js';
 import { toTask } from '../shared/records.js';
 import { CoordinatorRunNotRunningError, findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
@@ -97,19 +97,6 @@ function newestActiveFor(trx: Trx | Kysely<Database>, terminalHandle: string) {
     .executeTakeFirst();
 }
 
-/** Why a dispatch that is not active (any more) is not its worker's: superseded by a newer dispatch of its task, reclaimed, or ended. */
-async function endedReason(trx: Trx | Kysely<Database>, row: DispatchContextRow): Promise<LeaseLostReason> {
-  const newer = await trx
-    .selectFrom('dispatch_contexts')
-    .select('id')
-    .where('task_id', '=', row.task_id)
-    .where('seq', '>', row.seq)
-    .limit(1)
-    .executeTakeFirst();
-  if (newer) return 'superseded';
-  return row.error === LEASE_EXPIRED ? 'expired' : 'released';
-}
-
 /**
  * The check every worker report makes before it changes anything: the dispatch is active and, if
  * the worker passed its lease, the lease is this dispatch's. A lease that lapsed but was not
@@ -128,8 +115,14 @@ async function checkReport(trx: Trx, row: DispatchContextRow, lease: Lease<'disp
   throw new DispatchNotActiveError(row.id, row.status);
 }
 
-/** A `dispatch_contexts` insert with its seq read back (SQLite assigns it in a trigger that RETURNING does not see). */
+/**
+ * A `dispatch_contexts` insert with its seq read back (SQLite assigns it in a trigger that
+ * RETURNING does not see). The caller already moved the task to `dispatched` (its row is locked).
+ * A new dispatch supersedes the task's earlier path claim (`paths.claimTask`): a claim made
+ * under an earlier dispatch is not this one's, so that worker's `submitTaskResult` is refused.
+ */
 async function insertDispatch(trx: Trx, values: Omit<DispatchContextRow, 'seq'>): Promise<DispatchContextRow> {
+  await trx.deleteFrom('path_lease_claims').where('task_id', '=', values.task_id).execute();
   await trx.insertInto('dispatch_contexts').values(values).execute();
   return trx.selectFrom('dispatch_contexts').selectAll().where('id', '=', values.id).executeTakeFirstOrThrow();
 }
@@ -593,6 +586,8 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           .where('id', '=', lease.resource)
           .where('seq', '=', lease.token)
           .where('status', '=', 'active')
+          // Renew never revives a lapsed lease (the lease protocol): a lapsed one is reclaimable.
+          .where('lease_expires_at', '>', now)
           .returningAll()
           .executeTakeFirst();
         if (renewed) return toDispatch(renewed).lease!;
@@ -603,6 +598,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           .executeTakeFirst();
         if (!row || Number(row.seq) !== lease.token)
           throw new DispatchLeaseLostError(lease.resource, lease.token, 'never_granted');
+        if (row.status === 'active') throw new DispatchLeaseLostError(lease.resource, lease.token, 'expired');
         throw new DispatchLeaseLostError(lease.resource, lease.token, await endedReason(trx, row));
       });
     },

@@ -1,23 +1,20 @@
 /** The public types of `store.dispatches` (SPEC §3): dispatch contexts, their errors and guarantees. */
 import { TaskfenceError } from '../../errors.js';
 import type { CoordinatorRunStatus, DispatchStatus, TaskStatus } from '../../schema/database.js';
-import { LeaseLostError, type Lease, type LeaseLostReason } from '../shared/lease.js';
+import type { Lease } from '../shared/lease.js';
 import type { Task } from '../shared/records.js';
 import type { TraceContext } from '../shared/trace-context.js';
 import type { IdempotencyOptions } from '../idempotent.js';
-import { TaskNotDispatchableError } from '../shared/lifecycle.js';
+import { DispatchLeaseLostError, LEASE_EXPIRED, TaskNotDispatchableError } from '../shared/lifecycle.js';
 import { committed, grant, release, renewal, type OutcomeDeclarations } from '../shared/outcomes.js';
 
-export { TaskNotDispatchableError };
+export { DispatchLeaseLostError, LEASE_EXPIRED, TaskNotDispatchableError };
 
 /** Failed dispatches of one task that trip its circuit breaker: the task fails instead of returning to ready. */
 export const DISPATCH_FAILURE_LIMIT = 3;
 
 /** A dispatch's lease lifetime unless the caller says otherwise (5 minutes; heartbeat at about a third of it). */
 export const DEFAULT_DISPATCH_LEASE_TTL_MS = 5 * 60_000;
-
-/** The error a reclaimed dispatch ends with, and the reason its task returned to ready. */
-export const LEASE_EXPIRED = 'lease_expired';
 
 export interface Dispatch {
   readonly id: string;
@@ -220,22 +217,6 @@ export class TerminalBusyError extends TaskfenceError {
   }
 }
 
-/** The dispatch lease is not the caller's any more (reclaimed after expiry, superseded, or ended); nothing changed. */
-export class DispatchLeaseLostError extends LeaseLostError {
-  readonly code = 'DISPATCH_LEASE_LOST';
-  readonly kind = 'dispatch';
-  constructor(
-    readonly dispatchId: string,
-    readonly token: number,
-    readonly reason: LeaseLostReason,
-  ) {
-    super(
-      `Dispatch ${dispatchId} (token ${token}) is no longer this worker's (${reason}). ` +
-        'Stop the work: its task was reclaimed or ended; its result is refused.',
-    );
-  }
-}
-
 /** Dispatch contexts (SPEC §3): a task sent to a worker terminal, scoped to a run. */
 export interface DispatchRepository {
   /**
@@ -267,9 +248,10 @@ export interface DispatchRepository {
     options?: { result?: unknown } & DispatchReportOptions,
   ): Promise<CompletedDispatch>;
   /**
-   * Renews a dispatch lease for `ttlMs` (default: the lease's own lifetime at creation is not
-   * kept; `DEFAULT_DISPATCH_LEASE_TTL_MS`). A lease lapsed but not yet reclaimed is renewed; a
-   * reclaimed, superseded or ended one is `DispatchLeaseLostError`.
+   * Renews a live dispatch lease for `ttlMs` (default: the lease's own lifetime at creation is not
+   * kept; `DEFAULT_DISPATCH_LEASE_TTL_MS`). Renew never revives a lapsed lease: one lapsed but not
+   * yet reclaimed is `DispatchLeaseLostError` (`expired`), as is a reclaimed one; a superseded or
+   * ended one is `DispatchLeaseLostError` (`superseded`, `released`).
    */
   heartbeatDispatch(
     lease: Lease<'dispatch'>,

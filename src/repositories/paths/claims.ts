@@ -7,7 +7,14 @@ import { NotFoundError } from '../../errors.js';
 import type { TaskStatus } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
 import { keyedWrite, type IdempotentCall } from '../idempotent.js';
-import { afterTaskFinished, GateOpenError, requireNoOpenGate } from '../shared/lifecycle.js';
+import type { Lease } from '../shared/lease.js';
+import {
+  afterTaskFinished,
+  GateOpenError,
+  requireNoOpenGate,
+  requireTaskDispatchLease,
+  TaskTransitionRefusedError,
+} from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, pathsLockKey } from '../shared/lock-keys.js';
 import { acquireKeys } from './acquire.js';
 import { pathsTopic } from './statements.js';
@@ -22,6 +29,10 @@ import {
 } from './types.js';
 
 const FINISHED: readonly TaskStatus[] = ['done', 'failed', 'cancelled'];
+/** The statuses `claimTask` moves to `in_progress` (TASK_TRANSITIONS; `in_progress` is a re-claim). */
+export const CLAIMABLE: readonly TaskStatus[] = ['ready', 'dispatched', 'in_progress'];
+/** The status `submitTaskResult` finishes (TASK_TRANSITIONS): a task claimed with `claimTask`. */
+export const SUBMITTABLE: readonly TaskStatus[] = ['in_progress'];
 
 /** The typed refusals a keyed `claimTask` / `submitTaskResult` stores (a busy claim is a result). */
 export const CLAIM_REFUSALS = [NotFoundError, PathClaimRefusedError];
@@ -33,18 +44,23 @@ export async function claimTask(
   taskId: string,
   holder: string,
   ttlMs: number,
+  dispatchLease: Lease<'dispatch'> | undefined,
   call: IdempotentCall | null = null,
 ): Promise<PathClaimResult> {
+  const { dialect } = ctx;
   return keyedWrite(ctx, call, async (trx): Promise<PathClaimResult> => {
-    const task = await trx
-      .selectFrom('tasks')
-      .select(['workspace_id', 'writes', 'status'])
-      .where('id', '=', taskId)
-      .executeTakeFirst();
+    // The task's dispatch key, then its row (locked on PostgreSQL) before the claim's row: a
+    // dispatch of the task moves the task row first and then drops the claim, in the same order.
+    await dialect.lockKey(trx, dispatchTaskLockKey(taskId));
+    const read = trx.selectFrom('tasks').select(['workspace_id', 'writes', 'status']).where('id', '=', taskId);
+    const task = await (dialect.supportsSkipLocked ? read.forUpdate() : read).executeTakeFirst();
     if (!task) throw new NotFoundError('task', taskId);
     if (FINISHED.includes(task.status)) {
       throw new PathClaimRefusedError(taskId, holder, 'task_finished', `it is already ${task.status}`);
     }
+    if (!CLAIMABLE.includes(task.status))
+      throw new TaskTransitionRefusedError(taskId, task.status, 'in_progress', task.status, 'not_in_table');
+    await requireTaskDispatchLease(trx, taskId, dispatchLease);
     if (task.workspace_id === null) {
       throw new PathClaimRefusedError(taskId, holder, 'task_has_no_workspace', 'it has no workspace to lease paths in');
     }
@@ -75,6 +91,7 @@ export async function submitTaskResult(
   taskId: string,
   by: string | PathLeaseGrant,
   status: 'done' | 'failed',
+  dispatchLease: Lease<'dispatch'> | undefined,
   call: IdempotentCall | null = null,
 ): Promise<PathTaskSubmission> {
   const holder = typeof by === 'string' ? by : by.holder;
@@ -92,24 +109,43 @@ export async function submitTaskResult(
     if (FINISHED.includes(task.status)) {
       throw new PathClaimRefusedError(taskId, holder, 'task_finished', `it is already ${task.status}`);
     }
+    // Only a claimed task takes a result: a blocked, ready or backlog one is not the table's.
+    if (!SUBMITTABLE.includes(task.status))
+      throw new TaskTransitionRefusedError(taskId, task.status, status, task.status, 'not_in_table');
+    // The dispatch fence: with `dispatchLease`, it must be the task's active dispatch's.
+    const active = await requireTaskDispatchLease(trx, taskId, dispatchLease);
     // A result waits for the decision of an open gate on the task.
     if (status === 'done') await requireNoOpenGate(trx, taskId);
     if (task.workspace_id !== null) await dialect.lockKey(trx, pathsLockKey(task.workspace_id));
     const now = ctx.clock.now();
+    // The task's current claim. A new dispatch of the task drops it, so with a dispatch active
+    // the claim (if any) was made under that dispatch.
+    const claim = await trx
+      .selectFrom('path_lease_claims')
+      .select(['token', 'workspace_id', 'holder'])
+      .where('task_id', '=', taskId)
+      .executeTakeFirst();
     if (typeof by !== 'string') {
-      // The grant must be the task's current claim: a later claim (any holder name) supersedes it.
-      const claim = await trx
-        .selectFrom('path_lease_claims')
-        .select(['token', 'workspace_id', 'holder'])
-        .where('task_id', '=', taskId)
-        .executeTakeFirst();
+      // The grant must be the task's current claim: a later claim (any holder name) or a later
+      // dispatch of the task supersedes it.
       const current = claim && claim.workspace_id === by.resource ? Number(claim.token) : null;
       if (current === null || current !== by.token || claim?.holder !== by.holder)
         throw new PathLeaseLostError(
           by.resource,
           by.token,
-          current !== null && by.token < current ? 'superseded' : 'never_granted',
+          (current !== null && by.token < current) || (claim === undefined && active !== null)
+            ? 'superseded'
+            : 'never_granted',
         );
+    } else if (active !== null && dispatchLease === undefined && claim?.holder !== holder) {
+      // By holder name, with no lease: the holder must have claimed the task under its active dispatch.
+      throw new PathClaimRefusedError(
+        taskId,
+        holder,
+        'not_dispatch_holder',
+        `its active dispatch ${active.id} (terminal ${active.terminal_handle}) has no claim by this holder; ` +
+          'pass the dispatch lease (dispatchLease) or claim the task under that dispatch first',
+      );
     }
     const other = await trx
       .selectFrom('path_leases')

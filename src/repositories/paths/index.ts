@@ -9,6 +9,7 @@ import type { PathLeaseRow } from '../../schema/database.js';
 import { clampTimerMs } from '../../timers.js';
 import type { StoreContext } from '../context.js';
 import { pathsLockKey } from '../shared/lock-keys.js';
+import { requireLease } from '../shared/lease.js';
 import {
   optionalId,
   optionalIdFilter,
@@ -224,12 +225,17 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       requireId('holder', holder);
       const opts = optionalInput('options', options);
       const ttlMs = requirePositiveMs('ttlMs', opts.ttlMs ?? DEFAULT_PATH_LEASE_TTL_MS);
+      const dispatchLease =
+        opts.dispatchLease === undefined
+          ? undefined
+          : requireLease('dispatch', opts.dispatchLease, 'options.dispatchLease');
       return claimTask(
         ctx,
         taskId,
         holder,
         ttlMs,
-        keyedCall('paths.claimTask', opts, { taskId, holder, ttlMs }, CLAIM_REFUSALS),
+        dispatchLease,
+        keyedCall('paths.claimTask', opts, { taskId, holder, ttlMs, dispatchLease }, CLAIM_REFUSALS),
       );
     },
 
@@ -241,16 +247,18 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     ) => {
       requireId('taskId', taskId);
       const holder = isGrant(by) ? requirePathGrant(by, 'lease') : requireId('holder', by);
-      const status = requireInput('result', result).status;
+      const { status, dispatchLease } = requireInput('result', result);
       if (status !== 'done' && status !== 'failed')
         throw new InvalidArgumentError('result.status', "must be 'done' or 'failed'");
+      const fence =
+        dispatchLease === undefined ? undefined : requireLease('dispatch', dispatchLease, 'result.dispatchLease');
       const call = keyedCall(
         'paths.submitTaskResult',
         optionalInput('options', options),
-        { taskId, by: holder, status },
+        { taskId, by: holder, status, dispatchLease: fence },
         SUBMIT_REFUSALS,
       );
-      return submitTaskResult(ctx, taskId, holder, status, call);
+      return submitTaskResult(ctx, taskId, holder, status, fence, call);
     },
   };
   return repo;

@@ -180,10 +180,22 @@ export type PathClaimResult =
 export interface PathClaimOptions extends IdempotencyOptions {
   /** Lease TTL (default `DEFAULT_PATH_LEASE_TTL_MS`); renew with `renewPaths`. */
   readonly ttlMs?: number;
+  /**
+   * The lease of the dispatch the claim is made under (`dispatch.lease`): refused with
+   * `DispatchLeaseLostError` unless it is the task's active dispatch's.
+   */
+  readonly dispatchLease?: Lease<'dispatch'>;
 }
 
 export interface PathTaskResult {
   readonly status: Extract<TaskStatus, 'done' | 'failed'>;
+  /**
+   * The dispatch fence: the lease of the dispatch the result is for (`dispatch.lease`). Unless
+   * it is the task's active dispatch's (same id and token), the result is refused with
+   * `DispatchLeaseLostError` and changes nothing: a worker whose dispatch was reclaimed,
+   * cancelled or superseded cannot finish the task or end its new holder's dispatch.
+   */
+  readonly dispatchLease?: Lease<'dispatch'>;
 }
 
 export interface PathTaskSubmission {
@@ -232,9 +244,17 @@ export class PathLeaseLostError extends LeaseLostError {
 }
 
 /** Why `claimTask` or `submitTaskResult` refused. */
-export type PathClaimRefusal = 'task_has_no_workspace' | 'task_finished' | 'held_by_other_holder';
+export type PathClaimRefusal =
+  | 'task_has_no_workspace'
+  | 'task_finished'
+  | 'held_by_other_holder'
+  | 'not_dispatch_holder';
 
-/** `claimTask` / `submitTaskResult` refused: the task has no workspace, is finished, or another holder holds its leases. */
+/**
+ * `claimTask` / `submitTaskResult` refused: the task has no workspace, is finished, another
+ * holder holds its leases, or (a result by holder name) the task's active dispatch has no claim
+ * by this holder.
+ */
 export class PathClaimRefusedError extends TaskfenceError {
   readonly code = 'PATH_CLAIM_REFUSED';
   constructor(
@@ -333,7 +353,11 @@ export interface PathLeaseRepository {
    * `acquirePaths({ …, taskId })` as it goes. Paths are normalized here (a bad stored path throws
    * `InvalidWritePathError`). A live workspace lock on the task's workspace conflicts with every
    * mode but the dynamic one. On conflict nothing changes and the blockers are returned. The
-   * grant (`lease`) is the task's current claim: a later claim of the task supersedes it.
+   * grant (`lease`) is the task's current claim: a later claim of the task, or a new dispatch of
+   * it, supersedes it. Only a `ready`, `dispatched` or (a re-claim) `in_progress` task is claimed
+   * (README "The work lifecycle"); any other unfinished one is `TaskTransitionRefusedError`. With
+   * `dispatchLease` the claim is refused (`DispatchLeaseLostError`) unless that is the task's
+   * active dispatch.
    *
    * @example
    * const r = await store.paths.claimTask(task.id, 'agent-1', { ttlMs: 30_000 });
@@ -346,8 +370,12 @@ export interface PathLeaseRepository {
    * leases and dynamic ones taken with its `taskId` — in the same transaction. `lease` must be the
    * task's current claim (`claimTask`'s grant): a grant superseded by a later claim, even under
    * the same holder name, throws `PathLeaseLostError`. Refused with `PathClaimRefusedError` if the
-   * task is already finished. In the same transaction the task's active dispatch ends
-   * (`completed` or `failed`) and its dependents move on, as with `dispatches.completeDispatch`.
+   * task is already finished, and with `TaskTransitionRefusedError` unless it is `in_progress`
+   * (claimed). In the same transaction the task's active dispatch ends (`completed` or `failed`)
+   * and its dependents move on, as with `dispatches.completeDispatch`. The dispatch fence: with
+   * `result.dispatchLease` the result is refused (`DispatchLeaseLostError`) unless that is the
+   * task's active dispatch; without it, a new dispatch of the task supersedes every earlier claim,
+   * so the grant of a worker whose dispatch was taken over is `PathLeaseLostError` (`superseded`).
    *
    * @example
    * await store.paths.submitTaskResult(task.id, claim.lease, { status: 'done' });
@@ -360,7 +388,9 @@ export interface PathLeaseRepository {
   ): Promise<PathTaskSubmission>;
   /**
    * @deprecated the 0.x form, by holder name, removed in the next release: pass the claim's
-   * grant. Refused with `PathClaimRefusedError` if another holder name holds a live lease of the task.
+   * grant. Refused with `PathClaimRefusedError` if another holder name holds a live lease of the
+   * task, or (`not_dispatch_holder`) if the task has an active dispatch, no `dispatchLease` is
+   * passed and the holder has no claim made under that dispatch.
    *
    * @example
    * await store.paths.submitTaskResult(task.id, 'agent-1', { status: 'done' });

@@ -8,10 +8,11 @@
  * The helpers below run inside the caller's write transaction, so a dispatch's end and its
  * task's move, and a task's finish and its dependents' readiness, commit together.
  */
-import { sql, type Transaction } from 'kysely';
+import { sql, type Kysely, type Transaction } from 'kysely';
 import { TaskfenceError } from '../../errors.js';
 import { tableIn } from '../../query/schema.js';
-import type { Database, DispatchStatus, TaskStatus } from '../../schema/database.js';
+import type { Database, DispatchContextRow, DispatchStatus, TaskStatus } from '../../schema/database.js';
+import { LeaseLostError, type Lease, type LeaseLostReason } from './lease.js';
 
 /** One allowed status change and the public call that makes it. */
 export interface Transition<S extends string> {
@@ -20,6 +21,13 @@ export interface Transition<S extends string> {
   /** The call that makes it (`tasks.transitionTask`, `dispatches.completeDispatch`, …). */
   readonly call: string;
 }
+
+/**
+ * The statuses a task may start in (`tasks.createTask`): the ones before any dispatch. A task is
+ * never created in flight or finished; with open dependencies it is stored `blocked`.
+ */
+export const INITIAL_TASK_STATUSES = Object.freeze(['backlog', 'todo', 'ready', 'blocked'] as const);
+export type InitialTaskStatus = (typeof INITIAL_TASK_STATUSES)[number];
 
 /** What `tasks.transitionTask` may do: the general, guarded moves. */
 const BY_CALLER: readonly (readonly [TaskStatus, TaskStatus])[] = [
@@ -50,6 +58,8 @@ const BY_CALLER: readonly (readonly [TaskStatus, TaskStatus])[] = [
 
 const IN_FLIGHT = ['dispatched', 'in_progress'] as const;
 
+type Trx = Transaction<Database>;
+
 /**
  * Every task status change. `tasks.transitionTask` rows are the caller's; the others are made by
  * the dispatch calls named, or follow a dependency (`dependency done` / `dependency failed`: in
@@ -68,7 +78,19 @@ export const TASK_TRANSITIONS: readonly Transition<TaskStatus>[] = Object.freeze
     { from, to: 'failed' as const, call: 'dispatches.failActiveDispatchOnExit (breaker)' },
     { from, to: 'ready' as const, call: 'dispatches.reclaimExpiredDispatches' },
     { from, to: 'failed' as const, call: 'dispatches.reclaimExpiredDispatches (breaker)' },
+    // A gate opened while the task was in flight holds it when its dispatch ends without a result.
+    { from, to: 'blocked' as const, call: "dispatches.endDispatch(id, 'cancelled') (open gate)" },
+    { from, to: 'blocked' as const, call: 'dispatches.failActiveDispatchOnExit (open gate)' },
+    { from, to: 'blocked' as const, call: 'dispatches.reclaimExpiredDispatches (open gate)' },
   ]),
+  // The path leases' claim and result (`paths.claimTask` re-claims an in-progress task).
+  ...(['ready', 'dispatched', 'in_progress'] as const).map((from) => ({
+    from,
+    to: 'in_progress' as const,
+    call: 'paths.claimTask',
+  })),
+  { from: 'in_progress', to: 'done', call: 'paths.submitTaskResult' },
+  { from: 'in_progress', to: 'failed', call: 'paths.submitTaskResult' },
   { from: 'blocked', to: 'ready', call: 'dependency done' },
   { from: 'blocked', to: 'blocked', call: 'dependency failed' },
   // An open gate holds a task that is not in flight; resolving its last open gate releases it.
@@ -84,6 +106,8 @@ export const DISPATCH_TRANSITIONS: readonly Transition<DispatchStatus>[] = Objec
   { from: 'active', to: 'cancelled', call: "tasks.transitionTask(→ 'cancelled')" },
   { from: 'active', to: 'failed', call: 'dispatches.failActiveDispatchOnExit' },
   { from: 'active', to: 'failed', call: 'dispatches.reclaimExpiredDispatches' },
+  { from: 'active', to: 'completed', call: "paths.submitTaskResult(→ 'done')" },
+  { from: 'active', to: 'failed', call: "paths.submitTaskResult(→ 'failed')" },
 ]);
 
 /** True when `tasks.transitionTask` may move a task from `from` to `to`. */
@@ -133,6 +157,78 @@ export class TaskNotDispatchableError extends TaskfenceError {
   }
 }
 
+/** The error a reclaimed dispatch ends with, and the reason its task returned to ready. */
+export const LEASE_EXPIRED = 'lease_expired';
+
+/** The dispatch lease is not the caller's any more (reclaimed after expiry, superseded, or ended); nothing changed. */
+export class DispatchLeaseLostError extends LeaseLostError {
+  readonly code = 'DISPATCH_LEASE_LOST';
+  readonly kind = 'dispatch';
+  constructor(
+    readonly dispatchId: string,
+    readonly token: number,
+    readonly reason: LeaseLostReason,
+  ) {
+    super(
+      `Dispatch ${dispatchId} (token ${token}) is no longer this worker's (${reason}). ` +
+        'Stop the work: its task was reclaimed or ended; its result is refused.',
+    );
+  }
+}
+
+/**
+ * Why a dispatch that is not active (any more) is not its worker's: superseded by a newer
+ * dispatch of its task, reclaimed (`expired`), or ended (`released`).
+ */
+export async function endedReason(
+  trx: Transaction<Database> | Kysely<Database>,
+  row: Pick<DispatchContextRow, 'task_id' | 'seq' | 'error'>,
+): Promise<LeaseLostReason> {
+  const newer = await trx
+    .selectFrom('dispatch_contexts')
+    .select('id')
+    .where('task_id', '=', row.task_id)
+    .where('seq', '>', row.seq)
+    .limit(1)
+    .executeTakeFirst();
+  if (newer) return 'superseded';
+  return row.error === LEASE_EXPIRED ? 'expired' : 'released';
+}
+
+/**
+ * The dispatch-lease fence of a result reported outside the dispatch calls
+ * (`paths.submitTaskResult`, `paths.claimTask` with `dispatchLease`), in `trx` under the task's
+ * dispatch key: `lease` must be the task's active dispatch's lease (its id and token), else
+ * `DispatchLeaseLostError` (`superseded` once the task was dispatched again, `expired` after a
+ * reclaim, `released` after an end, `never_granted` for a lease of another task or a wrong token).
+ * Returns the task's active dispatch (null when it has none and no lease was passed).
+ */
+export async function requireTaskDispatchLease(
+  trx: Trx,
+  taskId: string,
+  lease: Lease<'dispatch'> | undefined,
+): Promise<DispatchContextRow | null> {
+  const active =
+    (await trx
+      .selectFrom('dispatch_contexts')
+      .selectAll()
+      .where('task_id', '=', taskId)
+      .where('status', '=', 'active')
+      .orderBy('seq', 'desc')
+      .limit(1)
+      .executeTakeFirst()) ?? null;
+  if (lease === undefined) return active;
+  if (active !== null && active.id === lease.resource && Number(active.seq) === lease.token) return active;
+  const named = await trx
+    .selectFrom('dispatch_contexts')
+    .select(['task_id', 'seq', 'error', 'status'])
+    .where('id', '=', lease.resource)
+    .executeTakeFirst();
+  if (!named || named.task_id !== taskId || Number(named.seq) !== lease.token)
+    throw new DispatchLeaseLostError(lease.resource, lease.token, 'never_granted');
+  throw new DispatchLeaseLostError(lease.resource, lease.token, await endedReason(trx, named));
+}
+
 /** `blocked_reason` prefixes the lifecycle writes: a task blocked by them unblocks by itself. */
 export const WAITING_REASON = 'dependencies: waiting for ';
 export const FAILED_DEPENDENCY_REASON = 'dependency_failed: ';
@@ -176,8 +272,6 @@ export async function requireNoOpenGate(trx: Transaction<Database>, taskId: stri
   const gate = await openGateOf(trx, taskId);
   if (gate !== null) throw new GateOpenError(taskId, gate);
 }
-
-type Trx = Transaction<Database>;
 
 /** The reason a task with open dependencies is stored with. */
 export function waitingReason(openIds: readonly string[]): string {
@@ -255,7 +349,10 @@ export async function propagateFinish(
 
 /**
  * Moves an in-flight task to `to` (with `result` when done) and propagates the finish to its
- * dependents (`rowLocks`: the dialect has row locks, PostgreSQL); a task that already left flight is left as it is. Returns its status afterwards.
+ * dependents (`rowLocks`: the dialect has row locks, PostgreSQL); a task that already left flight
+ * is left as it is. Returns its status afterwards. A task sent back to `ready` while a decision
+ * gate on it is open goes to `blocked` (reason `gate: <id>`) instead: the gate opened while it was
+ * in flight still holds it, and resolving the gate readies it.
  */
 export async function moveInFlightTask(
   trx: Trx,
@@ -265,12 +362,13 @@ export async function moveInFlightTask(
   rowLocks: boolean,
   result?: string | null,
 ): Promise<TaskStatus> {
+  const gate = to === 'ready' ? await openGateOf(trx, taskId) : null;
   const moved = await trx
     .updateTable('tasks')
     .set({
-      status: to,
+      status: gate === null ? to : 'blocked',
       updated_at: now,
-      blocked_reason: null,
+      blocked_reason: gate === null ? null : `${GATE_REASON}${gate}`,
       ...(result !== undefined ? { result } : {}),
     })
     .where('id', '=', taskId)
