@@ -46,6 +46,33 @@ export async function resolveKeyed(store: Store, args: { gateId: string; resolut
   return { id: gate.id, resolution: gate.resolution, resolvedAt: gate.resolvedAt };
 }
 
+/** Claims a task lease under a key (the same input in every contender). */
+export async function claimKeyed(store: Store, args: { taskId: string; idempotencyKey: string }) {
+  return store.locks.claimTaskLease(args.taskId, {
+    holder: 'worker',
+    ttlMs: 60_000,
+    idempotencyKey: args.idempotencyKey,
+  });
+}
+
+/** dispatchNext under a key (the same input in every contender). */
+export async function dispatchNextKeyed(
+  store: Store,
+  args: { runId: string; terminalHandle: string; idempotencyKey: string },
+) {
+  return store.dispatches.dispatchNext(args);
+}
+
+/** Moves a task ready → blocked under a key (the same input in every contender). */
+export async function transitionKeyed(store: Store, args: { taskId: string; idempotencyKey: string }) {
+  return store.tasks.transitionTask(args.taskId, {
+    from: 'ready',
+    to: 'blocked',
+    reason: 'raced',
+    idempotencyKey: args.idempotencyKey,
+  });
+}
+
 /**
  * Receives and acks until `total` messages are processed, logging what it sees: each consumer
  * receives a batch (the hand-outs logged on their own), then processes it in one
@@ -142,4 +169,13 @@ export async function consumeAll(
 class RefusedAck extends Error {}
 
 /** The operations this module's contenders run (see test/support/operations.ts). */
-export const ops = defineOperations(import.meta.url, { sendMany, sendSame, consume, resolveKeyed, consumeAll });
+export const ops = defineOperations(import.meta.url, {
+  sendMany,
+  sendSame,
+  consume,
+  resolveKeyed,
+  consumeAll,
+  claimKeyed,
+  dispatchNextKeyed,
+  transitionKeyed,
+});

@@ -390,6 +390,55 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
         5,
       );
     });
+
+    it('claiming a task lease, dispatchNext and a transition under one key each: all get the one outcome, and one effect is stored', async () => {
+      const company = await store.org.createCompany({ name: 'race' });
+      const targetKey = `worktree:keyed-${Math.random()}`;
+      const run = await store.runs.startCoordinatorRun({ targetKey });
+      const one = (o: { ok: boolean; value?: unknown; error?: { code?: string } }) =>
+        o.ok ? JSON.stringify(o.value) : (o.error?.code ?? 'no code');
+      for (let round = 0; round < 3; round++) {
+        const task = (title: string) =>
+          store.tasks.createTask({
+            companyId: company.id,
+            title,
+            requiresFilesystem: false,
+            targetKey,
+            status: 'ready',
+          });
+        const leased = await task(`lease-${round}`);
+        const moved = await task(`move-${round}`);
+
+        const claims = await contenders.race('claimKeyed', () => ({
+          taskId: leased.id,
+          idempotencyKey: `claim-${round}`,
+        }));
+        expect(claims.every((o) => o.ok)).toBe(true);
+        expect(new Set(claims.map(one)).size).toBe(1);
+        expect(claims[0]!.ok && claims[0]!.value).toMatchObject({ status: 'acquired', lease: { token: 1 } });
+        expect((await store.locks.getTaskLease(leased.id))?.token).toBe(1);
+
+        const transitions = await contenders.race('transitionKeyed', () => ({
+          taskId: moved.id,
+          idempotencyKey: `move-${round}`,
+        }));
+        expect(transitions.every((o) => o.ok)).toBe(true);
+        expect(new Set(transitions.map(one)).size).toBe(1);
+        expect((await store.tasks.requireTask(moved.id)).status).toBe('blocked');
+
+        const dispatches = await contenders.race('dispatchNextKeyed', () => ({
+          runId: run.id,
+          terminalHandle: `term-${round}`,
+          idempotencyKey: `next-${round}`,
+        }));
+        expect(dispatches.every((o) => o.ok)).toBe(true);
+        expect(new Set(dispatches.map(one)).size).toBe(1);
+        const active = await store.dispatches.listDispatches({ terminalHandle: `term-${round}` });
+        expect(active.map((d) => [d.id, d.status])).toEqual([
+          [(dispatches[0]!.ok && (dispatches[0]!.value as { id: string }).id) || '', 'active'],
+        ]);
+      }
+    });
   });
 
   describe('order and crashes with real processes', () => {
