@@ -128,15 +128,15 @@ function leaseArgument<K extends 'workspace_lock' | 'task_lease'>(
   idField: string,
   first: unknown,
   second: unknown,
-): { resource: string; token: number; ttlMs: number | undefined } {
+): { resource: string; token: number; ttlMs: number | undefined; expiresAt: number | null } {
   if (typeof first === 'string') {
     const resource = requireId(idField, first);
     const input = requireInput('input', second) as { token?: unknown; ttlMs?: unknown };
-    return { resource, token: requireToken(input.token), ttlMs: input.ttlMs as number | undefined };
+    return { resource, token: requireToken(input.token), ttlMs: input.ttlMs as number | undefined, expiresAt: null };
   }
   const lease = requireLease(kind, first);
   const options = second === undefined ? {} : (requireInput('options', second) as RenewLeaseOptions);
-  return { resource: lease.resource, token: lease.token, ttlMs: options.ttlMs };
+  return { resource: lease.resource, token: lease.token, ttlMs: options.ttlMs, expiresAt: lease.expiresAt };
 }
 
 /**
@@ -209,9 +209,17 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
   const taskLeaseLost = (taskId: string, token: number, row: LeaseRow | undefined): LeaseLostError =>
     new StaleTaskLeaseError(taskId, token, lostReason(currentState(row), token), currentState(row));
 
-  /** A release that matched nothing: a repeat release of the same token is a no-op; anything else is lost. */
-  const releasedAlready = (row: LeaseRow | undefined, token: number) =>
-    row !== undefined && Number(row.token) === token && row.holder === null;
+  /**
+   * A release that matched nothing (the lease protocol's release rule): a repeat release is a
+   * no-op while nobody was granted the lock after this token, or while this token's lease has not
+   * lapsed (nobody can take over a live lease, so a later grant proves this holder released it).
+   * A token taken over after it lapsed is superseded. The deprecated `{ token }` form carries no
+   * `expiresAt`, so only the first holds for it.
+   */
+  const releasedAlready = (row: LeaseRow | undefined, token: number, expiresAt: number | null, now: number) =>
+    row !== undefined &&
+    ((Number(row.token) === token && row.holder === null) ||
+      (Number(row.token) > token && expiresAt !== null && now < expiresAt));
 
   async function renewWorkspaceLock(first: unknown, second?: unknown): Promise<WorkspaceLock> {
     const { resource: workspaceId, token, ttlMs: ttl } = leaseArgument('workspace_lock', 'workspaceId', first, second);
@@ -235,13 +243,13 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
   }
 
   async function releaseWorkspaceLock(first: unknown, second?: unknown): Promise<void> {
-    const { resource: workspaceId, token } = leaseArgument('workspace_lock', 'workspaceId', first, second);
+    const { resource: workspaceId, token, expiresAt } = leaseArgument('workspace_lock', 'workspaceId', first, second);
     await dialect.writeTransaction(async (trx) => {
       const now = ctx.clock.now();
       // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
       if (await RELEASE_WORKSPACE_LOCK.first(trx, { workspaceId, token, now })) return;
       const current = await readWorkspaceLock(trx, workspaceId);
-      if (releasedAlready(current, token)) return;
+      if (releasedAlready(current, token, expiresAt, now)) return;
       throw workspaceLockLost(workspaceId, token, current);
     });
   }
@@ -266,12 +274,12 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
   }
 
   async function releaseTaskLease(first: unknown, second?: unknown): Promise<void> {
-    const { resource: taskId, token } = leaseArgument('task_lease', 'taskId', first, second);
+    const { resource: taskId, token, expiresAt } = leaseArgument('task_lease', 'taskId', first, second);
     await dialect.writeTransaction(async (trx) => {
       const now = ctx.clock.now();
       if (await RELEASE_TASK_LEASE.first(trx, { taskId, token, now })) return;
       const current = await readTaskLease(trx, taskId);
-      if (releasedAlready(current, token)) return;
+      if (releasedAlready(current, token, expiresAt, now)) return;
       throw taskLeaseLost(taskId, token, current);
     });
   }

@@ -201,7 +201,12 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
           .returningAll()
           .executeTakeFirst(),
       );
-      return row ? toCoordinatorRun(row) : notRunning(runId);
+      if (row) return toCoordinatorRun(row);
+      // The lease protocol's release rule: a repeat stop with the status the run already has is a
+      // no-op success; a run that ended otherwise throws CoordinatorRunNotRunningError.
+      const ended = await getRun(runId);
+      if (ended?.status === status) return ended;
+      return notRunning(runId);
     },
 
     async heartbeatCoordinatorRun(runId) {
