@@ -129,15 +129,27 @@ function leaseArgument<K extends 'workspace_lock' | 'task_lease'>(
   idField: string,
   first: unknown,
   second: unknown,
-): { resource: string; token: number; ttlMs: number | undefined; options: IdempotencyOptions } {
+): {
+  resource: string;
+  token: number;
+  ttlMs: number | undefined;
+  expiresAt: number | null;
+  options: IdempotencyOptions;
+} {
   if (typeof first === 'string') {
     const resource = requireId(idField, first);
     const input = requireInput('input', second) as { token?: unknown; ttlMs?: unknown } & IdempotencyOptions;
-    return { resource, token: requireToken(input.token), ttlMs: input.ttlMs as number | undefined, options: input };
+    return {
+      resource,
+      token: requireToken(input.token),
+      ttlMs: input.ttlMs as number | undefined,
+      expiresAt: null,
+      options: input,
+    };
   }
   const lease = requireLease(kind, first);
   const options = second === undefined ? {} : (requireInput('options', second) as RenewLeaseOptions);
-  return { resource: lease.resource, token: lease.token, ttlMs: options.ttlMs, options };
+  return { resource: lease.resource, token: lease.token, ttlMs: options.ttlMs, expiresAt: lease.expiresAt, options };
 }
 
 // The typed refusals a keyed renew or release stores (a claim answers `busy`, a result).
@@ -214,9 +226,17 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
   const taskLeaseLost = (taskId: string, token: number, row: LeaseRow | undefined): LeaseLostError =>
     new StaleTaskLeaseError(taskId, token, lostReason(currentState(row), token), currentState(row));
 
-  /** A release that matched nothing: a repeat release of the same token is a no-op; anything else is lost. */
-  const releasedAlready = (row: LeaseRow | undefined, token: number) =>
-    row !== undefined && Number(row.token) === token && row.holder === null;
+  /**
+   * A release that matched nothing (the lease protocol's release rule): a repeat release is a
+   * no-op while nobody was granted the lock after this token, or while this token's lease has not
+   * lapsed (nobody can take over a live lease, so a later grant proves this holder released it).
+   * A token taken over after it lapsed is superseded. The deprecated `{ token }` form carries no
+   * `expiresAt`, so only the first holds for it.
+   */
+  const releasedAlready = (row: LeaseRow | undefined, token: number, expiresAt: number | null, now: number) =>
+    row !== undefined &&
+    ((Number(row.token) === token && row.holder === null) ||
+      (Number(row.token) > token && expiresAt !== null && now < expiresAt));
 
   async function renewWorkspaceLock(first: unknown, second?: unknown): Promise<WorkspaceLock> {
     const args = leaseArgument('workspace_lock', 'workspaceId', first, second);
@@ -247,14 +267,19 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
   }
 
   async function releaseWorkspaceLock(first: unknown, second?: unknown): Promise<void> {
-    const { resource: workspaceId, token, options } = leaseArgument('workspace_lock', 'workspaceId', first, second);
+    const {
+      resource: workspaceId,
+      token,
+      expiresAt,
+      options,
+    } = leaseArgument('workspace_lock', 'workspaceId', first, second);
     const call = keyedCall('locks.releaseWorkspaceLock', options, { workspaceId, token }, WORKSPACE_LOCK_REFUSALS);
     await keyedWrite(ctx, call, async (trx) => {
       const now = ctx.clock.now();
       // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
       if (await RELEASE_WORKSPACE_LOCK.first(trx, { workspaceId, token, now })) return;
       const current = await readWorkspaceLock(trx, workspaceId);
-      if (releasedAlready(current, token)) return;
+      if (releasedAlready(current, token, expiresAt, now)) return;
       throw workspaceLockLost(workspaceId, token, current);
     });
   }
@@ -281,13 +306,13 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
   }
 
   async function releaseTaskLease(first: unknown, second?: unknown): Promise<void> {
-    const { resource: taskId, token, options } = leaseArgument('task_lease', 'taskId', first, second);
+    const { resource: taskId, token, expiresAt, options } = leaseArgument('task_lease', 'taskId', first, second);
     const call = keyedCall('locks.releaseTaskLease', options, { taskId, token }, TASK_LEASE_REFUSALS);
     await keyedWrite(ctx, call, async (trx) => {
       const now = ctx.clock.now();
       if (await RELEASE_TASK_LEASE.first(trx, { taskId, token, now })) return;
       const current = await readTaskLease(trx, taskId);
-      if (releasedAlready(current, token)) return;
+      if (releasedAlready(current, token, expiresAt, now)) return;
       throw taskLeaseLost(taskId, token, current);
     });
   }

@@ -200,18 +200,26 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
 
   describe('one lease protocol: claim, renew and release agree across kinds', () => {
     let n = 0;
-    /** Each kind's claim, as the protocol's table: claim → acquired | busy, renew(lease), release(lease). */
+    /**
+     * Every kind's claim, renew and release, as the protocol's table. `succession`: the resource
+     * is granted again with the next token (a coordinator run is granted once: its id is the
+     * resource, and a new run is a new resource). `lapses`: the lease has a TTL.
+     */
     async function kinds() {
       const { ws } = await seedOrg(store, `lp${++n}`);
+      const pathsWs = await store.org.createWorkspace({ id: `lp${n}-paths`, companyId: ws.companyId, name: 'paths' });
       const task = await store.tasks.createTask({
         companyId: ws.companyId,
         title: 'protocol',
         requiresFilesystem: false,
       });
+      const target = `worktree:lp${n}`;
       return [
         {
           name: 'workspace lock',
           code: 'STALE_WORKSPACE_LOCK',
+          succession: true,
+          lapses: true,
           claim: (holder: string) =>
             store.locks.claimWorkspaceLock(ws.id, { holder, runId: `${holder}-run`, ttlMs: 1000 }),
           renew: (lease: never) => store.locks.renewWorkspaceLock(lease, { ttlMs: 1000 }),
@@ -220,42 +228,114 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
         {
           name: 'task lease',
           code: 'STALE_TASK_LEASE',
+          succession: true,
+          lapses: true,
           claim: (holder: string) => store.locks.claimTaskLease(task.id, { holder, ttlMs: 1000 }),
           renew: (lease: never) => store.locks.renewTaskLease(lease, { ttlMs: 1000 }),
           release: (lease: never) => store.locks.releaseTaskLease(lease),
         },
+        {
+          name: 'semaphore slot',
+          code: 'SEMAPHORE_LEASE_LOST',
+          succession: true,
+          lapses: true,
+          claim: (holder: string) => store.semaphores.acquire(`lp${n}-sem`, { holder, limit: 1, ttlMs: 1000 }),
+          renew: (lease: never) => store.semaphores.renew(lease, { ttlMs: 1000 }),
+          release: (lease: never) => store.semaphores.release(lease),
+        },
+        {
+          name: 'path lease',
+          code: 'PATH_LEASE_LOST',
+          succession: true,
+          lapses: true,
+          claim: (holder: string) =>
+            store.paths.tryAcquirePaths({ workspaceId: pathsWs.id, holder, paths: ['src'], ttlMs: 1000 }),
+          renew: (lease: never) => store.paths.renewPaths(lease, { ttlMs: 1000 }),
+          release: (lease: never) => store.paths.releasePaths(lease),
+        },
+        {
+          name: 'coordinator run',
+          code: 'COORDINATOR_RUN_NOT_RUNNING',
+          succession: false,
+          lapses: false,
+          claim: (holder: string) =>
+            store.runs.tryStartCoordinatorRun({ targetKey: target, coordinatorHandle: `${holder}-${n}` }),
+          // A run heartbeats and stops by id; the lease is `coordinatorRunLease(run)`.
+          renew: async (lease: { resource: string }) => {
+            await store.runs.heartbeatCoordinatorRun(lease.resource);
+            return lease;
+          },
+          release: (lease: { resource: string }) => store.runs.stopCoordinatorRun(lease.resource, 'completed'),
+        },
       ] as const;
     }
 
-    it('a repeat release of the same token is a no-op; a superseded or never-granted token throws its LeaseLostError', async () => {
+    it('a repeat release is a no-op; a token taken over after it lapsed is superseded; a never-granted one throws', async () => {
       for (const kind of await kinds()) {
         const first = await kind.claim('a');
         if (first.status !== 'acquired') throw new Error(`${kind.name}: expected a grant`);
         const lease = first.lease as never;
-        expect(await kind.claim('b')).toMatchObject({ status: 'busy', heldBy: { holder: 'a' } });
-        expect(await kind.renew(lease)).toMatchObject({ token: first.lease.token, holder: 'a' });
+        expect(await kind.claim('b'), kind.name).toMatchObject({
+          status: 'busy',
+          heldBy: { holder: expect.stringMatching(/^a/) },
+        });
+        expect(await kind.renew(lease), kind.name).toMatchObject({ token: first.lease.token });
         await kind.release(lease);
         await kind.release(lease); // the repeat: same token, nobody claimed since
-        await expect(kind.renew(lease)).rejects.toMatchObject({ code: kind.code, reason: 'released' });
+        await expect(kind.renew(lease), kind.name).rejects.toMatchObject({ code: kind.code, reason: 'released' });
         await expect(kind.renew(lease)).rejects.toBeInstanceOf(LeaseLostError);
+        if (!kind.succession) continue;
         const second = await kind.claim('b');
         if (second.status !== 'acquired') throw new Error(`${kind.name}: expected a grant`);
-        expect(second.lease.token).toBe(first.lease.token + 1);
-        await expect(kind.release(lease)).rejects.toMatchObject({ code: kind.code, reason: 'superseded' });
+        expect(second.lease.token, kind.name).toBe(first.lease.token + 1);
+        // Still a repeat while a's lease had not lapsed: nobody can take over a live lease, so
+        // b's grant proves that a released it.
+        await kind.release(lease);
+        const before = clock.t;
+        clock.t = first.lease.expiresAt;
+        try {
+          // a's lease has lapsed and b was granted after a's token: a can no longer tell its own
+          // release from a takeover, and is told its lease was superseded.
+          await expect(kind.release(lease), kind.name).rejects.toMatchObject({ code: kind.code, reason: 'superseded' });
+          await expect(kind.release(lease)).rejects.toBeInstanceOf(LeaseLostError);
+        } finally {
+          clock.t = before;
+        }
         const never = { ...second.lease, token: second.lease.token + 5 } as never;
-        await expect(kind.release(never)).rejects.toMatchObject({ code: kind.code, reason: 'never_granted' });
+        await expect(kind.release(never), kind.name).rejects.toMatchObject({
+          code: kind.code,
+          reason: 'never_granted',
+        });
+        await kind.release(second.lease as never);
+      }
+    });
+
+    it('a lease taken over after it lapsed is superseded on release: the semaphore slot reclaimed, the path key taken', async () => {
+      for (const kind of (await kinds()).filter((k) => k.succession)) {
+        const first = await kind.claim('a');
+        if (first.status !== 'acquired') throw new Error(`${kind.name}: expected a grant`);
+        clock.t = first.lease.expiresAt + 1;
+        const second = await kind.claim('b'); // a takeover of the lapsed lease (a reclaimed slot, a taken key)
+        if (second.status !== 'acquired') throw new Error(`${kind.name}: expected a takeover`);
+        await expect(kind.release(first.lease as never), kind.name).rejects.toMatchObject({
+          code: kind.code,
+          reason: 'superseded',
+        });
         await kind.release(second.lease as never);
       }
     });
 
     it('an expired token may still be released while nobody claimed after it, but never renewed', async () => {
-      for (const kind of await kinds()) {
+      for (const kind of (await kinds()).filter((k) => k.lapses)) {
         const claim = await kind.claim('a');
         if (claim.status !== 'acquired') throw new Error(`${kind.name}: expected a grant`);
         const before = clock.t;
         clock.t = claim.lease.expiresAt;
         try {
-          await expect(kind.renew(claim.lease as never)).rejects.toMatchObject({ code: kind.code, reason: 'expired' });
+          await expect(kind.renew(claim.lease as never), kind.name).rejects.toMatchObject({
+            code: kind.code,
+            reason: 'expired',
+          });
           await kind.release(claim.lease as never);
           await kind.release(claim.lease as never);
         } finally {

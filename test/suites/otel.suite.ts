@@ -58,7 +58,10 @@ export function defineOtelSuite(makeFixture: () => DialectFixture) {
     await expect(store.locks.renewWorkspaceLock(mine.lease, { ttlMs: 1_000 })).rejects.toMatchObject({
       code: 'STALE_WORKSPACE_LOCK',
     });
-    await expect(store.locks.releaseWorkspaceLock(mine.lease)).rejects.toMatchObject({ code: 'STALE_WORKSPACE_LOCK' });
+    // A repeat release is a no-op (the release rule); a token never granted is refused.
+    await expect(
+      store.locks.releaseWorkspaceLock({ ...mine.lease, token: mine.lease.token + 10 }),
+    ).rejects.toMatchObject({ code: 'STALE_WORKSPACE_LOCK' });
     await expect(store.tasks.getTask('')).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
 
     const claims = named('taskfence locks.claimWorkspaceLock');

@@ -237,7 +237,7 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       expect(await store.runs.getActiveCoordinatorRunForTarget(T('other'))).toBeNull();
     });
 
-    it('stops a run by id, never another, and a stopped run cannot be stopped or heartbeat again', async () => {
+    it('stops a run by id, never another; a repeat stop is a no-op, and a stopped run cannot be stopped otherwise or heartbeat again', async () => {
       const store = await shared();
       const T = targets();
       const older = await store.runs.startCoordinatorRun({ targetKey: T('1') });
@@ -246,6 +246,11 @@ export function defineRunSuite(makeFixture: () => DialectFixture) {
       expect(stopped).toMatchObject({ id: older.id, status: 'cancelled' });
       expect(stopped.endedAt).not.toBeNull();
       expect((await store.runs.getCoordinatorRun(newer.id))?.status).toBe('running');
+      // The lease protocol's release rule: a repeat stop with the same status is a no-op success.
+      expect(await store.runs.stopCoordinatorRun(older.id, 'cancelled')).toMatchObject({
+        id: older.id,
+        status: 'cancelled',
+      });
       await expect(store.runs.stopCoordinatorRun(older.id, 'completed')).rejects.toMatchObject({
         code: 'COORDINATOR_RUN_NOT_RUNNING',
         runId: older.id,

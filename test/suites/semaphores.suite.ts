@@ -110,7 +110,12 @@ export function defineSemaphoreSuite(makeFixture: () => DialectFixture, contende
         status: 'acquired',
         lease: { token: 2 },
       });
-      if (crashed.status === 'acquired') await store.semaphores.release(crashed.lease); // a no-op now
+      // Its slot was reclaimed and the name granted after it lapsed: superseded (the release rule).
+      if (crashed.status === 'acquired')
+        await expect(store.semaphores.release(crashed.lease)).rejects.toMatchObject({
+          code: 'SEMAPHORE_LEASE_LOST',
+          reason: 'superseded',
+        });
       expect((await store.semaphores.listHolders(name)).map((h) => h.holder)).toEqual(['next']);
     });
 

@@ -14,6 +14,7 @@ import { requireLease, type LeaseLostReason } from '../shared/lease.js';
 import { pathsLockKey } from '../shared/lock-keys.js';
 import { keyedWrite, type IdempotentCall } from '../idempotent.js';
 import { optionalId } from '../validate.js';
+import { findConflicts } from './acquire.js';
 import { pathsTopic } from './statements.js';
 import { PathLeaseLostError, type PathLeaseGrant } from './types.js';
 
@@ -77,6 +78,27 @@ async function lostGrantReason(trx: Trx, lease: PathLeaseGrant, now: number): Pr
     if (claim && Number(claim.token) > lease.token) return 'superseded';
   }
   return lease.expiresAt <= now ? 'expired' : 'released';
+}
+
+/**
+ * Whether `lease` lapsed and someone was granted (part of) it after: its task was claimed again,
+ * or a later grant holds a key that overlaps one of its keys. While the grant has not lapsed, a
+ * later overlapping grant proves that this holder released it (every live lease blocks).
+ */
+async function isSuperseded(trx: Trx, lease: PathLeaseGrant, now: number): Promise<boolean> {
+  if (lease.expiresAt > now) return false;
+  if (lease.taskId !== null) {
+    const claim = await trx
+      .selectFrom('path_lease_claims')
+      .select('token')
+      .where('task_id', '=', lease.taskId)
+      .executeTakeFirst();
+    if (claim && Number(claim.token) > lease.token) return true;
+  }
+  if (lease.keys.length === 0) return false;
+  // Every overlapping row, lapsed or not (a takeover that lapsed in turn still took the keys).
+  const overlapping = await findConflicts(trx, lease.resource, lease.keys, 0);
+  return overlapping.some((c) => c.kind === undefined && c.token !== null && c.token > lease.token);
 }
 
 /**
@@ -161,12 +183,15 @@ export async function releaseGrant(
       .where('holder', '=', lease.holder)
       .returning('lease_key')
       .execute();
-    if (rows.length > 0) {
-      await ctx.dialect.wakeups.notify(trx, pathsTopic(lease.resource));
-      return { released: rows.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
-    }
-    if (lease.token <= (await latestToken(trx, lease.resource))) return { released: [] };
-    throw new PathLeaseLostError(lease.resource, lease.token, 'never_granted');
+    if (lease.token > (await latestToken(trx, lease.resource)))
+      throw new PathLeaseLostError(lease.resource, lease.token, 'never_granted');
+    // The lease protocol's release rule: a grant taken over (after it lapsed) is superseded, and
+    // releasing it throws (rolling back the deletion of its lapsed leftovers, which block nobody).
+    if (await isSuperseded(trx, lease, ctx.clock.now()))
+      throw new PathLeaseLostError(lease.resource, lease.token, 'superseded');
+    if (rows.length > 0) await ctx.dialect.wakeups.notify(trx, pathsTopic(lease.resource));
+    // No row left: released already, a no-op.
+    return { released: rows.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
   });
 }
 

@@ -298,8 +298,9 @@ export interface PathLeaseRepository {
 
   /**
    * Releases one grant: deletes the leases of `lease` (and of no other grant, whatever its
-   * holder name) and returns their keys. A repeat release is a no-op (`released: []`); a token
-   * never granted in the workspace throws `PathLeaseLostError` (`never_granted`).
+   * holder name) and returns their keys. A repeat release is a no-op (`released: []`); a grant
+   * taken over after it lapsed (a later grant holds an overlapping key, or its task was claimed
+   * again) throws `PathLeaseLostError` (`superseded`), a token never granted (`never_granted`).
    *
    * @example
    * await store.paths.releasePaths(claim.lease);

@@ -209,7 +209,12 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
           .where('status', '=', 'running')
           .returningAll()
           .executeTakeFirst();
-        return row ? toCoordinatorRun(row) : notRunning(trx, runId);
+        if (row) return toCoordinatorRun(row);
+        // The lease protocol's release rule: a repeat stop with the status the run already has is a
+        // no-op success; a run that ended otherwise throws CoordinatorRunNotRunningError.
+        const ended = await SELECT_RUN.first(trx, { id: runId });
+        if (ended?.status === status) return toCoordinatorRun(ended);
+        return notRunning(trx, runId);
       });
     },
 

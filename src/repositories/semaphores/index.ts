@@ -247,9 +247,14 @@ export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepositor
           await dialect.wakeups.notify(trx, semaphoreTopic(lease.resource));
           return;
         }
-        // Already released (or reclaimed after expiry): a repeat release is a no-op.
-        if (lease.token <= (await latestToken(trx, lease.resource))) return;
-        throw new SemaphoreLeaseLostError(lease.resource, lease.token, 'never_granted');
+        // The slot is gone: released already, or reclaimed after it lapsed (the lease protocol's
+        // release rule). A reclaim takes only a lapsed slot, so while the lease has not lapsed, or
+        // while nobody was granted the name after it, a repeat release is a no-op; a lapsed slot
+        // followed by a grant of the name may have been taken over: superseded.
+        const latest = await latestToken(trx, lease.resource);
+        if (lease.token > latest) throw new SemaphoreLeaseLostError(lease.resource, lease.token, 'never_granted');
+        if (lease.expiresAt <= ctx.clock.now() && latest > lease.token)
+          throw new SemaphoreLeaseLostError(lease.resource, lease.token, 'superseded');
       });
     },
 

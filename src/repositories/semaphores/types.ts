@@ -129,8 +129,9 @@ export interface SemaphoreRepository {
    */
   renew(lease: SemaphoreLease, options?: { readonly ttlMs?: number } & IdempotencyOptions): Promise<SemaphoreLease>;
   /**
-   * Frees the slot (live or expired) and wakes the waiters of `name`. A repeat release of the
-   * same token is a no-op success; a token never granted for `name` throws `SemaphoreLeaseLostError`.
+   * Frees the slot (live or expired) and wakes the waiters of `name`. A repeat release is a no-op
+   * success; a slot reclaimed after it lapsed (the name granted since) throws
+   * `SemaphoreLeaseLostError` (`superseded`), and a token never granted for `name` (`never_granted`).
    *
    * @example
    * await store.semaphores.release(lease);
