@@ -66,6 +66,11 @@ export async function scratchSchemaReference(
     await sql`select set_config('search_path', ${scratchSchema}, true)`.execute(trx);
     for (const m of migrations) {
       await m.up({ db: trx, types: dialect.columnTypes, now: 0, progress: () => {} });
+      // Its concurrent steps, in their plain form (a migrate runs them outside the transaction).
+      for (const step of m.concurrent ?? []) {
+        if (step.kind === 'create-index') await trx.executeQuery(step.build(trx).compile());
+        else await sql`alter table ${sql.id(step.table)} validate constraint ${sql.id(step.constraint)}`.execute(trx);
+      }
       const { rows } = await sql<{ name: string }>`
         select table_name as name from information_schema.tables where table_schema = ${scratchSchema}`.execute(trx);
       for (const row of rows) chainTables.add(row.name);

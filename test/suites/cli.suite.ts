@@ -123,6 +123,11 @@ export function defineCliSuite(makeFixture: () => DialectFixture) {
       await store.migrate();
       await store.messages.sendMessage({ allowUnknownRecipient: true, from: 'a', to: 'inbox', kind: 'k' });
       await store.messages.deliverPendingMessages('inbox');
+      // Message ids are kept at least IDEMPOTENCY_WINDOW_MS: a fresh one outlives --older-than 0.
+      const fresh = await runCli(['prune', '--db', url, '--older-than', '0', '--dry-run', '--json']);
+      expect(JSON.parse(fresh.out)).toMatchObject({ dryRun: true, deleted: { messages: 0 } });
+      const twoDaysAgo = Date.now() - 2 * 24 * 3600_000;
+      await store.db.updateTable('messages').set({ created_at: twoDaysAgo, delivered_at: twoDaysAgo }).execute();
       const dry = await runCli(['prune', '--db', url, '--older-than', '0', '--dry-run', '--json']);
       expect(dry.code, dry.err).toBe(0);
       expect(JSON.parse(dry.out)).toMatchObject({ dryRun: true, deleted: { messages: 1 } });
