@@ -242,9 +242,10 @@ export function defineUiSuite(makeFixture: () => DialectFixture, withSecret: Url
       action: 'operator.fail-run',
       subjectKind: 'coordinator_run',
     });
-    expect((await action('fail-run', { runId: world.staleRunId })).json().error.code).toBe(
-      'COORDINATOR_RUN_NOT_RUNNING',
-    );
+    // The lease protocol's release rule: a repeat stop with the status the run has is a no-op success.
+    const repeat = await action('fail-run', { runId: world.staleRunId });
+    expect(repeat.status, repeat.text).toBe(200);
+    expect(await store.runs.getCoordinatorRun(world.staleRunId)).toMatchObject({ status: 'failed' });
     expect((await action('fail-run', { runId: '' })).status).toBe(400);
 
     // A dead message requeued: the repository's call and its audit row; a second time it is not dead (404).
