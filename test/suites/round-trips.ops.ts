@@ -117,6 +117,7 @@ export async function measureRoundTrips(
     workspaceId: pathsWorkspace,
     requiresFilesystem: true,
     writes: ['lib/x.ts'],
+    status: 'ready',
   });
   await measure('paths.claimTask', () => store.paths.claimTask(pathTask.id, 'h'));
 
