@@ -46,7 +46,7 @@ describe('docs/schema.md', () => {
     );
     // A shorter chain describes its own latest version.
     const early = await renderSchemaDoc(MIGRATIONS.filter((m) => m.version <= 8));
-    expect(early.text).toContain('The schema at version 0008 task_target_key: 14 tables');
+    expect(early.text).toContain('The schema at version 0008 task_target_key: 15 tables');
     expect(early.text).not.toContain('path_leases');
   });
 
