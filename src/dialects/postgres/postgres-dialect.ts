@@ -37,6 +37,7 @@ import { HostRouter, parsePostgresHostList } from './hosts.js';
 import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from '../../query/schema.js';
 import { POSTGRES_COLUMN_TYPES } from './postgres-column-types.js';
 import { Backoff } from '../backoff.js';
+import { onSecondConnection } from '../second-connection.js';
 import { retryTransient } from '../retry.js';
 import { DEFAULT_WAKE_FALLBACK_MS } from '../wakeups.js';
 import { PostgresWakeups } from './postgres-wakeups.js';
@@ -57,12 +58,20 @@ import { MIGRATION_LOCK_PREFIX, migrationLockKey } from '../../repositories/shar
 
 /** The migration lock's key: one per schema, so two schemas in one database migrate independently. */
 const MIGRATION_KEY = sql`hashtextextended(${sql.lit(MIGRATION_LOCK_PREFIX)} || current_schema(), 0)`;
-/** The migration lock key of an install in a configured schema (else `MIGRATION_KEY`: the current schema). */
+/**
+ * The migration lock key of an install in a configured schema (else `MIGRATION_KEY`: the current
+ * schema). A literal, never a bind parameter: a parameterized statement (extended protocol) leaves
+ * its transaction holding a snapshot (`backend_xmin`) while idle, and a migrator polling for the
+ * lock inside its transaction would then make the holder's `CREATE INDEX CONCURRENTLY` wait for
+ * it: each waits for the other until the lock wait times out.
+ */
 const migrationKey = (schema: string | undefined) =>
-  schema === undefined ? MIGRATION_KEY : sql`hashtextextended(${migrationLockKey(schema)}, 0)`;
+  schema === undefined ? MIGRATION_KEY : sql`hashtextextended(${sql.lit(migrationLockKey(schema))}, 0)`;
 /** Retried as a whole within the write deadline: each of these guarantees the transaction changed nothing. */
 const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['serialization', 'deadlock', 'connection_lost']);
 const INT8_OID = 20;
+/** How long a concurrent migration step waits for its second pool connection (beside the lock's guard). */
+const SECOND_CONNECTION_WAIT_MS = 30_000;
 /** The level every write transaction states in its BEGIN (see `writeTransaction`). */
 const WRITE_ISOLATION = 'read committed';
 /** Reads that must agree with each other run on one snapshot, and write nothing. */
@@ -365,23 +374,7 @@ class PostgresStoreDialect implements StoreDialect {
     // transaction it guards, and a blocked pg_advisory_xact_lock waiter could deadlock against DDL.
     return this.writeTransaction(
       async (trx) => {
-        const started = Date.now();
-        const reportEveryMs = options.reportEveryMs ?? 3_000;
-        let nextReport = started + reportEveryMs;
-        const backoff = new Backoff(20, 250);
-        for (;;) {
-          const { rows } = await sql<{
-            locked: boolean;
-          }>`select pg_try_advisory_xact_lock(${migrationKey(this.schema)}) as locked`.execute(trx);
-          if (rows[0]?.locked) break;
-          const waited = Date.now() - started;
-          if (waited >= options.waitMs) throw new MigrationLockTimeoutError(options.waitMs);
-          if (options.onWaiting && Date.now() >= nextReport) {
-            options.onWaiting(await this.migrationLockHolder().catch(() => null), waited);
-            nextReport = Date.now() + reportEveryMs;
-          }
-          await new Promise((resolve) => setTimeout(resolve, backoff.next()));
-        }
+        await this.#pollMigrationLock(trx, options);
         if (options.ddlLockTimeoutMs !== undefined) {
           await sql`select set_config('lock_timeout', ${String(options.ddlLockTimeoutMs)}, true)`.execute(trx);
         }
@@ -391,35 +384,57 @@ class PostgresStoreDialect implements StoreDialect {
     );
   }
 
+  /**
+   * The lock is held by a guard transaction on one connection while `fn` runs outside any
+   * transaction on a second one (`CREATE INDEX CONCURRENTLY` refuses a transaction block). Both
+   * work through a transaction-mode pooler, where a session lock would be taken on one server
+   * connection and released on another. The guard holds no snapshot (its statements carry no bind
+   * parameters), so the index build never waits for it; it turns off
+   * `idle_in_transaction_session_timeout` for itself, and is checked after `fn`: a guard lost
+   * meanwhile is a connection error, and the step is not recorded.
+   */
   async withMigrationSession<T>(fn: (db: Kysely<Schema>) => Promise<T>, options: MigrationLockOptions): Promise<T> {
-    return this.db.connection().execute(async (conn) => {
-      const started = Date.now();
-      const reportEveryMs = options.reportEveryMs ?? 3_000;
-      let nextReport = started + reportEveryMs;
-      const backoff = new Backoff(20, 250);
-      for (;;) {
-        const { rows } = await sql<{
-          locked: boolean;
-        }>`select pg_try_advisory_lock(${migrationKey(this.schema)}) as locked`.execute(conn);
-        if (rows[0]?.locked) break;
-        const waited = Date.now() - started;
-        if (waited >= options.waitMs) throw new MigrationLockTimeoutError(options.waitMs);
-        if (options.onWaiting && Date.now() >= nextReport) {
-          options.onWaiting(await this.migrationLockHolder().catch(() => null), waited);
-          nextReport = Date.now() + reportEveryMs;
-        }
-        await new Promise((resolve) => setTimeout(resolve, backoff.next()));
+    return this.db
+      .transaction()
+      .setIsolationLevel(WRITE_ISOLATION)
+      .execute(async (guard) => {
+        await sql`set local idle_in_transaction_session_timeout = 0`.execute(guard);
+        await this.#pollMigrationLock(guard, options);
+        return onSecondConnection(this.db, SECOND_CONNECTION_WAIT_MS, async (conn) => {
+          try {
+            // An index build over a large table may take longer than any statement_timeout the store sets.
+            await sql`set statement_timeout = 0`.execute(conn);
+            const result = await fn(conn);
+            await sql`select 1`.execute(guard);
+            return result;
+          } finally {
+            // Fails only with the connection (a pooler may route it to another server connection,
+            // where it is harmless: the store states its timeouts per transaction).
+            await sql`reset statement_timeout`.execute(conn).catch(() => {});
+          }
+        });
+      });
+  }
+
+  /** Polls the migration lock with a try-lock (never a blocking wait), reporting the holder every few seconds. */
+  async #pollMigrationLock(executor: Kysely<Schema>, options: MigrationLockOptions): Promise<void> {
+    const started = Date.now();
+    const reportEveryMs = options.reportEveryMs ?? 3_000;
+    let nextReport = started + reportEveryMs;
+    const backoff = new Backoff(20, 250);
+    for (;;) {
+      const { rows } = await sql<{
+        locked: boolean;
+      }>`select pg_try_advisory_xact_lock(${migrationKey(this.schema)}) as locked`.execute(executor);
+      if (rows[0]?.locked) return;
+      const waited = Date.now() - started;
+      if (waited >= options.waitMs) throw new MigrationLockTimeoutError(options.waitMs);
+      if (options.onWaiting && Date.now() >= nextReport) {
+        options.onWaiting(await this.migrationLockHolder().catch(() => null), waited);
+        nextReport = Date.now() + reportEveryMs;
       }
-      try {
-        // An index build over a large table may take longer than any statement_timeout the store sets.
-        await sql`set statement_timeout = 0`.execute(conn);
-        return await fn(conn);
-      } finally {
-        // Both fail only with the connection, which takes the session lock with it.
-        await sql`reset statement_timeout`.execute(conn).catch(() => {});
-        await sql`select pg_advisory_unlock(${migrationKey(this.schema)})`.execute(conn).catch(() => {});
-      }
-    });
+      await new Promise((resolve) => setTimeout(resolve, backoff.next()));
+    }
   }
 
   async indexState(db: Kysely<Schema>, name: string): Promise<'missing' | 'valid' | 'invalid'> {

@@ -316,8 +316,11 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
         this.#queryTimeoutMs = this.#defaultQueryTimeoutMs;
       }
     }
-    const raised = SET_LOCAL_STATEMENT_TIMEOUT.exec(text);
+    // The client-side timeout follows the statement_timeout the connection states: SET LOCAL until
+    // COMMIT, a session SET (a migration's index build, 0: none) until RESET.
+    const raised = SET_STATEMENT_TIMEOUT.exec(text);
     if (raised) this.#queryTimeoutMs = clientQueryTimeoutMs(Number(raised[1]));
+    else if (RESET_STATEMENT_TIMEOUT.test(text)) this.#queryTimeoutMs = this.#defaultQueryTimeoutMs;
     // A multi-statement simple query (BEGIN's) answers with one result per statement: the last one counts.
     const last: pg.QueryResult = Array.isArray(result) ? (result as pg.QueryResult[]).at(-1)! : result;
     const { command, rowCount, rows } = last;
@@ -380,7 +383,8 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
   }
 }
 
-const SET_LOCAL_STATEMENT_TIMEOUT = /^\s*set\s+local\s+statement_timeout\s*(?:=|to)\s*'?(\d+)'?\s*;?\s*$/i;
+const SET_STATEMENT_TIMEOUT = /^\s*set\s+(?:local\s+)?statement_timeout\s*(?:=|to)\s*'?(\d+)'?\s*;?\s*$/i;
+const RESET_STATEMENT_TIMEOUT = /^\s*reset\s+statement_timeout\s*;?\s*$/i;
 const NEVER_SENT = /is not queryable/;
 const READ_ONLY_STATEMENT = /^\s*(select|show|rollback)\b/i;
 
