@@ -9,7 +9,7 @@
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { BenchDatabases } from './lib/databases.js';
-import { percentile, runDeploy, seedAt0008 } from './lib/deploy.js';
+import { percentile, runDeploy, seedAt0008, worstStalls } from './lib/deploy.js';
 
 const CLI = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
 const adminUrl = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -53,6 +53,7 @@ try {
       p99Ms: Math.round(percentile(run.latencies, 99) * 10) / 10,
       p50Ms: Math.round(percentile(run.latencies, 50) * 100) / 100,
       lockRetries: retries,
+      worstStalls: worstStalls(run),
     };
     results[dialect] = result;
     console.log(dialect, JSON.stringify(result));

@@ -136,6 +136,8 @@ export interface DeployRun {
   readonly stderr: string;
   /** Every write's latency (an insert or an update), ms. */
   readonly latencies: readonly number[];
+  /** When each write of `latencies` started (epoch ms, as the CLI's JSON events' `at`). */
+  readonly startedAt: readonly number[];
   /** Ids the writer inserted, each acknowledged. */
   readonly inserted: readonly string[];
   /** When each insert was acknowledged (epoch ms, as the CLI's JSON events' `at`). */
@@ -158,6 +160,7 @@ export async function runDeploy(
   const intervalMs = options.intervalMs ?? 10;
   const writer = await openWriter(url);
   const latencies: number[] = [];
+  const startedAt: number[] = [];
   const inserted: string[] = [];
   const insertedAt: number[] = [];
   const updated = new Map<string, string>();
@@ -168,6 +171,7 @@ export async function runDeploy(
     while (running) {
       const id = `w${String(n).padStart(8, '0')}`;
       let t = performance.now();
+      startedAt.push(Date.now());
       await writer.insert(id);
       latencies.push(performance.now() - t);
       inserted.push(id);
@@ -175,6 +179,7 @@ export async function runDeploy(
       const target = `t${String((n * 7919) % options.seeded).padStart(8, '0')}`;
       const title = `v${n}`;
       t = performance.now();
+      startedAt.push(Date.now());
       await writer.update(target, title);
       latencies.push(performance.now() - t);
       updated.set(target, title);
@@ -204,7 +209,7 @@ export async function runDeploy(
     .split('\n')
     .filter((l) => l.startsWith('{'))
     .map((l) => JSON.parse(l) as Record<string, unknown>);
-  return { migrateMs, exitCode, stderr, latencies, inserted, insertedAt, updated, events };
+  return { migrateMs, exitCode, stderr, latencies, startedAt, inserted, insertedAt, updated, events };
 }
 
 /** The `p`-th percentile (0–100) of `values`, nearest rank. */
@@ -212,4 +217,21 @@ export function percentile(values: readonly number[], p: number): number {
   if (values.length === 0) return 0;
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
+}
+
+/**
+ * The `count` worst stalls, each with what the migrator had last reported when the write started
+ * (its latest JSON event: `applying`, a step's or a backfill's `progress`, …), so a stall can be
+ * traced to the statement that caused it.
+ */
+export function worstStalls(run: DeployRun, count = 5): { ms: number; during: string }[] {
+  const order = run.latencies.map((ms, i) => ({ ms, at: run.startedAt[i]! })).sort((a, b) => b.ms - a.ms);
+  const timed = run.events.filter((e) => typeof e['at'] === 'number') as (Record<string, unknown> & { at: number })[];
+  return order.slice(0, count).map(({ ms, at }) => {
+    const last = timed.filter((e) => e.at <= at).at(-1);
+    const during = last
+      ? [last['type'], last['version'], last['message'] ?? last['name']].filter((x) => x !== undefined).join(' ')
+      : 'before the first event';
+    return { ms: Math.round(ms * 10) / 10, during: String(during) };
+  });
 }
