@@ -230,8 +230,10 @@ export function worstStalls(run: DeployRun, count = 5): { ms: number; during: st
   return order.slice(0, count).map(({ ms, at }) => {
     const last = timed.filter((e) => e.at <= at).at(-1);
     const during = last
-      ? [last['type'], last['version'], last['message'] ?? last['name']].filter((x) => x !== undefined).join(' ')
+      ? [last['type'], last['version'], last['message'] ?? last['name']]
+          .filter((x): x is string | number => typeof x === 'string' || typeof x === 'number')
+          .join(' ')
       : 'before the first event';
-    return { ms: Math.round(ms * 10) / 10, during: String(during) };
+    return { ms: Math.round(ms * 10) / 10, during };
   });
 }

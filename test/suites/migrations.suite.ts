@@ -378,6 +378,22 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
       const done = await cli('migrate', '--db', url);
       expect(done).toMatchObject({ code: 0 });
       expect(done.out).toMatch(new RegExp(`migrated from 0007 to ${String(LATEST_VERSION).padStart(4, '0')}`));
+      // plan shows the compatibility window status reports, as a line and in --json.
+      // (No shipped migration narrows the window yet: test/unit/plan-rendering.test.ts covers the other form.)
+      const window = JSON.parse((await cli('status', '--db', url, '--json')).out).window;
+      expect(window).toEqual({
+        oldestWriterRelease: null,
+        setByVersion: null,
+        newestAppliedByRelease: expect.any(String),
+      });
+      const planJson = await cli('plan', '--db', url, '--json');
+      expect(planJson.code).toBe(0);
+      expect(JSON.parse(planJson.out).window).toEqual(window);
+      const planText = await cli('plan', '--db', url);
+      expect(planText.code).toBe(0);
+      expect(planText.out.split('\n')[0]).toBe(
+        `-- compatibility window: every taskfence release that knows this schema may write; last migrated by taskfence ${window.newestAppliedByRelease}`,
+      );
     });
 
     it('exits 2 on usage errors', async () => {

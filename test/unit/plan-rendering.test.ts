@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { CompiledQuery } from 'kysely';
 import fc from 'fast-check';
 import { inlineParameters } from '../../src/migrator/recording-driver.js';
+import { describeWindow } from '../../src/cli/output.js';
 
 describe('plan rendering', () => {
   it('inlines parameters as literals, leaving placeholders inside strings alone', () => {
@@ -17,6 +18,15 @@ describe('plan rendering', () => {
         const rendered = inlineParameters('sqlite', CompiledQuery.raw('select ?', [s]));
         expect(rendered).toBe(`select '${s.replace(/'/g, "''")}'`);
       }),
+    );
+  });
+
+  it('plan and status state the compatibility window in one line, narrowed or not', () => {
+    expect(describeWindow({ oldestWriterRelease: '0.3.0', setByVersion: 98, newestAppliedByRelease: '0.4.1' })).toBe(
+      'compatibility window: taskfence 0.3.0 or newer may write (set by 0098); older releases are refused at openStore; last migrated by taskfence 0.4.1',
+    );
+    expect(describeWindow({ oldestWriterRelease: null, setByVersion: null, newestAppliedByRelease: null })).toBe(
+      'compatibility window: every taskfence release that knows this schema may write',
     );
   });
 });
