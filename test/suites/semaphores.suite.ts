@@ -193,7 +193,14 @@ export function defineSemaphoreSuite(makeFixture: () => DialectFixture, contende
         if (!o.ok) throw new Error(`contender ${o.index}: ${o.error.message}`);
         return o.value;
       });
-      expect(Math.max(...values.map((v) => v.maxSeen))).toBeLessThanOrEqual(limit);
+      const maxSeen = Math.max(...values.map((v) => v.maxSeen));
+      expect(maxSeen).toBeLessThanOrEqual(limit);
+      // And the race was one: slots were used side by side, and the semaphore turned callers away.
+      expect(maxSeen, 'most slots seen in use at once').toBeGreaterThanOrEqual(2);
+      expect(
+        values.reduce((sum, v) => sum + v.busy, 0),
+        'busy answers',
+      ).toBeGreaterThan(0);
       // Every abandoned slot was reclaimed: the others got in after them.
       expect(values.filter((_, i) => i >= limit).every((v) => v.acquired > 0)).toBe(true);
       const tokens = await raceStore.db
