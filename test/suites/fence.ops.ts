@@ -16,21 +16,30 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  */
 export async function fencedWrite(
   store: Store,
-  args: { id: string; lease: Lease; holdMs: number },
+  args: { id: string; lease: Lease; holdMs: number; via?: 'store' | 'host' },
   tools: ContenderTools,
 ) {
   let signalled = false;
+  const body = async (tx: StoreTransaction) => {
+    await tx.assertLease(args.lease);
+    await host(tx)
+      .insertInto('fenced_results')
+      .values({ id: args.id, kind: args.lease.kind, resource: args.lease.resource, token: args.lease.token })
+      .execute();
+    signalled = true;
+    tools.signal(`inside:${args.id}`);
+    await sleep(args.holdMs);
+  };
   try {
-    await store.transaction(async (tx) => {
-      await tx.assertLease(args.lease);
-      await host(tx)
-        .insertInto('fenced_results')
-        .values({ id: args.id, kind: args.lease.kind, resource: args.lease.resource, token: args.lease.token })
-        .execute();
-      signalled = true;
-      tools.signal(`inside:${args.id}`);
-      await sleep(args.holdMs);
-    });
+    if (args.via === 'host') {
+      // The host's own Kysely transaction, joined with store.withTransaction.
+      await store.db
+        .transaction()
+        .setIsolationLevel('read committed')
+        .execute((trx) => body(store.withTransaction(trx)));
+    } else {
+      await store.transaction(body);
+    }
     return { committed: true as const };
   } catch (error) {
     // Under load the lease may lapse before the assertion: the parent still waits for this signal.

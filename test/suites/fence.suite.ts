@@ -110,33 +110,37 @@ export function defineFenceSuite(makeFixture: () => DialectFixture) {
   describe.each(['workspace_lock', 'task_lease', 'coordinator_run', 'semaphore', 'path_lease'] as const)(
     'tx.assertLease on a %s',
     (kind) => {
-      it('a takeover waits for the fenced transaction: no host row under the old token commits after the new grant', async () => {
-        // Only a round in which A asserted its live lease and wrote can catch a takeover that does
-        // not wait: play rounds until two such rounds happened (under load A's lease may lapse first).
-        let fenced = 0;
-        for (let i = 0; i < 6 && fenced < 2; i++) {
-          const r = ++round;
-          const { lease, takeOver } = await grantA(kind, r);
-          const id = `A-${kind}-${r}`;
-          const a = contenders.start(0, 'fencedWrite', { id, lease, holdMs: HOLD_MS });
-          await contenders.waitForSignal(0, `inside:${id}`);
-          const b = await contenders.run(1, 'takeOver', takeOver);
-          const outcome = await a;
-          if (!b.ok) throw new Error(`takeover failed: ${b.error.message}`);
-          if (!outcome.ok) throw new Error(`fenced write crashed: ${outcome.error.message}`);
-          const committed = (await hostRows(lease.resource)).map((row) => row.id);
-          if (outcome.value.committed) {
-            // A committed: it must have committed before B's grant, so B saw its row.
-            expect(committed).toContain(id);
-            expect(b.value.seen).toContain(id);
-            fenced++;
-          } else {
-            expect(outcome.value).toMatchObject({ code: lostCode[kind] });
-            expect(committed).not.toContain(id);
+      it.each(['store', 'host'] as const)(
+        'a takeover waits for the fenced transaction (store.transaction or the host’s own with withTransaction): no host row under the old token commits after the new grant (%s)',
+        async (via) => {
+          // Only a round in which A asserted its live lease and wrote can catch a takeover that does
+          // not wait: play rounds until two such rounds happened (under load A's lease may lapse first).
+          let fenced = 0;
+          for (let i = 0; i < 6 && fenced < 2; i++) {
+            const r = ++round;
+            const { lease, takeOver } = await grantA(kind, r);
+            const id = `A-${kind}-${r}`;
+            const a = contenders.start(0, 'fencedWrite', { id, lease, holdMs: HOLD_MS, via });
+            await contenders.waitForSignal(0, `inside:${id}`);
+            const b = await contenders.run(1, 'takeOver', takeOver);
+            const outcome = await a;
+            if (!b.ok) throw new Error(`takeover failed: ${b.error.message}`);
+            if (!outcome.ok) throw new Error(`fenced write crashed: ${outcome.error.message}`);
+            const committed = (await hostRows(lease.resource)).map((row) => row.id);
+            if (outcome.value.committed) {
+              // A committed: it must have committed before B's grant, so B saw its row.
+              expect(committed).toContain(id);
+              expect(b.value.seen).toContain(id);
+              fenced++;
+            } else {
+              expect(outcome.value).toMatchObject({ code: lostCode[kind] });
+              expect(committed).not.toContain(id);
+            }
           }
-        }
-        expect(fenced, 'rounds in which A wrote under its live lease').toBe(2);
-      }, 120_000);
+          expect(fenced, 'rounds in which A wrote under its live lease').toBe(2);
+        },
+        120_000,
+      );
 
       it('a fenced transaction after the takeover fails typed and its host write rolls back, even if the error is caught', async () => {
         const r = ++round;

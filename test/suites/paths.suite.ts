@@ -7,6 +7,7 @@ import {
   PathClaimRefusedError,
   PathLeaseLostError,
   PathLeaseTimeoutError,
+  LeaseWaitTimeoutError,
   type Store,
 } from '../../src/index.js';
 import { buildPathConflictQuery } from '../../src/repositories/paths/statements.js';
@@ -415,6 +416,24 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       expect(outcome).toEqual({ status: 'done', released: ['lib', 'src/x.ts'] });
       expect((await store.paths.listPathLeases({ workspaceId: ws })).map((l) => l.key)).toEqual(['unrelated']);
       expect((await store.paths.tryAcquirePaths(req(ws, 'h2', ['lib/y']))).acquired).toBe(true);
+    });
+
+    it('acquirePaths gives up with the timeout shape every blocking wait shares, naming the holders', async () => {
+      const ws = await workspace();
+      await store.paths.tryAcquirePaths(req(ws, 'sitter', ['docs']));
+      const error = await store.paths
+        .acquirePaths(req(ws, 'w', ['docs/a.md']), { timeoutMs: 50, maxPollMs: 10 })
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(PathLeaseTimeoutError);
+      expect(error).toBeInstanceOf(LeaseWaitTimeoutError);
+      expect(error).toMatchObject({
+        code: 'PATH_LEASE_TIMEOUT',
+        kind: 'path_lease',
+        resource: ws,
+        holder: 'w',
+        timeoutMs: 50,
+        blockers: [{ key: 'docs', holder: 'sitter' }],
+      });
     });
 
     it('takes the claim grant as proof: a stale claim of the same holder name is superseded, and the lease is fenced', async () => {

@@ -5,7 +5,13 @@
 import { TaskfenceError } from '../../errors.js';
 import { WHOLE_WORKSPACE_KEY } from '../../domain/write-paths.js';
 import type { TaskStatus } from '../../schema/database.js';
-import { LeaseLostError, type Lease, type LeaseHolderInfo, type LeaseLostReason } from '../shared/lease.js';
+import {
+  LeaseLostError,
+  LeaseWaitTimeoutError,
+  type Lease,
+  type LeaseHolderInfo,
+  type LeaseLostReason,
+} from '../shared/lease.js';
 import type { IdempotencyOptions } from '../idempotent.js';
 import { claim, committed, grant, release, type OutcomeDeclarations } from '../shared/outcomes.js';
 
@@ -205,8 +211,9 @@ export interface PathTaskSubmission {
 }
 
 /** `acquirePaths` waited `timeoutMs` and the set was still blocked; `blockers` are the last conflicts seen. */
-export class PathLeaseTimeoutError extends TaskfenceError {
+export class PathLeaseTimeoutError extends LeaseWaitTimeoutError {
   readonly code = 'PATH_LEASE_TIMEOUT';
+  readonly kind = 'path_lease';
   constructor(
     readonly workspaceId: string,
     readonly holder: string,
@@ -219,6 +226,10 @@ export class PathLeaseTimeoutError extends TaskfenceError {
         `within ${timeoutMs} ms; blocked by ${blockers.map((b) => `${showKey(b.key)} held by ${JSON.stringify(b.holder)}`).join(', ')}. ` +
         'Wait for those holders to release (or their leases to expire), or raise timeoutMs.',
     );
+  }
+  /** The workspace, as every lease wait names what it waited for. */
+  get resource(): string {
+    return this.workspaceId;
   }
 }
 
