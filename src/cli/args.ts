@@ -29,8 +29,11 @@ Usage:
   --ddl-lock-timeout MS PostgreSQL: how long migration DDL keeps retrying for a busy table's lock, each
                         attempt under a 100 ms lock_timeout so the application never queues behind it
                         (default 10000; 0 = one attempt that waits as long as it takes)
-  --batch-size N        migrate: rows per backfill batch, each its own transaction (default 5000);
-                        prune: rows per delete batch
+  --batch-size N        migrate: rows per backfill batch, each its own transaction (alone: every
+                        batch; default: at most 5000, sized by --batch-time-ms); prune: rows per
+                        delete batch
+  --batch-time-ms MS    migrate: what each backfill batch should take; its size follows the last
+                        batch's time (default 100 without --batch-size; 0 = fixed --batch-size)
   --pause-ms MS         migrate: pause between backfill batches, to throttle them (default: 0 on
                         PostgreSQL; on SQLite as long as the batch took, so waiting writers get in)
   --force               migrate --to: go down even though open stores of a running release need a
@@ -71,6 +74,7 @@ export interface ParsedArgs {
   batchSize?: number;
   /** migrate: pause between backfill batches, in ms. */
   pauseMs?: number;
+  batchTimeMs?: number;
   /** migrate: go down even though a running release needs a higher version. */
   force: boolean;
   dryRun: boolean;
@@ -91,6 +95,7 @@ const ALLOWED: Record<'migrate' | 'status' | 'plan' | 'doctor' | 'prune', readon
     '--ddl-lock-timeout',
     '--batch-size',
     '--pause-ms',
+    '--batch-time-ms',
     '--allow-data-loss',
     '--force',
     '--json',
@@ -172,6 +177,7 @@ export function parseArgs(argv: readonly string[]): ParsedArgs {
       if (parsed.batchSize < 1) throw new UsageError('--batch-size takes a number of rows, 1 or more');
     }
     if (flag === '--pause-ms') parsed.pauseMs = parseMs(flag, value);
+    if (flag === '--batch-time-ms') parsed.batchTimeMs = parseMs(flag, value);
   }
   if (command === 'prune' && parsed.olderThanMs === undefined)
     throw new UsageError('prune needs --older-than, like --older-than 30d');

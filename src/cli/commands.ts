@@ -71,6 +71,7 @@ async function migrate(migrator: Migrator, shown: string, parsed: ParsedArgs, io
     ...(parsed.ddlLockTimeoutMs !== undefined ? { ddlLockTimeoutMs: parsed.ddlLockTimeoutMs } : {}),
     ...(parsed.batchSize !== undefined ? { batchSize: parsed.batchSize } : {}),
     ...(parsed.pauseMs !== undefined ? { pauseMs: parsed.pauseMs } : {}),
+    ...(parsed.batchTimeMs !== undefined ? { batchTimeMs: parsed.batchTimeMs } : {}),
     allowDataLoss: parsed.allowDataLoss,
     force: parsed.force,
     onEvent: (event) => {

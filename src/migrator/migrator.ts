@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TIME_MS, type BatchSizing } from './batching.js';
 import { DataLossError, InvalidArgumentError, ReleaseStillRunningError, type DataLoss } from '../errors.js';
 import { instanceOf, runningReleasesAbove } from './releases.js';
 import type { StoreDialect } from '../dialects/types.js';
@@ -19,8 +20,6 @@ export { HISTORY_TABLE } from './history.js';
 export { STATE_TABLE } from './state.js';
 export { STEPS_TABLE } from './steps.js';
 
-/** Rows per backfill batch unless `batchSize` says otherwise. */
-const DEFAULT_BATCH_SIZE = 5_000;
 export type {
   AppliedMigration,
   CompatibilityWindow,
@@ -90,13 +89,15 @@ export class Migrator {
    * compares with) is named in `notes`. With a configured PostgreSQL schema the statements name it,
    * as `migrate` sends them. Down steps list the rows they would drop. Applies nothing.
    */
-  async plan(options: { to?: number; now?: number; batchSize?: number } = {}): Promise<PlanStep[]> {
+  async plan(
+    options: { to?: number; now?: number; batchSize?: number; batchTimeMs?: number } = {},
+  ): Promise<PlanStep[]> {
     const status = await this.status();
     verifyHistory(status);
     if (status.baselineRequired) throw await baselineRequiredError(this.#chain);
     const target = options.to ?? this.latestVersion;
     assertKnownVersion(this.#chain, target);
-    return planSteps(this.#chain, status, target, options.now ?? Date.now(), options.batchSize ?? DEFAULT_BATCH_SIZE);
+    return planSteps(this.#chain, status, target, options.now ?? Date.now(), batchSizing(options));
   }
 
   /**
@@ -107,9 +108,7 @@ export class Migrator {
     const chain = this.#chain;
     const target = options.to ?? this.latestVersion;
     assertKnownVersion(chain, target);
-    const batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
-    if (!Number.isSafeInteger(batchSize) || batchSize < 1)
-      throw new InvalidArgumentError('batchSize', `must be a positive integer (got ${String(options.batchSize)})`);
+    const sizing = batchSizing(options);
     const pauseMs = options.pauseMs ?? null;
     if (pauseMs !== null && (!Number.isFinite(pauseMs) || pauseMs < 0))
       throw new InvalidArgumentError('pauseMs', `must be a number of ms, 0 or more (got ${String(options.pauseMs)})`);
@@ -156,7 +155,7 @@ export class Migrator {
       emit,
       lock,
       allowDataLoss: options.allowDataLoss === true,
-      batchSize,
+      sizing,
       pauseMs,
       release: this.#release,
     };
@@ -179,4 +178,22 @@ export class Migrator {
       [...this.#chain.migrations].reverse().filter((m) => applied.has(m.version) && m.version > to),
     );
   }
+}
+
+/**
+ * The backfill batch sizing `options` ask for: a fixed `batchSize` when one is given (and no
+ * `batchTimeMs`), else batches sized to take `batchTimeMs` (default 100 ms) with at most
+ * `batchSize` (default 5 000) rows. Validated before anything runs.
+ */
+function batchSizing(options: { readonly batchSize?: number; readonly batchTimeMs?: number }): BatchSizing {
+  const batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
+  if (!Number.isSafeInteger(batchSize) || batchSize < 1)
+    throw new InvalidArgumentError('batchSize', `must be a positive integer (got ${String(options.batchSize)})`);
+  const batchTimeMs = options.batchTimeMs ?? (options.batchSize === undefined ? DEFAULT_BATCH_TIME_MS : 0);
+  if (!Number.isFinite(batchTimeMs) || batchTimeMs < 0)
+    throw new InvalidArgumentError(
+      'batchTimeMs',
+      `must be a number of ms, 0 or more (got ${String(options.batchTimeMs)})`,
+    );
+  return { batchSize, batchTimeMs };
 }

@@ -1,4 +1,5 @@
 import type { CompiledQuery } from 'kysely';
+import { describeBatches, firstBatchSize, type BatchSizing } from './batching.js';
 import type { DataLoss } from '../errors.js';
 import { schemaOf } from '../query/schema.js';
 import type { MigrationDefinition } from '../migrations/types.js';
@@ -21,17 +22,16 @@ export async function planSteps(
   status: MigrationStatus,
   target: number,
   now: number,
-  batchSize: number,
+  sizing: BatchSizing,
 ): Promise<PlanStep[]> {
   const applied = new Set(status.applied.map((a) => a.version));
   const steps: PlanStep[] = [];
   for (const m of chain.migrations) {
-    if (!applied.has(m.version) && m.version <= target)
-      steps.push(await renderStep(chain, m, 'up', [], now, batchSize));
+    if (!applied.has(m.version) && m.version <= target) steps.push(await renderStep(chain, m, 'up', [], now, sizing));
   }
   const downs = [...chain.migrations].reverse().filter((m) => applied.has(m.version) && m.version > target);
   for (const m of downs) {
-    steps.push(await renderStep(chain, m, 'down', await droppedRowsOf(chain, [m]), now, batchSize));
+    steps.push(await renderStep(chain, m, 'down', await droppedRowsOf(chain, [m]), now, sizing));
   }
   return steps;
 }
@@ -42,8 +42,9 @@ async function renderStep(
   direction: 'up' | 'down',
   destructive: readonly DataLoss[],
   now: number,
-  batchSize: number,
+  sizing: BatchSizing,
 ): Promise<PlanStep> {
+  const batchSize = firstBatchSize(sizing);
   const { dialect } = chain;
   const schema = schemaOf(dialect.db);
   const inSchema = schema === undefined ? {} : { schema };
@@ -68,7 +69,7 @@ async function renderStep(
     const first = await recordMigration(m, 'backfill', dialect.kind, { now, answer, batchSize, ...inSchema });
     backfill = first.filter((q) => !isRead(q)).map((q) => inlineParameters(dialect.kind, q));
     notes.push(
-      `its backfill runs after the DDL commits, in batches of ${batchSize} rows, each its own transaction (resumable); the first batch is shown`,
+      `its backfill runs after the DDL commits, ${describeBatches(sizing)}, each its own transaction (resumable); the first batch is shown`,
     );
   }
   let concurrent: readonly string[] = [];

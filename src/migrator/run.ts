@@ -1,4 +1,5 @@
 import type { Transaction } from 'kysely';
+import { firstBatchSize, nextBatchSize, type BatchSizing } from './batching.js';
 import { Umzug } from 'umzug';
 import { Backoff } from '../dialects/backoff.js';
 import { DataLossError, LockTimeoutError, MigrationFailedError, TaskfenceError, formatVersion } from '../errors.js';
@@ -23,8 +24,8 @@ export interface ChainRun {
   readonly emit: (event: MigrationEvent) => void;
   readonly lock: LockSettings;
   readonly allowDataLoss: boolean;
-  /** Rows per backfill batch. */
-  readonly batchSize: number;
+  /** How big each backfill batch is (fixed, or sized by the time the last one took). */
+  readonly sizing: BatchSizing;
   /**
    * Pause between backfill batches, in ms; null: none on PostgreSQL (a batch locks only its own
    * rows), as long as the batch took on SQLite (a batch holds the one write lock, and a writer
@@ -206,21 +207,26 @@ export async function runBackfill(chain: Chain, m: MigrationDefinition, run: Cha
   const { dialect } = chain;
   let total: number | undefined;
   let first = true;
+  let size = firstBatchSize(run.sizing);
   for (;;) {
     const batchStarted = Date.now();
+    let tookMs = 0;
     const step = await underMigrationLock(chain, m, 'up', run, async (trx) => {
       const state = await readState(trx, m.version);
       if (!state || state.backfill !== 'running') return null;
       if (first && backfill.workRows) total = await backfill.workRows(trx);
+      const batchAt = performance.now();
       const batch = await backfill.batch(
-        { db: trx, types: dialect.columnTypes, now: state.backfillNow ?? run.now, batchSize: run.batchSize },
+        { db: trx, types: dialect.columnTypes, now: state.backfillNow ?? run.now, batchSize: size },
         state.cursor,
       );
+      tookMs = performance.now() - batchAt;
       const counts = { done: state.done + batch.visited, changed: state.changed + batch.changed };
       await recordBatch(trx, m.version, { cursor: batch.cursor, ...counts, at: Date.now() });
       return { resumedAfter: first ? state.done : 0, last: batch.cursor === null, ...counts };
     });
     if (!step) return;
+    size = nextBatchSize(run.sizing, size, tookMs);
     if (first && step.resumedAfter > 0) {
       run.emit({
         type: 'progress',

@@ -94,8 +94,18 @@ export interface MigrateOptions {
    * queue, application queries on that table queue behind it, so it gives up this soon and retries.
    */
   readonly ddlLockAttemptMs?: number;
-  /** Rows per backfill batch, each batch its own transaction (default 5 000). */
+  /**
+   * Rows per backfill batch, each batch its own transaction. Given alone, every batch takes this
+   * many rows; otherwise it is the most a batch takes (default 5 000) and `batchTimeMs` sizes them.
+   */
   readonly batchSize?: number;
+  /**
+   * What each backfill batch should take, in ms: the size adapts to the time the last batch took
+   * (500 rows first, at most doubling, at most `batchSize`). A writer of the running release that
+   * needs a row (PostgreSQL) or the write lock (SQLite) a batch holds waits about this long at most.
+   * Default 100 when `batchSize` is not given, else 0 (fixed batches).
+   */
+  readonly batchTimeMs?: number;
   /**
    * Pause between backfill batches, in ms, to leave the database to the application. Default: 0
    * on PostgreSQL (a batch locks only its own rows); on SQLite as long as the batch itself took,
