@@ -1,10 +1,11 @@
 /**
  * SQLite on a full disk, for real: the database lives on a small tmpfs of the test's own, which a
  * filler file fills up. Every write then fails inside SQLite with SQLITE_FULL, as on a full volume.
- * If this process may not mount (not root, no CAP_SYS_ADMIN: a developer laptop), the test falls
- * back to `PRAGMA max_page_count`, which makes SQLite raise the same SQLITE_FULL from the same
- * code path (the pager refusing a new page) without a filesystem; it says so on the console. CI
- * runs as root and mounts.
+ * If this process may not mount (not root, no CAP_SYS_ADMIN: a developer laptop), the store test
+ * falls back to `PRAGMA max_page_count`, which makes SQLite raise the same SQLITE_FULL from the
+ * same code path (the pager refusing a new page) without a filesystem, and says so on the console;
+ * the CLI test has no fallback (a file that does not exist yet cannot be capped) and fails, saying
+ * why. CI runs as root and mounts.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -12,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'kysely';
 import { StorageFullError, openStore, type Store } from '../../src/index.js';
-import { mountSmallFilesystem, type SmallFilesystem } from '../support/small-fs.js';
+import { mountSmallFilesystem, requireSmallFilesystem, type SmallFilesystem } from '../support/small-fs.js';
 import { runCli } from '../suites/cli.suite.js';
 
 const NAME = 'x'.repeat(64 * 1024);
@@ -78,15 +79,15 @@ describe('SQLite on a full disk', () => {
 
   it('the CLI says the disk is full, not "check the file path", when migrate cannot write a new file', async () => {
     // A real full filesystem only: a file that does not exist yet cannot be capped in advance.
-    if (typeof fs === 'string') return;
-    fs.fill();
+    const small = requireSmallFilesystem(fs, 'The CLI disk-full test');
+    small.fill();
     try {
-      const result = await runCli(['migrate', '--db', `sqlite:${join(fs.dir, 'fresh.db')}`]);
+      const result = await runCli(['migrate', '--db', `sqlite:${join(small.dir, 'fresh.db')}`]);
       expect(result.code).not.toBe(0);
       expect(result.err).toMatch(/disk under the database .* is full/);
       expect(result.err).not.toMatch(/Check the file path/);
     } finally {
-      fs.free();
+      small.free();
     }
   });
 });

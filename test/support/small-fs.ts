@@ -15,7 +15,10 @@ export interface SmallFilesystem {
   unmount(): void;
 }
 
-/** Mounts a tmpfs; returns the reason as a string when this process may not mount (not root, no CAP_SYS_ADMIN). */
+/**
+ * Mounts a tmpfs; returns the reason as a string when this process may not mount (not root, no
+ * CAP_SYS_ADMIN), for a test that has a fallback. A test without one uses `requireSmallFilesystem`.
+ */
 export function mountSmallFilesystem(dir: string, bytes: number): SmallFilesystem | string {
   mkdirSync(dir, { recursive: true });
   const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${bytes},mode=0777`, 'tmpfs', dir], {
@@ -55,4 +58,16 @@ export function mountSmallFilesystem(dir: string, bytes: number): SmallFilesyste
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * The mounted filesystem, or a thrown error saying why there is none: for a test that has no
+ * fallback and so must fail, never skip or pass silently, where it cannot mount.
+ */
+export function requireSmallFilesystem(fs: SmallFilesystem | string, test: string): SmallFilesystem {
+  if (typeof fs !== 'string') return fs;
+  throw new Error(
+    `${test} needs a small filesystem of its own and could not mount one (${fs}). ` +
+      'Run the tests as root or with CAP_SYS_ADMIN, as CI does.',
+  );
 }
