@@ -203,6 +203,15 @@ describe('the lazy schema check never guesses', () => {
       const error = await store.org.createCompany({ name: 'acme' }).catch((e: unknown) => e);
       expect(error).toMatchObject({ code: 'PERMISSION_DENIED', driverCode: '42501' }); // on table companies
       expect(error).not.toMatchObject({ code: 'SCHEMA_OUT_OF_DATE' });
+      // A typed error skips the schema check. The host's own error does not: the check reads the
+      // version, the role may not read the history (42501), and the call's own error comes back.
+      const hostError = new Error("the host's own bug");
+      const input = {
+        get name(): string {
+          throw hostError;
+        },
+      };
+      expect(await store.org.createCompany(input).catch((e: unknown) => e)).toBe(hostError);
       await store.close();
     } finally {
       await admin(url, async (c) => {
@@ -210,5 +219,43 @@ describe('the lazy schema check never guesses', () => {
         await c.query(`drop role ${role}`);
       });
     }
+  });
+
+  it('under idle_session_timeout the version is read on a fresh connection: never "schema version 0000", every failure typed or the call\'s own', async () => {
+    const store = await storeWith({ idle_session_timeout: '150ms' }, { poolSize: 3 });
+    const company = (await store.org.createCompany({ name: 'acme' })).id;
+    const hostErrors: Error[] = [];
+    const failures: unknown[] = [];
+    for (let i = 0; i < 24; i++) {
+      // Every pooled connection is idle and then ended by the server, unnoticed, before each call.
+      await fillPool(store);
+      stall(400);
+      let call: Promise<unknown>;
+      if (i % 3 === 0) call = store.org.getWorkspace('none');
+      else if (i % 3 === 1) call = store.org.createWorkspace({ companyId: company, name: `ws-${i}` });
+      else {
+        // The host's own error, raised before any statement: the schema check runs (it is not a
+        // TaskfenceError) and must read the version elsewhere than on the dead pooled connections.
+        const hostError = new Error(`the host's own bug ${i}`);
+        hostErrors.push(hostError);
+        const input = {
+          get name(): string {
+            throw hostError;
+          },
+        };
+        call = store.org.createCompany(input);
+      }
+      await call.catch((e: unknown) => failures.push(e));
+    }
+    expect(failures.filter((f) => (f as { code?: string }).code === 'SCHEMA_OUT_OF_DATE')).toEqual([]);
+    // The host gets its own error back, each time, unchanged.
+    expect(failures.filter((f) => hostErrors.includes(f as Error))).toEqual(hostErrors);
+    const typed = failures.filter((f) => !hostErrors.includes(f as Error));
+    for (const failure of typed) {
+      expect(failure).toBeInstanceOf(DatabaseUnavailableError);
+      expect(failure).toMatchObject(ENDED_BY_IDLE_SESSION_TIMEOUT);
+    }
+    // The reads after a stall found their connection ended: the killer ran under every call.
+    expect(typed.length).toBeGreaterThan(0);
   });
 });
