@@ -2,6 +2,11 @@
  * Faults a PostgreSQL server configured by a DBA injects, each on a random database of this file's
  * own (ALTER DATABASE, never the server): a read-only database, the idle-in-transaction killer
  * (25P03), the idle-session killer (57P05), and a role that may not read the migration history.
+ *
+ * Some tests stall this process (`stall`: the event loop blocked, as by a CPU-bound host or a long
+ * GC pause) past idle_session_timeout. The server ends every idle pooled connection meanwhile, and
+ * the client reads the server's goodbye only after its next statement went out on that
+ * connection: the race that pauses of `setTimeout` only hit now and then, every time.
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
@@ -50,6 +55,34 @@ async function waitUntilEnded(url: string, pid: number): Promise<void> {
     throw new Error(`backend ${pid} was never ended`);
   });
 }
+
+/** Blocks the event loop for `ms`: no I/O is read meanwhile, so the pool cannot notice a connection's end. */
+function stall(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/**
+ * Three calls at once, until all three succeed, so the store's pool (poolSize 3) holds three live
+ * idle connections after. A call that took a connection the server ended unnoticed (its goodbye
+ * read late on a loaded machine) fails typed; the round is simply repeated.
+ */
+async function fillPool(store: Store): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const calls = await Promise.allSettled([0, 1, 2].map(() => store.org.getWorkspace('none')));
+    const failed = calls.filter((c): c is PromiseRejectedResult => c.status === 'rejected').map((c) => c.reason);
+    if (failed.length === 0) return;
+    if (attempt === 20 || failed.some((e) => !(e instanceof DatabaseUnavailableError))) throw failed[0];
+  }
+}
+
+/** The typed error a call gets when idle_session_timeout ended its connection. */
+const ENDED_BY_IDLE_SESSION_TIMEOUT = {
+  code: 'DATABASE_UNAVAILABLE',
+  driverCode: '57P05',
+  serverTimeout: 'idle_session_timeout',
+  retrySafe: true,
+};
 
 const backendPid = async (db: Store['db']) =>
   (await db.selectNoFrom((eb) => eb.fn<number>('pg_backend_pid', []).as('pid')).execute())[0]!.pid;
@@ -111,7 +144,7 @@ describe('the idle-in-transaction killer (idle_in_transaction_session_timeout, 2
 });
 
 describe('the idle-session killer (idle_session_timeout, 57P05)', () => {
-  it('120 calls with pauses around the timeout: each succeeds or fails typed, never SCHEMA_OUT_OF_DATE', async () => {
+  it('120 calls with pauses around the timeout: each succeeds or fails typed naming the timeout, never SCHEMA_OUT_OF_DATE', async () => {
     const events: TaskfenceEvent[] = [];
     const store = await storeWith({ idle_session_timeout: '150ms' }, { onEvent: (e) => events.push(e), poolSize: 3 });
     const company = (await store.org.createCompany({ name: 'acme' })).id;
@@ -121,11 +154,36 @@ describe('the idle-session killer (idle_session_timeout, 57P05)', () => {
       await new Promise((resolve) => setTimeout(resolve, 100 + ((i * 37) % 100)));
       await store.org.createWorkspace({ companyId: company, name: `ws-${i}` }).catch((e: unknown) => failures.push(e));
     }
-    for (const failure of failures) expect(failure).toBeInstanceOf(DatabaseUnavailableError);
+    for (const failure of failures) {
+      expect(failure).toBeInstanceOf(DatabaseUnavailableError);
+      expect(failure).toMatchObject(ENDED_BY_IDLE_SESSION_TIMEOUT);
+    }
     expect(failures.filter((f) => (f as { code?: string }).code === 'SCHEMA_OUT_OF_DATE')).toEqual([]);
     // The killer really ran: idle pooled connections were ended under the store.
     expect(events.filter((e) => e.type === 'connection.lost').length).toBeGreaterThan(0);
     expect(failures.length).toBeLessThan(120);
+  });
+
+  it('stalled past the timeout: the next read is DATABASE_UNAVAILABLE naming idle_session_timeout; a write is retried', async () => {
+    const events: TaskfenceEvent[] = [];
+    const store = await storeWith({ idle_session_timeout: '150ms' }, { onEvent: (e) => events.push(e), poolSize: 3 });
+    const company = (await store.org.createCompany({ name: 'acme' })).id;
+    await fillPool(store);
+    stall(600);
+    // A read outside a transaction is not retried: it fails at once, naming the server's setting.
+    const error = await store.org.getWorkspace('none').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(DatabaseUnavailableError);
+    expect(error).toMatchObject(ENDED_BY_IDLE_SESSION_TIMEOUT);
+    expect((error as Error).message).toMatch(
+      /ended the session after its idle_session_timeout \(SQLSTATE 57P05, an idle connection was closed\); nothing was changed/,
+    );
+    // A write transaction that lost its connection before COMMIT is retried on a new one.
+    await fillPool(store);
+    stall(600);
+    const seen = events.length;
+    const workspace = await store.org.createWorkspace({ companyId: company, name: 'after the stall' });
+    expect((await store.org.getWorkspace(workspace.id))?.name).toBe('after the stall');
+    expect(events.slice(seen).some((e) => e.type === 'transaction.retry' && e.kind === 'connection_lost')).toBe(true);
   });
 });
 
@@ -145,6 +203,15 @@ describe('the lazy schema check never guesses', () => {
       const error = await store.org.createCompany({ name: 'acme' }).catch((e: unknown) => e);
       expect(error).toMatchObject({ code: 'PERMISSION_DENIED', driverCode: '42501' }); // on table companies
       expect(error).not.toMatchObject({ code: 'SCHEMA_OUT_OF_DATE' });
+      // A typed error skips the schema check. The host's own error does not: the check reads the
+      // version, the role may not read the history (42501), and the call's own error comes back.
+      const hostError = new Error("the host's own bug");
+      const input = {
+        get name(): string {
+          throw hostError;
+        },
+      };
+      expect(await store.org.createCompany(input).catch((e: unknown) => e)).toBe(hostError);
       await store.close();
     } finally {
       await admin(url, async (c) => {
@@ -152,5 +219,43 @@ describe('the lazy schema check never guesses', () => {
         await c.query(`drop role ${role}`);
       });
     }
+  });
+
+  it('under idle_session_timeout the version is read on a fresh connection: never "schema version 0000", every failure typed or the call\'s own', async () => {
+    const store = await storeWith({ idle_session_timeout: '150ms' }, { poolSize: 3 });
+    const company = (await store.org.createCompany({ name: 'acme' })).id;
+    const hostErrors: Error[] = [];
+    const failures: unknown[] = [];
+    for (let i = 0; i < 24; i++) {
+      // Every pooled connection is idle and then ended by the server, unnoticed, before each call.
+      await fillPool(store);
+      stall(400);
+      let call: Promise<unknown>;
+      if (i % 3 === 0) call = store.org.getWorkspace('none');
+      else if (i % 3 === 1) call = store.org.createWorkspace({ companyId: company, name: `ws-${i}` });
+      else {
+        // The host's own error, raised before any statement: the schema check runs (it is not a
+        // TaskfenceError) and must read the version elsewhere than on the dead pooled connections.
+        const hostError = new Error(`the host's own bug ${i}`);
+        hostErrors.push(hostError);
+        const input = {
+          get name(): string {
+            throw hostError;
+          },
+        };
+        call = store.org.createCompany(input);
+      }
+      await call.catch((e: unknown) => failures.push(e));
+    }
+    expect(failures.filter((f) => (f as { code?: string }).code === 'SCHEMA_OUT_OF_DATE')).toEqual([]);
+    // The host gets its own error back, each time, unchanged.
+    expect(failures.filter((f) => hostErrors.includes(f as Error))).toEqual(hostErrors);
+    const typed = failures.filter((f) => !hostErrors.includes(f as Error));
+    for (const failure of typed) {
+      expect(failure).toBeInstanceOf(DatabaseUnavailableError);
+      expect(failure).toMatchObject(ENDED_BY_IDLE_SESSION_TIMEOUT);
+    }
+    // The reads after a stall found their connection ended: the killer ran under every call.
+    expect(typed.length).toBeGreaterThan(0);
   });
 });
