@@ -10,6 +10,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { openStore, type TaskfenceEvent } from '../../src/index.js';
+import { main } from '../../src/cli.js';
 import { postgresFixture } from '../support/dialects.js';
 import { runCli } from '../suites/cli.suite.js';
 import { http, startUi } from '../suites/ui.suite.js';
@@ -43,6 +44,31 @@ function forms(base: string): Record<string, string> {
 const UNPARSEABLE = new Set(['userinfo with ?…= in the password', 'userinfo with a ?x= after the password']);
 const dead = (url: string) => url.replace(/:5432\b|127\.0\.0\.1:\d+/, '127.0.0.1:1');
 
+/**
+ * The CLI's `main` in this process (what `dist/cli.js` runs, short of its last-resort handler),
+ * output captured: the sweeps run most commands this way, since a process per command made this
+ * file the slowest of the suite. Each sweep still runs one form through the built CLI's process.
+ */
+async function inProcess(
+  args: readonly string[],
+  env: Record<string, string | undefined> = {},
+): Promise<{ code: number; out: string; err: string }> {
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await main(
+    args,
+    (line) => out.push(line),
+    (line) => err.push(line),
+    {
+      write: (text) => void out.push(text),
+      tty: false,
+      interactive: false,
+      env: { ...process.env, TASKFENCE_DATABASE_URL: undefined, ...env },
+    },
+  );
+  return { code, out: out.join('\n'), err: err.join('\n') };
+}
+
 function expectNoMarker(text: string, context: string): void {
   for (const piece of [MARKER, MARKER.slice(3), encodeURIComponent(`${MARKER}@/`)]) {
     expect(text.includes(piece), `${context}: ${text.slice(0, 400)}`).toBe(false);
@@ -69,12 +95,13 @@ const COMMANDS: readonly (readonly string[])[] = [
 
 describe('the CLI never prints a password', () => {
   it('in every command, live, with every URL form given by --db and by TASKFENCE_DATABASE_URL', async () => {
-    for (const [form, url] of Object.entries(forms(live))) {
-      // Three commands at a time (each is a process of its own): what is asserted of each does
-      // not depend on the others (no marker; never a usage error), and the sweep is long.
+    for (const [n, [form, url]] of Object.entries(forms(live)).entries()) {
+      // The first form through the built CLI's processes (three at a time: what is asserted of
+      // each does not depend on the others), the others through `main` in this process.
+      const run = n === 0 ? runCli : (args: readonly string[]) => inProcess(args);
       for (let i = 0; i < COMMANDS.length; i += 3) {
         const batch = COMMANDS.slice(i, i + 3);
-        const results = await Promise.all(batch.map((command) => runCli([...command, '--db', url])));
+        const results = await Promise.all(batch.map((command) => run([...command, '--db', url])));
         for (const [j, byFlag] of results.entries()) {
           const command = batch[j]!;
           expectNoMarker(byFlag.out + byFlag.err, `${form}: ${command.join(' ')} --db`);
@@ -96,7 +123,9 @@ describe('the CLI never prints a password', () => {
       `mysql://u:${MARKER}@127.0.0.1/x`,
       `postgres://u:${MARKER}@/nohost`,
     ];
-    for (const url of urls) {
+    for (const [n, url] of urls.entries()) {
+      // The first URL through the built CLI's processes, the others through `main` in this process.
+      const run = n === 0 ? runCli : (args: readonly string[]) => inProcess(args);
       for (const command of [
         ['status', '--verbose'],
         ['migrate', '--json'],
@@ -105,11 +134,14 @@ describe('the CLI never prints a password', () => {
         ['inspect', '--json'],
         ['inspect'],
       ]) {
-        const result = await runCli([...command, '--db', url]);
+        const result = await run([...command, '--db', url]);
         expectNoMarker(result.out + result.err, `${url}: ${command.join(' ')}`);
         expect(result.code).not.toBe(0);
       }
-      const byEnv = await runCli(['migrate', '--verbose'], { env: { TASKFENCE_DATABASE_URL: url } });
+      const byEnv =
+        n === 0
+          ? await runCli(['migrate', '--verbose'], { env: { TASKFENCE_DATABASE_URL: url } })
+          : await inProcess(['migrate', '--verbose'], { TASKFENCE_DATABASE_URL: url });
       expectNoMarker(byEnv.out + byEnv.err, `${url}: migrate via TASKFENCE_DATABASE_URL`);
       expect(byEnv.code).not.toBe(0);
     }
