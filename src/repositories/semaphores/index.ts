@@ -117,8 +117,11 @@ async function acquireIn(
   // The token rises on every grant of the name and is never reset (the row is never deleted).
   const granted = await trx
     .insertInto('semaphores')
-    .values({ name, token: 1, updated_at: now })
-    .onConflict((oc) => oc.column('name').doUpdateSet({ token: sql<number>`semaphores.token + 1`, updated_at: now }))
+    .values({ name, token: 1, updated_at: now, slot_limit: limit })
+    // The latest grant's limit is the name's limit (what inspect shows beside the holders).
+    .onConflict((oc) =>
+      oc.column('name').doUpdateSet({ token: sql<number>`semaphores.token + 1`, updated_at: now, slot_limit: limit }),
+    )
     .returning('token')
     .executeTakeFirstOrThrow();
   const token = Number(granted.token);
