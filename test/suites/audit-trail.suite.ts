@@ -33,6 +33,7 @@ export function defineAuditTrailSuite(makeFixture: () => DialectFixture) {
   let all: Store;
   let grants: Store;
   let off: Store;
+  let byDefault: Store;
   let n = 0;
 
   beforeAll(async () => {
@@ -41,8 +42,9 @@ export function defineAuditTrailSuite(makeFixture: () => DialectFixture) {
     // Three stores on one database, one per mode: the rows each writes tell the modes apart.
     all = await fx.freshStore({ clock, audit: { leases: 'all' } });
     const url = await urlOf(all);
-    grants = await fx.open(url, { clock });
+    grants = await fx.open(url, { clock, audit: { leases: 'grants' } });
     off = await fx.open(url, { clock, audit: { leases: 'off' } });
+    byDefault = await fx.open(url, { clock });
   });
   afterAll(() => fx.cleanup());
 
@@ -163,7 +165,7 @@ export function defineAuditTrailSuite(makeFixture: () => DialectFixture) {
     ]);
   });
 
-  it('records grants and losses only by default, and nothing with audit.leases off', async () => {
+  it('records grants and losses only with audit.leases grants, and nothing when off (the default)', async () => {
     const id = await task(grants);
     const first = await grants.locks.claimTaskLease(id, { holder: 'a', ttlMs: 100 });
     if (first.status !== 'acquired') throw new Error('expected a grant');
@@ -179,14 +181,16 @@ export function defineAuditTrailSuite(makeFixture: () => DialectFixture) {
       ['lease.lost', 'a', 1],
     ]);
 
-    const quiet = await task(off);
-    const q1 = await off.locks.claimTaskLease(quiet, { holder: 'a', ttlMs: 100 });
-    if (q1.status !== 'acquired') throw new Error('expected a grant');
-    clock.t += 101;
-    const q2 = await off.locks.claimTaskLease(quiet, { holder: 'b', ttlMs: 100 });
-    if (q2.status !== 'acquired') throw new Error('expected a takeover');
-    await off.locks.releaseTaskLease(q2.lease);
-    expect(await trailOf(off, 'task_lease', quiet)).toEqual([]);
+    for (const store of [off, byDefault]) {
+      const quiet = await task(store);
+      const q1 = await store.locks.claimTaskLease(quiet, { holder: 'a', ttlMs: 100 });
+      if (q1.status !== 'acquired') throw new Error('expected a grant');
+      clock.t += 101;
+      const q2 = await store.locks.claimTaskLease(quiet, { holder: 'b', ttlMs: 100 });
+      if (q2.status !== 'acquired') throw new Error('expected a takeover');
+      await store.locks.releaseTaskLease(q2.lease);
+      expect(await trailOf(store, 'task_lease', quiet)).toEqual([]);
+    }
   });
 
   it('refuses an unknown mode before opening anything', async () => {

@@ -65,7 +65,7 @@ export async function recordAuditEvent(trx: Kysely<Database>, event: NewAuditEve
  * - `grants`: every grant (a claim, an acquisition, a dispatch, an ownership transfer) and every
  *   loss (a lapsed lease someone else was granted over);
  * - `all`: those, and every renewal and release;
- * - `off`: none. Operator actions are recorded whatever the mode.
+ * - `off` (the default): none. Operator actions are recorded whatever the mode.
  */
 export type LeaseAuditMode = 'grants' | 'all' | 'off';
 export const LEASE_AUDIT_MODES: readonly LeaseAuditMode[] = Object.freeze(['grants', 'all', 'off']);
