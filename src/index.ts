@@ -15,6 +15,7 @@
 
 // The store, its transactions, events and configuration.
 export { openStore, type Store, type StoreOptions } from './store.js';
+export type { LeaseAuditMode } from './repositories/shared/audit.js';
 export type { StoreTransaction, TransactionOptions } from './transaction.js';
 export { TASKFENCE_CHANNELS, type TaskfenceEvent, type StoreStats } from './events.js';
 export { defaultDatabaseUrl, parseDatabaseUrl, redactDatabaseUrl, type DatabaseLocation } from './config.js';

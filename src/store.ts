@@ -30,6 +30,8 @@ import { LATEST_VERSION } from './migrations/index.js';
 import { TASKFENCE_RELEASE } from './release.js';
 import { guardSchemaVersion } from './repositories/schema-guard.js';
 import { EventHub, type StoreStats, type TaskfenceEvent } from './events.js';
+import { LEASE_AUDIT_MODES, type LeaseAuditMode } from './repositories/shared/audit.js';
+import { requireInput } from './repositories/validate.js';
 
 export interface StoreOptions extends DialectOptions {
   /** A database URL; default `TASKFENCE_DATABASE_URL`, else `sqlite:./taskfence.db`. */
@@ -47,6 +49,14 @@ export interface StoreOptions extends DialectOptions {
    * `dead` with its last error: an integer from 1 to 1 000, default 5.
    */
   readonly maxAttempts?: number;
+  /**
+   * The audit trail (`audit_events`, read with `readAuditTrail`). `leases`: which lease acts it
+   * records, in the same transaction as the act: `'grants'` (every grant, ownership transfer and
+   * takeover of a lapsed lease), `'all'` (also every renewal and release) or `'off'` (the
+   * default: the trail cost more than 10 % of the lease cycle, see the README's benchmarks).
+   * Operator actions are recorded whatever it says.
+   */
+  readonly audit?: { readonly leases?: LeaseAuditMode };
 }
 
 /** An open database: the typed Kysely instance, the migrator, and the repository groups. */
@@ -197,7 +207,11 @@ function storeSettings(options: StoreOptions): StoreSettings {
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1_000) {
     throw new InvalidArgumentError('maxAttempts', 'must be an integer from 1 to 1000');
   }
-  return Object.freeze({ maxAttempts });
+  const audit = options.audit === undefined ? {} : requireInput('audit', options.audit);
+  const auditLeases = audit.leases ?? DEFAULT_SETTINGS.auditLeases;
+  if (!LEASE_AUDIT_MODES.includes(auditLeases))
+    throw new InvalidArgumentError('audit.leases', `must be one of ${LEASE_AUDIT_MODES.join(', ')}`);
+  return Object.freeze({ maxAttempts, auditLeases });
 }
 
 /** Where `options` point: the URL (with its `?schema=`), or the host's pool; `schema` must agree with the URL's. */

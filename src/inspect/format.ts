@@ -178,7 +178,7 @@ export function formatSnapshot(snapshot: InspectSnapshot, header: string, width:
   if (semaphores.semaphores.items.length > 0)
     lines.push(
       ...table(
-        ['name', 'held', 'token', 'holders (soonest to free first)'],
+        ['name', 'held / limit', 'token', 'holders (soonest to free first)'],
         semaphores.semaphores.items.map((m) => [
           m.name,
           `${m.held}${m.limit === null ? '' : ` / ${m.limit}`}${m.expired === 0 ? '' : ` (+${m.expired} expired)`}`,

@@ -559,13 +559,20 @@ export async function readSemaphores(trx: Trx, scope: SectionScope): Promise<Sem
     .select((eb) => [
       'h.name',
       's.token',
+      's.slot_limit',
       eb.fn.countAll().as('n'),
       eb.fn.sum<number>(eb.case().when('h.expires_at', '>', scope.now).then(1).else(0).end()).as('held'),
     ])
-    .groupBy(['h.name', 's.token'])
+    .groupBy(['h.name', 's.token', 's.slot_limit'])
     .execute();
   const ordered = counts
-    .map((c) => ({ name: c.name, token: num(c.token), held: num(c.held), expired: num(c.n) - num(c.held) }))
+    .map((c) => ({
+      name: c.name,
+      token: num(c.token),
+      held: num(c.held),
+      limit: c.slot_limit === null ? null : num(c.slot_limit),
+      expired: num(c.n) - num(c.held),
+    }))
     .sort((a, b) => b.held - a.held || (a.name < b.name ? -1 : 1));
   const semaphores: SemaphoreView[] = [];
   for (const s of ordered.slice(0, scope.limit)) {
@@ -580,7 +587,6 @@ export async function readSemaphores(trx: Trx, scope: SectionScope): Promise<Sem
       .execute();
     semaphores.push({
       ...s,
-      limit: null,
       slots: slots.map((h) => ({
         holder: h.holder,
         token: num(h.token),

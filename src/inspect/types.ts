@@ -238,9 +238,8 @@ export interface SemaphoreView {
   /** Live slots (`expires_at > at`): what counts against the limit. */
   readonly held: number;
   /**
-   * Always null: the store keeps no limit per name (each `acquire` is judged by the limit it
-   * passes, and callers of one name should agree), so `held` is shown against the limit only
-   * where the operator knows it. The key is here so a stored limit can fill it later.
+   * The `limit` of the name's latest grant (schema 0098): each `acquire` is judged by the limit
+   * it passes, so callers of one name should agree. Null: nothing granted since 0098.
    */
   readonly limit: number | null;
   /** Slots expired but not yet reclaimed (they count for nothing; the next acquire deletes them). */

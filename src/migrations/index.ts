@@ -16,6 +16,7 @@ import { migration0090 } from './0090_work_lifecycle.js';
 import { migration0095 } from './0095_path_lease_tokens.js';
 import { migration0096 } from './0096_gate_expiry.js';
 import { migration0097 } from './0097_trace_context.js';
+import { migration0098 } from './0098_semaphore_limits.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -38,6 +39,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0095,
   migration0096,
   migration0097,
+  migration0098,
 ]);
 
 /** The schema version this code expects. */

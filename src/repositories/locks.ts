@@ -17,6 +17,7 @@ import { tableIn } from '../query/schema.js';
 import { keyedCall, keyedWrite, type IdempotencyOptions } from './idempotent.js';
 import { anyLivePathLease } from './shared/workspace-exclusion.js';
 import { pathsLockKey } from './shared/lock-keys.js';
+import { auditLeaseActs, auditsLeaseAct, type LeaseActRecord } from './shared/audit.js';
 import {
   DEFAULT_TASK_LEASE_TTL_MS,
   DEFAULT_WORKSPACE_LOCK_TTL_MS,
@@ -131,6 +132,8 @@ function leaseArgument<K extends 'workspace_lock' | 'task_lease'>(
   second: unknown,
 ): {
   resource: string;
+  /** The lease's holder; null for the deprecated form, which names none. */
+  holder: string | null;
   token: number;
   ttlMs: number | undefined;
   expiresAt: number | null;
@@ -141,6 +144,7 @@ function leaseArgument<K extends 'workspace_lock' | 'task_lease'>(
     const input = requireInput('input', second) as { token?: unknown; ttlMs?: unknown } & IdempotencyOptions;
     return {
       resource,
+      holder: null,
       token: requireToken(input.token),
       ttlMs: input.ttlMs as number | undefined,
       expiresAt: null,
@@ -149,7 +153,14 @@ function leaseArgument<K extends 'workspace_lock' | 'task_lease'>(
   }
   const lease = requireLease(kind, first);
   const options = second === undefined ? {} : (requireInput('options', second) as RenewLeaseOptions);
-  return { resource: lease.resource, token: lease.token, ttlMs: options.ttlMs, expiresAt: lease.expiresAt, options };
+  return {
+    resource: lease.resource,
+    holder: lease.holder,
+    token: lease.token,
+    ttlMs: options.ttlMs,
+    expiresAt: lease.expiresAt,
+    options,
+  };
 }
 
 // The typed refusals a keyed renew or release stores (a claim answers `busy`, a result).
@@ -191,6 +202,37 @@ export const fenceTaskLease: LeaseFence = async (ctx, trx, lease) => {
     currentState(row),
   );
 };
+
+/** The trail's row of a release; the deprecated `{ token }` form names no holder. */
+function released(kind: 'workspace_lock' | 'task_lease', resource: string, holder: string | null, token: number) {
+  return { act: 'released', kind, resource, holder: holder ?? '(not given)', token } satisfies LeaseActRecord;
+}
+
+/**
+ * The trail's rows of a claim that granted `token`: the grant, and the loss of the previous grant
+ * when it lapsed unreleased (`before`, the row read before the claim; only a grant one token
+ * higher took it over, so a row another claim moved on in between names no loss).
+ */
+function granted(
+  kind: 'workspace_lock' | 'task_lease',
+  resource: string,
+  holder: string,
+  token: number,
+  detail: Record<string, unknown>,
+  before: LeaseRow | undefined,
+): LeaseActRecord[] {
+  const acts: LeaseActRecord[] = [{ act: 'granted', kind, resource, holder, token, detail }];
+  if (before?.holder != null && Number(before.token) + 1 === token)
+    acts.push({
+      act: 'lost',
+      kind,
+      resource,
+      holder: before.holder,
+      token: Number(before.token),
+      detail: { reason: 'superseded', expiresAt: Number(before.expires_at), by: { holder, token } },
+    });
+  return acts;
+}
 
 /** Builds `store.locks` on a store context; every claim, renew and release is one write transaction. */
 export function createLockRepository(ctx: StoreContext): LockRepository {
@@ -253,6 +295,16 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       // Only the latest grant, still held and not yet expired, may extend its lease.
       const row = await RENEW_WORKSPACE_LOCK.first(trx, { workspaceId, token, now, expiresAt: now + ttlMs });
       if (row) {
+        await auditLeaseActs(ctx, trx, now, [
+          {
+            act: 'renewed',
+            kind: 'workspace_lock',
+            resource: workspaceId,
+            holder: row.holder,
+            token,
+            detail: { runId: row.run_id, expiresAt: Number(row.expires_at) },
+          },
+        ]);
         return Object.freeze({
           kind: 'workspace_lock' as const,
           resource: workspaceId,
@@ -269,6 +321,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
   async function releaseWorkspaceLock(first: unknown, second?: unknown): Promise<void> {
     const {
       resource: workspaceId,
+      holder,
       token,
       expiresAt,
       options,
@@ -277,7 +330,10 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     await keyedWrite(ctx, call, async (trx) => {
       const now = ctx.clock.now();
       // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
-      if (await RELEASE_WORKSPACE_LOCK.first(trx, { workspaceId, token, now })) return;
+      if (await RELEASE_WORKSPACE_LOCK.first(trx, { workspaceId, token, now })) {
+        await auditLeaseActs(ctx, trx, now, [released('workspace_lock', workspaceId, holder, token)]);
+        return;
+      }
       const current = await readWorkspaceLock(trx, workspaceId);
       if (releasedAlready(current, token, expiresAt, now)) return;
       throw workspaceLockLost(workspaceId, token, current);
@@ -293,6 +349,16 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       const now = ctx.clock.now();
       const row = await RENEW_TASK_LEASE.first(trx, { taskId, token, now, expiresAt: now + ttlMs });
       if (row) {
+        await auditLeaseActs(ctx, trx, now, [
+          {
+            act: 'renewed',
+            kind: 'task_lease',
+            resource: taskId,
+            holder: row.holder,
+            token,
+            detail: { expiresAt: Number(row.expires_at) },
+          },
+        ]);
         return Object.freeze({
           kind: 'task_lease' as const,
           resource: taskId,
@@ -306,11 +372,20 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
   }
 
   async function releaseTaskLease(first: unknown, second?: unknown): Promise<void> {
-    const { resource: taskId, token, expiresAt, options } = leaseArgument('task_lease', 'taskId', first, second);
+    const {
+      resource: taskId,
+      holder,
+      token,
+      expiresAt,
+      options,
+    } = leaseArgument('task_lease', 'taskId', first, second);
     const call = keyedCall('locks.releaseTaskLease', options, { taskId, token }, TASK_LEASE_REFUSALS);
     await keyedWrite(ctx, call, async (trx) => {
       const now = ctx.clock.now();
-      if (await RELEASE_TASK_LEASE.first(trx, { taskId, token, now })) return;
+      if (await RELEASE_TASK_LEASE.first(trx, { taskId, token, now })) {
+        await auditLeaseActs(ctx, trx, now, [released('task_lease', taskId, holder, token)]);
+        return;
+      }
       const current = await readTaskLease(trx, taskId);
       if (releasedAlready(current, token, expiresAt, now)) return;
       throw taskLeaseLost(taskId, token, current);
@@ -344,6 +419,8 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
                 pathKey: path.key,
               },
             };
+          // The trail names the holder a claim takes a lapsed lock over from: read before the claim.
+          const before = auditsLeaseAct(ctx, 'lost') ? await readWorkspaceLock(trx, workspaceId) : undefined;
           const row = await CLAIM_WORKSPACE_LOCK.first(trx, { workspaceId, holder, runId, now, expiresAt });
           if (row) {
             const lease = Object.freeze({
@@ -354,6 +431,19 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
               token: Number(row.token),
               expiresAt: Number(row.expires_at),
             });
+            await auditLeaseActs(
+              ctx,
+              trx,
+              now,
+              granted(
+                'workspace_lock',
+                workspaceId,
+                holder,
+                lease.token,
+                { runId, expiresAt: lease.expiresAt },
+                before,
+              ),
+            );
             return { status: 'acquired', lease };
           }
           const held = await trx
@@ -401,6 +491,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
         keyedWrite(ctx, call, async (trx): Promise<TaskLeaseClaim> => {
           const now = ctx.clock.now();
           const expiresAt = now + ttlMs;
+          const before = auditsLeaseAct(ctx, 'lost') ? await readTaskLease(trx, taskId) : undefined;
           // Same fenced upsert as the workspace lock: one winner, token + 1, never reset.
           const row = await CLAIM_TASK_LEASE.first(trx, { taskId, holder, now, expiresAt });
           if (row) {
@@ -411,6 +502,12 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
               token: Number(row.token),
               expiresAt: Number(row.expires_at),
             });
+            await auditLeaseActs(
+              ctx,
+              trx,
+              now,
+              granted('task_lease', taskId, holder, lease.token, { expiresAt: lease.expiresAt }, before),
+            );
             return { status: 'acquired', lease };
           }
           const held = await trx

@@ -350,6 +350,8 @@ export interface SemaphoresTable {
   name: string;
   token: number;
   updated_at: EpochMs;
+  /** 0098: the `limit` of the latest grant of the name; null: none granted since 0098. */
+  slot_limit: number | null;
 }
 
 /** One granted slot of a semaphore; it counts against the limit while `expires_at > now` (0060). */

@@ -133,14 +133,14 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
       }),
     ]);
 
-    // semaphores: two live slots of three, soonest to free first, the latest token.
+    // semaphores: two live slots of three (the limit acquire was called with), soonest to free first, the latest token.
     expect(snapshot.semaphores.semaphores).toEqual({
       total: 1,
       items: [
         expect.objectContaining({
           name: world.semaphore,
           held: 2,
-          limit: null,
+          limit: 3,
           expired: 0,
           token: 2,
           slots: [
@@ -216,7 +216,8 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
     expect(result.out).toMatch(/\n {4}├─ docs\n {4}│ {2}└─ README\.md {2}\S+-agent-a \(task \S+\) in \d+ min/);
     expect(result.out).toMatch(/\n {4}└─ src\n {7}├─ auth {2}\S+-agent-a/);
     expect(result.out).toMatch(/\nINBOX: 3 pending messages in 2 inboxes, 1 redelivered, 1 dead\n/);
-    expect(result.out).toMatch(/\nSEMAPHORES: 1 with slots\n/);
+    expect(result.out).toMatch(/\nSEMAPHORES: 1 with slots\n {2}name +held \/ limit +token/);
+    expect(result.out).toMatch(new RegExp(`\\n  ${world.semaphore} +2 / 3 +2 `));
     expect(result.out).toMatch(/\nREADY QUEUE: 0 ready, 0 blocked by a dependency, 1 blocked by a gate\n/);
     if (secret !== null) {
       expect(result.out + result.err).not.toContain(secret);
@@ -382,5 +383,29 @@ export function defineInspectSuite(makeFixture: () => DialectFixture, withSecret
     expectOneLine(result);
     expect(result.err).toMatch(/schema version 0008, this taskfence needs \d+\. Run `taskfence migrate`/);
     expect((await runCli(['inspect', '--help'])).out).toMatch(/inspect task <id>/);
+  });
+
+  it('shows a semaphore against the limit of its latest grant', async () => {
+    const store = await fx.freshStore();
+    const name = 'limits';
+    const grant = async (holder: string, limit: number) => {
+      const r = await store.semaphores.acquire(name, { holder, limit, ttlMs: 600_000 });
+      if (r.status !== 'acquired') throw new Error('expected a grant');
+    };
+    await grant('a', 2);
+    let view = (await inspectStore(store)).semaphores.semaphores.items[0];
+    expect(view).toMatchObject({ name, held: 1, limit: 2 });
+    // A grant under another limit: the latest wins. A busy call changes nothing.
+    await grant('b', 5);
+    expect(await store.semaphores.acquire(name, { holder: 'c', limit: 1, ttlMs: 1000 })).toMatchObject({
+      status: 'busy',
+    });
+    view = (await inspectStore(store)).semaphores.semaphores.items[0];
+    expect(view).toMatchObject({ name, held: 2, limit: 5 });
+    const json = await runCli(['inspect', '--db', store.location.url, '--json']);
+    expect(json.code, json.err).toBe(0);
+    expect(JSON.parse(json.out).semaphores.semaphores.items[0]).toMatchObject({ name, held: 2, limit: 5 });
+    const text = await runCli(['inspect', '--db', store.location.url], { env: { COLUMNS: '100' } });
+    expect(text.out).toMatch(/\n {2}limits +2 \/ 5 +2 /);
   });
 }

@@ -18,6 +18,7 @@ import { requireLease, type Lease } from '../shared/lease.js';
 import { endedReason, GateOpenError, moveInFlightTask, requireNoOpenGate } from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../shared/lock-keys.js';
 import { toTask } from '../shared/records.js';
+import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import { CoordinatorRunNotRunningError, findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
 import { createOnce, keyedCall, keyedWrite, requireSameCreate } from '../idempotent.js';
@@ -121,10 +122,34 @@ async function checkReport(trx: Trx, row: DispatchContextRow, lease: Lease<'disp
  * A new dispatch supersedes the task's earlier path claim (`paths.claimTask`): a claim made
  * under an earlier dispatch is not this one's, so that worker's `submitTaskResult` is refused.
  */
-async function insertDispatch(trx: Trx, values: Omit<DispatchContextRow, 'seq'>): Promise<DispatchContextRow> {
+async function insertDispatch(
+  ctx: StoreContext,
+  trx: Trx,
+  values: Omit<DispatchContextRow, 'seq'>,
+): Promise<DispatchContextRow> {
   await trx.deleteFrom('path_lease_claims').where('task_id', '=', values.task_id).execute();
   await trx.insertInto('dispatch_contexts').values(values).execute();
-  return trx.selectFrom('dispatch_contexts').selectAll().where('id', '=', values.id).executeTakeFirstOrThrow();
+  const row = await trx
+    .selectFrom('dispatch_contexts')
+    .selectAll()
+    .where('id', '=', values.id)
+    .executeTakeFirstOrThrow();
+  await auditLeaseActs(ctx, trx, values.created_at, [
+    dispatchAct('granted', row, { taskId: row.task_id, expiresAt: Number(row.lease_expires_at) }),
+  ]);
+  return row;
+}
+
+/** The trail's row of an act on a dispatch's lease (`holder`: its terminal, `token`: its seq). */
+function dispatchAct(act: LeaseActRecord['act'], row: DispatchContextRow, detail: Record<string, unknown>) {
+  return {
+    act,
+    kind: 'dispatch',
+    resource: row.id,
+    holder: row.terminal_handle,
+    token: Number(row.seq),
+    detail,
+  } satisfies LeaseActRecord;
 }
 
 /**
@@ -132,6 +157,7 @@ async function insertDispatch(trx: Trx, values: Omit<DispatchContextRow, 'seq'>)
  * breaker counts the task's failed dispatches. Null if it already ended.
  */
 async function failDispatchIn(
+  ctx: StoreContext,
   trx: Trx,
   dispatchId: string,
   error: string,
@@ -146,6 +172,13 @@ async function failDispatchIn(
     .returningAll()
     .executeTakeFirst();
   if (!failed) return null;
+  // A reclaim takes a lapsed lease away (lost); an exit report ends the terminal's own (released).
+  await auditLeaseActs(ctx, trx, now, [
+    dispatchAct(error === LEASE_EXPIRED ? 'lost' : 'released', failed, {
+      status: 'failed',
+      reason: error === LEASE_EXPIRED ? 'reclaimed' : error,
+    }),
+  ]);
   const { failures } = await trx
     .selectFrom('dispatch_contexts')
     .select((eb) => eb.fn.countAll<number>().as('failures'))
@@ -290,7 +323,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       .where('status', '=', 'ready')
       .executeTakeFirst();
     if (claimed.numUpdatedRows === 0n) return null;
-    return insertDispatch(trx, {
+    return insertDispatch(ctx, trx, {
       id: ctx.newId(),
       task_id: pick.id,
       agent_id: p.agentId,
@@ -349,6 +382,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       .where('status', '=', 'active')
       .returningAll()
       .executeTakeFirstOrThrow();
+    await auditLeaseActs(ctx, trx, now, [dispatchAct('released', ended, { status })]);
     await moveInFlightTask(
       trx,
       ended.task_id,
@@ -403,7 +437,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           const at = ctx.clock.now();
           if (row.status !== 'active' || row.lease_expires_at === null || Number(row.lease_expires_at) > at)
             return null;
-          return failDispatchIn(trx, candidate.id, LEASE_EXPIRED, at, dialect.supportsSkipLocked);
+          return failDispatchIn(ctx, trx, candidate.id, LEASE_EXPIRED, at, dialect.supportsSkipLocked);
         });
         if (reclaimed) {
           out.push(reclaimed);
@@ -478,7 +512,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           if (claimed.numUpdatedRows === 0n) throw new TaskNotDispatchableError(taskId, task.status);
           // The terminal's one active dispatch is the partial unique index's to decide (no read
           // first): a second one violates it, here or in a racing transaction.
-          return insertDispatch(trx, {
+          return insertDispatch(ctx, trx, {
             id,
             task_id: taskId,
             agent_id: agentId,
@@ -590,7 +624,12 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           .where('lease_expires_at', '>', now)
           .returningAll()
           .executeTakeFirst();
-        if (renewed) return toDispatch(renewed).lease!;
+        if (renewed) {
+          await auditLeaseActs(ctx, trx, now, [
+            dispatchAct('renewed', renewed, { expiresAt: Number(renewed.lease_expires_at) }),
+          ]);
+          return toDispatch(renewed).lease!;
+        }
         const row = await trx
           .selectFrom('dispatch_contexts')
           .selectAll()
@@ -639,7 +678,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           if (!active) return first;
           if (named !== undefined && active.id !== named && first === null) return null;
           await dialect.lockKey(trx, dispatchTaskLockKey(active.task_id));
-          const failed = await failDispatchIn(trx, active.id, error, ctx.clock.now(), dialect.supportsSkipLocked);
+          const failed = await failDispatchIn(ctx, trx, active.id, error, ctx.clock.now(), dialect.supportsSkipLocked);
           if (!failed) continue; // ended meanwhile: look again
           first ??= { ...failed, escalateTo: await escalationFor(trx, await rowOf(trx, failed.dispatch.id)) };
         }

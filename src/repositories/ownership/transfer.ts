@@ -22,6 +22,7 @@ import {
 import { requireTaskExists } from './rows.js';
 import { activeClaim, CAS_TRANSFER, GUARDED_TRANSFER, readResource, type ResourceState } from './statements.js';
 import type { DetachResult, OwnershipTransfer } from './types.js';
+import { auditLeaseActs } from '../shared/audit.js';
 
 type Trx = Transaction<Database>;
 
@@ -101,6 +102,18 @@ export async function transfer(
     });
     if (moved) {
       if (kind === 'group') await moveStewardRole(trx, id, expected.owner, newOwner, now);
+      // The trail: which transfer moved which resource, from whom, at which generation.
+      await auditLeaseActs(ctx, trx, now, [
+        {
+          act: 'granted',
+          kind: kind === 'group' ? 'group_ownership' : 'environment_ownership',
+          resource: id,
+          holder: newOwner,
+          token: null,
+          generation: Number(moved.generation),
+          detail: { from: expected.owner, fromGeneration: expected.generation },
+        },
+      ]);
       return result(Number(moved.generation), true);
     }
     // Nothing moved: find out why, checking in the documented order (the keys above are held).

@@ -10,6 +10,7 @@ import { decodePathLeaseKey, encodePathLeaseKey } from '../../domain/write-paths
 import type { Database, PathLeaseRow } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
 import { pathsLockKey } from '../shared/lock-keys.js';
+import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import { liveWorkspaceLock } from '../shared/workspace-exclusion.js';
 import {
   chunked,
@@ -127,11 +128,19 @@ export async function acquireKeys(
   const token = await nextToken(ctx, trx, workspaceId, now);
   const expiresAt = now + ttlMs;
   const rows: PathLeaseRow[] = [];
+  // The lapsed grants this one takes keys over from, for the trail: holder and token → keys.
+  const lost = new Map<string, { holder: string; token: number | null; expiresAt: number; keys: string[] }>();
   if (keys.length > 0) {
     for (const chunk of chunked(keys, LIST_CHUNK)) {
       const stored = chunk.map(encodePathLeaseKey);
       // Expired leases of any grant on exactly these keys are garbage from now on.
-      await PRUNE_EXPIRED.run(trx, { workspaceId, stored, now }, stored.length);
+      for (const r of await PRUNE_EXPIRED.execute(trx, { workspaceId, stored, now }, stored.length)) {
+        const token = r.token === null ? null : Number(r.token);
+        const id = `${token}\u0000${r.holder}`;
+        const grant = lost.get(id) ?? { holder: r.holder, token, expiresAt: Number(r.expires_at), keys: [] };
+        grant.keys.push(decodePathLeaseKey(r.lease_key));
+        lost.set(id, grant);
+      }
       rows.push(
         ...(await INSERT_LEASES.execute(
           trx,
@@ -141,6 +150,19 @@ export async function acquireKeys(
       );
     }
   }
+  await auditLeaseActs(ctx, trx, now, [
+    { act: 'granted', kind: 'path_lease', resource: workspaceId, holder, token, detail: { keys, taskId, expiresAt } },
+    ...[...lost.values()].map(
+      (g): LeaseActRecord => ({
+        act: 'lost',
+        kind: 'path_lease',
+        resource: workspaceId,
+        holder: g.holder,
+        token: g.token,
+        detail: { reason: 'superseded', keys: g.keys, expiresAt: g.expiresAt, by: { holder, token } },
+      }),
+    ),
+  ]);
   const order = new Map(keys.map((key, i) => [key, i]));
   const lease: PathLeaseGrant = Object.freeze({
     kind: 'path_lease' as const,

@@ -12,6 +12,7 @@ import type { StoreContext } from '../context.js';
 import { readLeaseRowLocked, type LeaseFence } from '../shared/fence.js';
 import { requireLease, type LeaseLostReason } from '../shared/lease.js';
 import { pathsLockKey } from '../shared/lock-keys.js';
+import { auditLeaseActs } from '../shared/audit.js';
 import { keyedWrite, type IdempotentCall } from '../idempotent.js';
 import { optionalId } from '../validate.js';
 import { findConflicts } from './acquire.js';
@@ -160,6 +161,16 @@ export async function renewGrant(
         .where('token', '=', lease.token)
         .where('holder', '=', lease.holder)
         .execute();
+      await auditLeaseActs(ctx, trx, now, [
+        {
+          act: 'renewed',
+          kind: 'path_lease',
+          resource: lease.resource,
+          holder: lease.holder,
+          token: lease.token,
+          detail: { keys: lease.keys, expiresAt },
+        },
+      ]);
       return Object.freeze({ ...lease, expiresAt });
     }
     throw new PathLeaseLostError(lease.resource, lease.token, await lostGrantReason(trx, lease, now));
@@ -189,9 +200,22 @@ export async function releaseGrant(
     // releasing it throws (rolling back the deletion of its lapsed leftovers, which block nobody).
     if (await isSuperseded(trx, lease, ctx.clock.now()))
       throw new PathLeaseLostError(lease.resource, lease.token, 'superseded');
-    if (rows.length > 0) await ctx.dialect.wakeups.notify(trx, pathsTopic(lease.resource));
-    // No row left: released already, a no-op.
-    return { released: rows.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
+    // No row left: released already, a no-op (nothing notified, nothing recorded).
+    const released = rows.map((r) => decodePathLeaseKey(r.lease_key)).sort();
+    if (rows.length > 0) {
+      await auditLeaseActs(ctx, trx, ctx.clock.now(), [
+        {
+          act: 'released',
+          kind: 'path_lease',
+          resource: lease.resource,
+          holder: lease.holder,
+          token: lease.token,
+          detail: { keys: released },
+        },
+      ]);
+      await ctx.dialect.wakeups.notify(trx, pathsTopic(lease.resource));
+    }
+    return { released };
   });
 }
 

@@ -102,7 +102,9 @@ export const PRUNE_EXPIRED = prepared(
       .deleteFrom('path_leases')
       .where('workspace_id', '=', p.workspaceId)
       .where('lease_key', 'in', elements(p.stored, n))
-      .where('expires_at', '<=', p.now),
+      .where('expires_at', '<=', p.now)
+      // What was taken over, for the audit trail (no statement more).
+      .returning(['holder', 'token', 'lease_key', 'expires_at']),
 );
 
 export const INSERT_LEASES = prepared(

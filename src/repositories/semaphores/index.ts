@@ -11,6 +11,7 @@ import type { StoreContext } from '../context.js';
 import { readLeaseRowLocked, type LeaseFence } from '../shared/fence.js';
 import { requireLease, type LeaseLostReason } from '../shared/lease.js';
 import { semaphoreLockKey } from '../shared/lock-keys.js';
+import { auditLeaseActs, auditsLeaseAct, type LeaseActRecord } from '../shared/audit.js';
 import { keyedCall, keyedWrite, type IdempotencyOptions } from '../idempotent.js';
 import {
   optionalInput,
@@ -80,7 +81,21 @@ async function acquireIn(
   const now = ctx.clock.now();
   // Reclaim: expired slots are deleted, which waits for a fenced transaction (`tx.assertLease`)
   // that still holds one, so a slot is never counted free while its old holder writes under it.
-  await trx.deleteFrom('semaphore_holders').where('name', '=', name).where('expires_at', '<=', now).execute();
+  const reclaim = trx.deleteFrom('semaphore_holders').where('name', '=', name).where('expires_at', '<=', now);
+  // The trail records each reclaimed slot as lost (`returning` costs no statement more).
+  const reclaimed = auditsLeaseAct(ctx, 'lost')
+    ? await reclaim.returning(['holder', 'token', 'expires_at']).execute()
+    : (await reclaim.execute(), []);
+  const lost = reclaimed.map(
+    (r): LeaseActRecord => ({
+      act: 'lost',
+      kind: 'semaphore',
+      resource: name,
+      holder: r.holder,
+      token: Number(r.token),
+      detail: { reason: 'reclaimed', expiresAt: Number(r.expires_at), by: { holder } },
+    }),
+  );
   // One statement, one snapshot: the live slots, soonest-expiring first, as many as decide the
   // claim (a release may commit meanwhile without the name's key; it only ever frees slots).
   const rows = await trx
@@ -92,6 +107,7 @@ async function acquireIn(
     .limit(Math.max(limit, SEMAPHORE_HOLDER_REPORT_LIMIT))
     .execute();
   if (rows.length >= limit) {
+    await auditLeaseActs(ctx, trx, now, lost);
     const holders = rows.slice(0, SEMAPHORE_HOLDER_REPORT_LIMIT).map(toHolder);
     return {
       status: 'busy',
@@ -101,8 +117,11 @@ async function acquireIn(
   // The token rises on every grant of the name and is never reset (the row is never deleted).
   const granted = await trx
     .insertInto('semaphores')
-    .values({ name, token: 1, updated_at: now })
-    .onConflict((oc) => oc.column('name').doUpdateSet({ token: sql<number>`semaphores.token + 1`, updated_at: now }))
+    .values({ name, token: 1, updated_at: now, slot_limit: limit })
+    // The latest grant's limit is the name's limit (what inspect shows beside the holders).
+    .onConflict((oc) =>
+      oc.column('name').doUpdateSet({ token: sql<number>`semaphores.token + 1`, updated_at: now, slot_limit: limit }),
+    )
     .returning('token')
     .executeTakeFirstOrThrow();
   const token = Number(granted.token);
@@ -111,6 +130,10 @@ async function acquireIn(
     .insertInto('semaphore_holders')
     .values({ name, token, holder, acquired_at: now, expires_at: expiresAt })
     .execute();
+  await auditLeaseActs(ctx, trx, now, [
+    { act: 'granted', kind: 'semaphore', resource: name, holder, token, detail: { limit, expiresAt } },
+    ...lost,
+  ]);
   return {
     status: 'acquired',
     lease: Object.freeze({ kind: 'semaphore' as const, resource: name, holder, token, expiresAt, limit }),
@@ -224,7 +247,20 @@ export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepositor
           .where('expires_at', '>', now)
           .returning(['holder', 'expires_at'])
           .executeTakeFirst();
-        if (row) return Object.freeze({ ...lease, holder: row.holder, expiresAt: Number(row.expires_at) });
+        if (row) {
+          const renewed = Object.freeze({ ...lease, holder: row.holder, expiresAt: Number(row.expires_at) });
+          await auditLeaseActs(ctx, trx, now, [
+            {
+              act: 'renewed',
+              kind: 'semaphore',
+              resource: renewed.resource,
+              holder: renewed.holder,
+              token: renewed.token,
+              detail: { expiresAt: renewed.expiresAt },
+            },
+          ]);
+          return renewed;
+        }
         throw new SemaphoreLeaseLostError(
           lease.resource,
           lease.token,
@@ -244,6 +280,9 @@ export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepositor
           .returning('token')
           .executeTakeFirst();
         if (gone) {
+          await auditLeaseActs(ctx, trx, ctx.clock.now(), [
+            { act: 'released', kind: 'semaphore', resource: lease.resource, holder: lease.holder, token: lease.token },
+          ]);
           await dialect.wakeups.notify(trx, semaphoreTopic(lease.resource));
           return;
         }

@@ -311,7 +311,7 @@ function renderInbox(inbox) {
 function renderSemaphores(semaphores) {
   table(
     document.getElementById('semaphores'),
-    ['name', 'held', 'token', 'holder', 'slot token', 'expires'],
+    ['name', 'held / limit', 'token', 'holder', 'slot token', 'expires'],
     semaphores.semaphores.items.flatMap((m) => {
       const held = `${m.held}${m.limit === null ? '' : ` / ${m.limit}`}${m.expired ? ` (+${m.expired} expired)` : ''}`;
       const slots = m.slots.length ? m.slots : [null];
