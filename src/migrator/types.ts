@@ -101,7 +101,7 @@ export interface MigrateOptions {
   readonly batchSize?: number;
   /**
    * What each backfill batch should take, in ms: the size adapts to the time the last batch took
-   * (500 rows first, at most doubling, at most `batchSize`). A writer of the running release that
+   * (500 rows first and at least, at most doubling, at most `batchSize`). A writer of the running release that
    * needs a row (PostgreSQL) or the write lock (SQLite) a batch holds waits about this long at most.
    * Default 100 when `batchSize` is not given, else 0 (fixed batches).
    */

@@ -14,14 +14,16 @@ describe('backfill batch sizing', () => {
   });
 
   it('follows the time the last batch took: shrinks after a slow batch, at most doubles after a fast one', () => {
-    expect(nextBatchSize(adaptive, 1_000, 400)).toBe(250);
+    expect(nextBatchSize(adaptive, 2_000, 200)).toBe(1_000);
+    expect(nextBatchSize(adaptive, 1_000, 400)).toBe(500);
     expect(nextBatchSize(adaptive, 1_000, 100)).toBe(1_000);
     expect(nextBatchSize(adaptive, 1_000, 5)).toBe(2_000);
     expect(nextBatchSize(adaptive, 4_000, 5)).toBe(5_000);
-    expect(nextBatchSize(adaptive, 20, 60_000)).toBe(10);
+    expect(nextBatchSize(adaptive, 600, 60_000)).toBe(500);
+    expect(nextBatchSize({ batchSize: 20, batchTimeMs: 100 }, 20, 60_000)).toBe(20);
   });
 
-  it('stays within [min(10, batchSize), batchSize] for any timing', () => {
+  it('stays within [min(500, batchSize), batchSize] for any timing', () => {
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 100_000 }),
@@ -31,9 +33,9 @@ describe('backfill batch sizing', () => {
         (batchSize, batchTimeMs, size, tookMs) => {
           const next = nextBatchSize({ batchSize, batchTimeMs }, Math.min(size, batchSize), tookMs);
           expect(Number.isSafeInteger(next)).toBe(true);
-          expect(next).toBeGreaterThanOrEqual(Math.min(10, batchSize));
+          expect(next).toBeGreaterThanOrEqual(Math.min(500, batchSize));
           expect(next).toBeLessThanOrEqual(batchSize);
-          expect(next).toBeLessThanOrEqual(Math.max(Math.min(10, batchSize), 2 * Math.min(size, batchSize)));
+          expect(next).toBeLessThanOrEqual(Math.max(Math.min(500, batchSize), 2 * Math.min(size, batchSize)));
         },
       ),
     );
