@@ -37,7 +37,6 @@ import { HostRouter, parsePostgresHostList } from './hosts.js';
 import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from '../../query/schema.js';
 import { POSTGRES_COLUMN_TYPES } from './postgres-column-types.js';
 import { Backoff } from '../backoff.js';
-import { onSecondConnection } from '../second-connection.js';
 import { retryTransient } from '../retry.js';
 import { DEFAULT_WAKE_FALLBACK_MS } from '../wakeups.js';
 import { PostgresWakeups } from './postgres-wakeups.js';
@@ -70,8 +69,6 @@ const migrationKey = (schema: string | undefined) =>
 /** Retried as a whole within the write deadline: each of these guarantees the transaction changed nothing. */
 const RETRYABLE: ReadonlySet<ErrorKind> = new Set(['serialization', 'deadlock', 'connection_lost']);
 const INT8_OID = 20;
-/** How long a concurrent migration step waits for its second pool connection (beside the lock's guard). */
-const SECOND_CONNECTION_WAIT_MS = 30_000;
 /** The level every write transaction states in its BEGIN (see `writeTransaction`). */
 const WRITE_ISOLATION = 'read committed';
 /** Reads that must agree with each other run on one snapshot, and write nothing. */
@@ -253,6 +250,7 @@ export async function openPostgresDialect(
     stats,
     target,
     schema,
+    router ? router.clientClass() : pg.Client,
   );
   const counted = options.pool ?? pool;
   dialect.connectionStats = () => ({
@@ -281,7 +279,9 @@ class PostgresStoreDialect implements StoreDialect {
     /** The server, redacted, for the typed errors. */
     private readonly target: string,
     /** The configured schema; lock keys and introspection are confined to it. */
-    private readonly schema?: string,
+    private readonly schema: string | undefined,
+    /** The client class of taskfence's own sessions (the migration lock's guard): the host list's, if any. */
+    private readonly sessionClient: typeof pg.Client = pg.Client,
   ) {}
 
   /**
@@ -374,7 +374,10 @@ class PostgresStoreDialect implements StoreDialect {
     // transaction it guards, and a blocked pg_advisory_xact_lock waiter could deadlock against DDL.
     return this.writeTransaction(
       async (trx) => {
-        await this.#pollMigrationLock(trx, options);
+        const tryLock = sql<{
+          locked: boolean;
+        }>`select pg_try_advisory_xact_lock(${migrationKey(this.schema)}) as locked`;
+        await this.#pollMigrationLock(async () => (await tryLock.execute(trx)).rows[0]?.locked === true, options);
         if (options.ddlLockTimeoutMs !== undefined) {
           await sql`select set_config('lock_timeout', ${String(options.ddlLockTimeoutMs)}, true)`.execute(trx);
         }
@@ -385,48 +388,69 @@ class PostgresStoreDialect implements StoreDialect {
   }
 
   /**
-   * The lock is held by a guard transaction on one connection while `fn` runs outside any
-   * transaction on a second one (`CREATE INDEX CONCURRENTLY` refuses a transaction block). Both
-   * work through a transaction-mode pooler, where a session lock would be taken on one server
-   * connection and released on another. The guard holds no snapshot (its statements carry no bind
-   * parameters), so the index build never waits for it; it turns off
-   * `idle_in_transaction_session_timeout` for itself, and is checked after `fn`: a guard lost
-   * meanwhile is a connection error, and the step is not recorded.
+   * The lock is held by a guard transaction on a session of its own (not one of the pool's, so a
+   * pool of one still migrates) while `fn` runs outside any transaction on a pooled connection
+   * (`CREATE INDEX CONCURRENTLY` refuses a transaction block). Both work through a
+   * transaction-mode pooler, where a session lock would be taken on one server connection and
+   * released on another. The guard holds no snapshot (its statements carry no bind parameters),
+   * so the index build never waits for it; it turns off `idle_in_transaction_session_timeout` for
+   * itself, and is checked after `fn`: a guard lost meanwhile fails the step, which is then not
+   * recorded. A lost guard connection releases the lock with its transaction.
    */
   async withMigrationSession<T>(fn: (db: Kysely<Schema>) => Promise<T>, options: MigrationLockOptions): Promise<T> {
-    return this.db
-      .transaction()
-      .setIsolationLevel(WRITE_ISOLATION)
-      .execute(async (guard) => {
-        await sql`set local idle_in_transaction_session_timeout = 0`.execute(guard);
-        await this.#pollMigrationLock(guard, options);
-        return onSecondConnection(this.db, SECOND_CONNECTION_WAIT_MS, async (conn) => {
-          try {
-            // An index build over a large table may take longer than any statement_timeout the store sets.
-            await sql`set statement_timeout = 0`.execute(conn);
-            const result = await fn(conn);
-            await sql`select 1`.execute(guard);
-            return result;
-          } finally {
-            // Fails only with the connection (a pooler may route it to another server connection,
-            // where it is harmless: the store states its timeouts per transaction).
-            await sql`reset statement_timeout`.execute(conn).catch(() => {});
-          }
-        });
+    const guard = new this.sessionClient({ ...this.config, application_name: 'taskfence-migrate' });
+    guard.on('error', () => {});
+    const query = async (text: string) => {
+      try {
+        return await guard.query<{ locked?: boolean }>(text);
+      } catch (error) {
+        throw this.classifyError(error) === 'connection_lost'
+          ? new DatabaseUnavailableError(this.target, error, 'migration lock')
+          : error;
+      }
+    };
+    try {
+      await guard.connect();
+    } catch (error) {
+      await guard.end().catch(() => {});
+      throw new DatabaseUnavailableError(this.target, error, 'connect');
+    }
+    try {
+      await query('begin isolation level read committed');
+      await query('set local idle_in_transaction_session_timeout = 0');
+      const tryLock = sql<{
+        locked: boolean;
+      }>`select pg_try_advisory_xact_lock(${migrationKey(this.schema)}) as locked`.compile(this.db).sql;
+      await this.#pollMigrationLock(async () => (await query(tryLock)).rows[0]?.locked === true, options);
+      const result = await this.db.connection().execute(async (conn) => {
+        try {
+          // An index build over a large table may take longer than any statement_timeout the store sets.
+          await sql`set statement_timeout = 0`.execute(conn);
+          return await fn(conn);
+        } finally {
+          // Fails only with the connection (a pooler may route it to another server connection,
+          // where it is harmless: the store states its timeouts per transaction).
+          await sql`reset statement_timeout`.execute(conn).catch(() => {});
+        }
       });
+      await query('commit');
+      return result;
+    } catch (error) {
+      await guard.query('rollback').catch(() => {});
+      throw error;
+    } finally {
+      await guard.end().catch(() => {});
+    }
   }
 
-  /** Polls the migration lock with a try-lock (never a blocking wait), reporting the holder every few seconds. */
-  async #pollMigrationLock(executor: Kysely<Schema>, options: MigrationLockOptions): Promise<void> {
+  /** Polls the migration lock with `tryLock` (never a blocking wait), reporting the holder every few seconds. */
+  async #pollMigrationLock(tryLock: () => Promise<boolean>, options: MigrationLockOptions): Promise<void> {
     const started = Date.now();
     const reportEveryMs = options.reportEveryMs ?? 3_000;
     let nextReport = started + reportEveryMs;
     const backoff = new Backoff(20, 250);
     for (;;) {
-      const { rows } = await sql<{
-        locked: boolean;
-      }>`select pg_try_advisory_xact_lock(${migrationKey(this.schema)}) as locked`.execute(executor);
-      if (rows[0]?.locked) return;
+      if (await tryLock()) return;
       const waited = Date.now() - started;
       if (waited >= options.waitMs) throw new MigrationLockTimeoutError(options.waitMs);
       if (options.onWaiting && Date.now() >= nextReport) {
