@@ -184,4 +184,56 @@ export async function holdAndHang(store: Store, args: { runId: string; ttlMs: nu
   await sleep(600_000);
 }
 
-export const ops = defineOperations(import.meta.url, { work, drain, holdAndHang });
+/**
+ * One round of the dispatchRun readiness race on one ready task. The `blocker` waits `delayMs`,
+ * takes the task out of the runnable statuses (`how`), and then reads the task lease's token: a
+ * claim committed before the change has at most that token. Every other contender calls
+ * `dispatchRun` on the task in a loop (releasing each lease it gets at once, so the next claim
+ * is not merely busy) until it is refused; it returns the tokens it was granted. A token above
+ * the blocker's was granted after the task stopped being runnable.
+ */
+export async function readinessRound(
+  store: Store,
+  args:
+    | { role: 'blocker'; taskId: string; delayMs: number; how: 'block' | 'gate' | 'complete' }
+    | { role: 'claimer'; taskId: string; agentId: string; runPrefix: string },
+  tools: ContenderTools,
+): Promise<{ blockedAtToken: number | null; granted: number[]; refusedAs: string | null }> {
+  if (args.role === 'blocker') {
+    await sleep(args.delayMs);
+    if (args.how === 'block') await store.tasks.transitionTask(args.taskId, { from: 'ready', to: 'blocked' });
+    else if (args.how === 'gate') await store.gates.openGate({ question: 'hold?', taskId: args.taskId });
+    else {
+      const d = await store.dispatches.createDispatch({ taskId: args.taskId, terminalHandle: `rr-${args.taskId}` });
+      await store.dispatches.completeDispatch(d.id);
+    }
+    const row = await store.db
+      .selectFrom('task_leases')
+      .select('token')
+      .where('task_id', '=', args.taskId)
+      .executeTakeFirst();
+    return { blockedAtToken: row ? Number(row.token) : 0, granted: [], refusedAs: null };
+  }
+  const granted: number[] = [];
+  const deadline = Date.now() + 30_000;
+  for (let i = 0; Date.now() < deadline; i++) {
+    try {
+      const r = await store.scheduler.dispatchRun({
+        taskId: args.taskId,
+        agentId: args.agentId,
+        runId: `${args.runPrefix}-${tools.index}-${i}`,
+        mode: 'heartbeat',
+      });
+      if (r.outcome === 'dispatched') {
+        granted.push(r.taskLease.token);
+        await store.locks.releaseTaskLease(r.taskLease);
+      }
+    } catch (error) {
+      if ((error as { code?: string }).code !== 'TASK_NOT_DISPATCHABLE') throw error;
+      return { blockedAtToken: null, granted, refusedAs: (error as { status: string }).status };
+    }
+  }
+  throw new Error(`claimer ${tools.index}: task ${args.taskId} was never refused`);
+}
+
+export const ops = defineOperations(import.meta.url, { work, drain, holdAndHang, readinessRound });

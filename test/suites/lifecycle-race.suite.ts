@@ -12,7 +12,9 @@
  *   the claims by dispatch `seq`. A claim of priority p may be followed by a claim of a higher
  *   priority only when that task was row-locked by another claimer at the time, so for every
  *   claim, the later claims of strictly higher priority number at most (claimers − 1); SQLite's
- *   serialized writers make it 0.
+ *   serialized writers make it 0;
+ * - `dispatchRun` never leases a task after it stopped being runnable: one process blocks, gates
+ *   or completes a task while the others claim and release its task lease in a loop.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Store } from '../../src/index.js';
@@ -165,6 +167,47 @@ export function defineLifecycleRaceSuite(makeFixture: () => DialectFixture, proc
         worst = Math.max(worst, outranked);
       });
       expect(worst).toBeLessThanOrEqual(bound);
+    }, 300_000);
+
+    it('dispatchRun never leases a task after it stopped being runnable: blocked, gated or completed mid-race', async () => {
+      const targetKey = `worktree:readiness-${Date.now()}`;
+      await store.runs.startCoordinatorRun({ targetKey });
+      const agent = await store.org.createAgent({ companyId: company, name: 'dev', role: 'engineer' });
+      const ways = ['block', 'gate', 'complete'] as const;
+      const violations: string[] = [];
+      let grants = 0;
+      for (let round = 0; round < 24; round++) {
+        const task = await store.tasks.createTask({
+          companyId: company,
+          title: `r${round}`,
+          targetKey,
+          requiresFilesystem: false,
+          status: 'ready',
+        });
+        const how = ways[round % ways.length]!;
+        const outcomes = await contenders.race('readinessRound', (index) =>
+          index === 0
+            ? { role: 'blocker' as const, taskId: task.id, delayMs: 3 + ((round * 7) % 20), how }
+            : { role: 'claimer' as const, taskId: task.id, agentId: agent.id, runPrefix: `r${round}` },
+        );
+        const failures = outcomes.flatMap((o) => (o.ok ? [] : [`contender ${o.index}: ${o.error.message}`]));
+        if (failures.length > 0) throw new Error(`round ${round} (${how}): ${failures.join('; ')}`);
+        const results = outcomes.map((o) => {
+          if (!o.ok) throw new Error(`contender ${o.index}, round ${round}: ${o.error.message}`);
+          return o.value;
+        });
+        const blockedAt = results[0]!.blockedAtToken!;
+        for (const [i, r] of results.slice(1).entries()) {
+          grants += r.granted.length;
+          expect(r.refusedAs, `claimer ${i + 1}, round ${round}`).toBe(how === 'complete' ? 'done' : 'blocked');
+          for (const token of r.granted)
+            if (token > blockedAt)
+              violations.push(`round ${round} (${how}): token ${token} granted after the change (at ${blockedAt})`);
+        }
+      }
+      console.log(`[lifecycle race] dispatchRun readiness: ${grants} grants in 24 rounds`);
+      expect(grants).toBeGreaterThan(0);
+      expect(violations).toEqual([]);
     }, 300_000);
 
     // Last: it kills a contender.

@@ -11,6 +11,7 @@ import {
   TaskDependencyRefusedError,
   GateAlreadyResolvedError,
   GateOpenError,
+  TaskNotDispatchableError,
   TaskTransitionRefusedError,
   TerminalBusyError,
   type Dispatch,
@@ -742,6 +743,60 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       await expect(
         store.scheduler.dispatchRun({ taskId: finished.id, agentId: agent.id, runId: second.id, mode: 'heartbeat' }),
       ).rejects.toMatchObject({ code: 'TASK_NOT_DISPATCHABLE', status: 'done' });
+    });
+
+    it('dispatchRun refuses a task blocked by a dependency or a gate, done, failed or cancelled, and leases nothing', async () => {
+      const { run, create } = await runOn();
+      const agent = await store.org.createAgent({ companyId: company, name: 'dev', role: 'engineer' });
+      const dep = await create();
+      const byDependency = await create({ dependsOn: [dep.id] });
+      const byGate = await create();
+      await store.gates.openGate({ question: 'go?', taskId: byGate.id });
+      const finished = await create();
+      await store.dispatches.completeDispatch((await dispatchOf(finished)).id);
+      const failed = await create();
+      await failTimes(failed, 3);
+      const cancelled = await create();
+      await store.tasks.transitionTask(cancelled.id, { from: 'ready', to: 'cancelled' });
+      const cases: [Task, TaskStatus][] = [
+        [byDependency, 'blocked'],
+        [byGate, 'blocked'],
+        [finished, 'done'],
+        [failed, 'failed'],
+        [cancelled, 'cancelled'],
+      ];
+      for (const [task, status] of cases) {
+        expect((await store.tasks.requireTask(task.id)).status).toBe(status);
+        const refused = await store.scheduler
+          .dispatchRun({ taskId: task.id, agentId: agent.id, runId: run.id, mode: 'heartbeat' })
+          .catch((e: unknown) => e);
+        expect(refused).toBeInstanceOf(TaskNotDispatchableError);
+        expect(refused).toMatchObject({ code: 'TASK_NOT_DISPATCHABLE', taskId: task.id, status });
+        // Refused inside the claim's transaction, before the upsert: no lease row, no token spent.
+        expect(
+          await store.db.selectFrom('task_leases').select('token').where('task_id', '=', task.id).executeTakeFirst(),
+        ).toBeUndefined();
+      }
+      // Keyed, the refusal is replayed, not skipped: a retry under the same key is refused again
+      // even after the task became runnable (the key records the first call's outcome).
+      const keyed = { taskId: byGate.id, agentId: agent.id, runId: run.id, mode: 'heartbeat' as const };
+      const key = unique('key');
+      await expect(store.scheduler.dispatchRun({ ...keyed, idempotencyKey: key })).rejects.toMatchObject({
+        code: 'TASK_NOT_DISPATCHABLE',
+      });
+      await expect(store.scheduler.dispatchRun({ ...keyed, idempotencyKey: key })).rejects.toMatchObject({
+        code: 'TASK_NOT_DISPATCHABLE',
+      });
+      expect(await store.locks.getTaskLease(byGate.id)).toBeNull();
+      // The dependency done, the dependent is ready and dispatchRun leases it.
+      await store.dispatches.completeDispatch((await dispatchOf(dep)).id);
+      const ok = await store.scheduler.dispatchRun({
+        taskId: byDependency.id,
+        agentId: agent.id,
+        runId: run.id,
+        mode: 'heartbeat',
+      });
+      expect(ok).toMatchObject({ outcome: 'dispatched', taskLease: { token: 1 } });
     });
   });
 }
