@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  DEFAULT_DISPATCH_LEASE_TTL_MS,
   DISPATCH_TRANSITIONS,
   DispatchLeaseLostError,
   TASK_TRANSITIONS,
@@ -21,6 +22,8 @@ import {
   type TaskStatus,
 } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
+import { tbl } from '../support/schema.js';
+import { sql } from 'kysely';
 
 /** Real time plus an offset the test moves forward. */
 function movableClock() {
@@ -631,6 +634,47 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       await expect(store.dispatches.completeDispatch(d.id)).rejects.toMatchObject({ reason: 'superseded' });
       expect((await store.tasks.requireTask(task.id)).status).toBe('dispatched');
       expect((await store.dispatches.getDispatch(again.id))?.status).toBe('active');
+    });
+  });
+
+  describe('legacy dispatches without a lease', () => {
+    it('are reclaimed one default lease TTL after their last update, exactly like a lapsed lease', async () => {
+      const { run, create } = await runOn();
+      const now = clock.now();
+      /** A dispatch as a release before 0090's lease wrote it: active, `lease_expires_at` NULL. */
+      async function legacyDispatch(updatedAt: number) {
+        const task = await create();
+        await store.db.updateTable('tasks').set({ status: 'dispatched' }).where('id', '=', task.id).execute();
+        const id = unique('legacy');
+        await sql`insert into ${tbl(store.db, 'dispatch_contexts')}
+            (id, task_id, terminal_handle, status, created_at, updated_at, coordinator_run_id, lease_expires_at)
+            values (${id}, ${task.id}, ${unique('term')}, 'active', ${updatedAt}, ${updatedAt}, ${run.id}, null)`.execute(
+          store.db,
+        );
+        return { task, id };
+      }
+      const old = await legacyDispatch(now - DEFAULT_DISPATCH_LEASE_TTL_MS - 1);
+      const recent = await legacyDispatch(now);
+      expect((await store.dispatches.getDispatch(old.id))?.lease).toBeNull();
+
+      // Mutant "legacy-never-expires" (the reclaim query without its NULL branch) fails here.
+      const first = await store.dispatches.reclaimExpiredDispatches({ runId: run.id });
+      expect(first.map((r) => r.dispatch.id)).toEqual([old.id]);
+      expect(first[0]).toMatchObject({ taskStatus: 'ready', failureCount: 1, dispatch: { error: 'lease_expired' } });
+      expect((await store.tasks.requireTask(old.task.id)).status).toBe('ready');
+      // Mutant "legacy-expired-at-once" (NULL counted as lapsed whatever its age) fails here.
+      expect((await store.dispatches.getDispatch(recent.id))?.status).toBe('active');
+
+      clock.advance(DEFAULT_DISPATCH_LEASE_TTL_MS + 1);
+      const second = await store.dispatches.reclaimExpiredDispatches({ runId: run.id });
+      expect(second.map((r) => r.dispatch.id)).toEqual([recent.id]);
+      expect((await store.tasks.requireTask(recent.task.id)).status).toBe('ready');
+      // The late legacy worker's report is refused like any reclaimed worker's.
+      await expect(store.dispatches.completeDispatch(recent.id)).rejects.toMatchObject({
+        code: 'DISPATCH_LEASE_LOST',
+        reason: 'expired',
+      });
+      expect(await store.dispatches.reclaimExpiredDispatches({ runId: run.id })).toEqual([]);
     });
   });
 
