@@ -598,6 +598,80 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
     });
   });
 
+  describe('claim-next: batches and filters', () => {
+    it('dispatchNextBatch fills terminals in order with the best ready tasks, up to limit, skipping busy ones', async () => {
+      const { run, create } = await runOn();
+      const p1 = await create({ priority: 1 });
+      const p7old = await create({ priority: 7 });
+      const p3 = await create({ priority: 3 });
+      const p7new = await create({ priority: 7 });
+      const p0 = await create({ priority: 0 });
+      const terminals = Array.from({ length: 5 }, () => unique('term'));
+      // Mutant "batch-ignores-limit" (no limit check in the loop) fails here.
+      const first = await store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: terminals, limit: 3 });
+      expect(first.map((d) => [d.terminalHandle, d.taskId])).toEqual([
+        [terminals[0], p7old.id],
+        [terminals[1], p7new.id],
+        [terminals[2], p3.id],
+      ]);
+      expect(first.every((d) => d.status === 'active' && d.lease !== null)).toBe(true);
+      expect((await store.tasks.requireTask(p1.id)).status).toBe('ready');
+      // The default limit is one per terminal; a busy terminal is skipped, not refused.
+      const more = [unique('term'), unique('term'), unique('term')];
+      const second = await store.dispatches.dispatchNextBatch({
+        runId: run.id,
+        terminalHandles: [terminals[0]!, ...more],
+      });
+      expect(second.map((d) => [d.terminalHandle, d.taskId])).toEqual([
+        [more[0], p1.id],
+        [more[1], p0.id],
+      ]);
+      expect(await store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: [unique('term')] })).toEqual(
+        [],
+      );
+      await expect(
+        store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: [unique('term')], limit: 0 }),
+      ).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'limit' });
+    });
+
+    it('dispatchNext filters by assignee (an agent, or null for unassigned) and minPriority, then ranks by priority', async () => {
+      const { run, create } = await runOn();
+      const a = await store.org.createAgent({ companyId: company, name: unique('a'), role: 'engineer' });
+      const b = await store.org.createAgent({ companyId: company, name: unique('b'), role: 'engineer' });
+      const aLow = await create({ priority: 1, assigneeAgentId: a.id });
+      const aHigh = await create({ priority: 8, assigneeAgentId: a.id });
+      const bTop = await create({ priority: 9, assigneeAgentId: b.id });
+      const none5 = await create({ priority: 5 });
+      const none2 = await create({ priority: 2 });
+      const next = async (filter?: { assigneeAgentId?: string | null; minPriority?: number }) =>
+        (await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: unique('term'), filter }))?.taskId ??
+        null;
+      // Mutant "filter-assignee-ignored" fails the first two; "filter-min-priority-ignored" the next two.
+      expect(await next({ assigneeAgentId: a.id })).toBe(aHigh.id);
+      expect(await next({ assigneeAgentId: null })).toBe(none5.id);
+      expect(await next({ minPriority: 6 })).toBe(bTop.id);
+      expect(await next({ minPriority: 6 })).toBeNull();
+      expect(await next({ assigneeAgentId: a.id, minPriority: 2 })).toBeNull();
+      expect(await next({ assigneeAgentId: b.id })).toBeNull();
+      expect(await next({ assigneeAgentId: a.id })).toBe(aLow.id);
+      expect(await next({ assigneeAgentId: null, minPriority: 2 })).toBe(none2.id);
+      expect(await next()).toBeNull();
+      // The batch form takes the same filter.
+      const c = await create({ priority: 4, assigneeAgentId: b.id });
+      const d = await create({ priority: 6 });
+      const batch = await store.dispatches.dispatchNextBatch({
+        runId: run.id,
+        terminalHandles: [unique('term'), unique('term')],
+        filter: { assigneeAgentId: b.id },
+      });
+      expect(batch.map((x) => x.taskId)).toEqual([c.id]);
+      expect((await store.tasks.requireTask(d.id)).status).toBe('ready');
+      await expect(
+        store.dispatches.dispatchNext({ runId: run.id, terminalHandle: unique('term'), filter: { minPriority: 1.5 } }),
+      ).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'filter.minPriority' });
+    });
+  });
+
   describe('dispatch leases', () => {
     it('heartbeats extend the lease; an expired dispatch is reclaimed once and its late reports are refused', async () => {
       const { run, create } = await runOn();
