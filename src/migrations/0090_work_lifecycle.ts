@@ -28,7 +28,8 @@ const index = (name: string, table: string, columns: string[], unique = false): 
  *   dispatch per terminal. Legacy terminals with several active dispatches keep the newest (by
  *   (created_at, id), the order their seq gets); the older ones are failed ("superseded") and
  *   their tasks, left with no active dispatch, go back to `ready`.
- * - `lease_expires_at` on dispatches: the dispatch lease (null for legacy dispatches: no expiry).
+ * - `lease_expires_at` on dispatches: the dispatch lease (null for legacy dispatches; the reclaim counts
+ *   them lapsed one default lease TTL after their last update).
  *   The fencing token is the dispatch's `seq`.
  * - `priority` (default 0), `spec` and `result` (JSON text) and `blocked_reason` on tasks.
  * - `task_dependencies` (task_id depends on depends_on_id) and the ready-queue index

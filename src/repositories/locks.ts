@@ -7,7 +7,6 @@
  * expires; a holder that lost its lease can neither renew nor release it.
  */
 import { sql } from 'kysely';
-import { NotFoundError } from '../errors.js';
 import type { StoreContext } from './context.js';
 import { prepared } from '../query/prepared.js';
 import { requireCounter, requireId, requireInput, requirePositiveMs } from './validate.js';
@@ -15,9 +14,10 @@ import { lostReason, requireLease, type LeaseLostError } from './shared/lease.js
 import { isLiveGrant, readLeaseRowLocked, type LeaseFence } from './shared/fence.js';
 import { tableIn } from '../query/schema.js';
 import { keyedCall, keyedWrite, type IdempotencyOptions } from './idempotent.js';
+import { claimTaskLeaseWith, mapMissing } from './shared/task-lease-claim.js';
 import { anyLivePathLease } from './shared/workspace-exclusion.js';
 import { pathsLockKey } from './shared/lock-keys.js';
-import { auditLeaseActs, auditsLeaseAct, type LeaseActRecord } from './shared/audit.js';
+import { auditLeaseActs, auditsLeaseAct, grantedActs as granted, type LeaseActRecord } from './shared/audit.js';
 import {
   DEFAULT_TASK_LEASE_TTL_MS,
   DEFAULT_WORKSPACE_LOCK_TTL_MS,
@@ -27,7 +27,6 @@ import {
   type LockRepository,
   type RenewLeaseOptions,
   type TaskLease,
-  type TaskLeaseClaim,
   type WorkspaceLock,
   type WorkspaceLockClaim,
 } from './shared/leases.js';
@@ -88,20 +87,6 @@ const RELEASE_WORKSPACE_LOCK = prepared(
     update ${tableIn(db, 'workspace_locks')} set holder = null, run_id = null, expires_at = ${p.now}
     where workspace_id = ${p.workspaceId} and token = ${p.token} and holder is not null
     returning token`,
-);
-
-const CLAIM_TASK_LEASE = prepared(
-  (db, p: { taskId: string; holder: string; now: number; expiresAt: number }) => sql<{
-    token: number;
-    expires_at: number;
-  }>`
-    insert into ${tableIn(db, 'task_leases')} (task_id, holder, token, acquired_at, expires_at)
-    values (${p.taskId}, ${p.holder}, 1, ${p.now}, ${p.expiresAt})
-    on conflict (task_id) do update
-      set holder = excluded.holder, token = task_leases.token + 1,
-          acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-      where task_leases.holder is null or task_leases.expires_at <= ${p.now}
-    returning token, expires_at`,
 );
 
 const RENEW_TASK_LEASE = prepared(
@@ -208,46 +193,10 @@ function released(kind: 'workspace_lock' | 'task_lease', resource: string, holde
   return { act: 'released', kind, resource, holder: holder ?? '(not given)', token } satisfies LeaseActRecord;
 }
 
-/**
- * The trail's rows of a claim that granted `token`: the grant, and the loss of the previous grant
- * when it lapsed unreleased (`before`, the row read before the claim; only a grant one token
- * higher took it over, so a row another claim moved on in between names no loss).
- */
-function granted(
-  kind: 'workspace_lock' | 'task_lease',
-  resource: string,
-  holder: string,
-  token: number,
-  detail: Record<string, unknown>,
-  before: LeaseRow | undefined,
-): LeaseActRecord[] {
-  const acts: LeaseActRecord[] = [{ act: 'granted', kind, resource, holder, token, detail }];
-  if (before?.holder != null && Number(before.token) + 1 === token)
-    acts.push({
-      act: 'lost',
-      kind,
-      resource,
-      holder: before.holder,
-      token: Number(before.token),
-      detail: { reason: 'superseded', expiresAt: Number(before.expires_at), by: { holder, token } },
-    });
-  return acts;
-}
-
 /** Builds `store.locks` on a store context; every claim, renew and release is one write transaction. */
 export function createLockRepository(ctx: StoreContext): LockRepository {
   const { dialect } = ctx;
   const db = dialect.db;
-
-  /** Maps a foreign-key failure of a claim (no such workspace / task) to `NotFoundError`. */
-  async function mapMissing<T>(entity: string, id: string, fn: () => Promise<T>): Promise<T> {
-    try {
-      return await fn();
-    } catch (error) {
-      if (dialect.classifyError(error) === 'foreign_key_violation') throw new NotFoundError(entity, id);
-      throw error;
-    }
-  }
 
   const readWorkspaceLock = (trx: typeof db, workspaceId: string) =>
     trx
@@ -400,7 +349,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       const runId = requireId('runId', input.runId);
       const ttlMs = input.ttlMs === undefined ? DEFAULT_WORKSPACE_LOCK_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
       const call = keyedCall('locks.claimWorkspaceLock', input, { workspaceId, holder, runId, ttlMs }, []);
-      return mapMissing('workspace', workspaceId, () =>
+      return mapMissing(ctx, 'workspace', workspaceId, () =>
         keyedWrite(ctx, call, async (trx): Promise<WorkspaceLockClaim> => {
           // One exclusion rule per workspace: the lock is the whole-workspace path key, so it is
           // claimed under the workspace's paths key (lock-keys.ts, level 7) and a live path lease blocks it.
@@ -486,41 +435,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       requireInput('input', input);
       const holder = requireId('holder', input.holder);
       const ttlMs = input.ttlMs === undefined ? DEFAULT_TASK_LEASE_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
-      const call = keyedCall('locks.claimTaskLease', input, { taskId, holder, ttlMs }, []);
-      return mapMissing('task', taskId, () =>
-        keyedWrite(ctx, call, async (trx): Promise<TaskLeaseClaim> => {
-          const now = ctx.clock.now();
-          const expiresAt = now + ttlMs;
-          const before = auditsLeaseAct(ctx, 'lost') ? await readTaskLease(trx, taskId) : undefined;
-          // Same fenced upsert as the workspace lock: one winner, token + 1, never reset.
-          const row = await CLAIM_TASK_LEASE.first(trx, { taskId, holder, now, expiresAt });
-          if (row) {
-            const lease = Object.freeze({
-              kind: 'task_lease' as const,
-              resource: taskId,
-              holder,
-              token: Number(row.token),
-              expiresAt: Number(row.expires_at),
-            });
-            await auditLeaseActs(
-              ctx,
-              trx,
-              now,
-              granted('task_lease', taskId, holder, lease.token, { expiresAt: lease.expiresAt }, before),
-            );
-            return { status: 'acquired', lease };
-          }
-          const held = await trx
-            .selectFrom('task_leases')
-            .select(['holder', 'token', 'expires_at'])
-            .where('task_id', '=', taskId)
-            .executeTakeFirstOrThrow();
-          return {
-            status: 'busy',
-            heldBy: { holder: held.holder!, token: Number(held.token), expiresAt: Number(held.expires_at) },
-          };
-        }),
-      );
+      return claimTaskLeaseWith(ctx, taskId, { holder, ttlMs, idempotencyKey: input.idempotencyKey });
     },
 
     renewTaskLease: renewTaskLease,

@@ -14,7 +14,8 @@ import {
   type WorkspaceResolution,
   type WorkspaceSource,
 } from '../domain/lock-mode.js';
-import type { TaskStatus } from '../schema/database.js';
+import type { Transaction } from 'kysely';
+import type { Database, TaskStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { TaskNotDispatchableError } from './shared/lifecycle.js';
 import {
@@ -27,6 +28,7 @@ import {
   type WorkspaceLockHolder,
 } from './shared/leases.js';
 import { toProject, toTask, toWorkspace, type WorkspaceRecord } from './shared/records.js';
+import { claimTaskLeaseWith } from './shared/task-lease-claim.js';
 import { keyedCall, keyedWrite, type IdempotencyOptions } from './idempotent.js';
 import { optionalId, requireBoolean, requireId, requireInput, requirePositiveMs } from './validate.js';
 import type { OutcomeDeclarations } from './shared/outcomes.js';
@@ -36,6 +38,23 @@ export const DEFAULT_DISPATCH_TTL_MS = DEFAULT_TASK_LEASE_TTL_MS;
 
 /** Statuses `dispatchRun` refuses: the task waits for something, or it is over. */
 const NOT_RUNNABLE: readonly TaskStatus[] = ['blocked', 'done', 'failed', 'cancelled'];
+/** What the task-lease claim of `dispatchRun` refuses (a keyed retry replays the refusal). */
+const CLAIM_REFUSALS = [NotFoundError, TaskNotDispatchableError];
+
+/**
+ * `dispatchRun`'s readiness check, in the task-lease claim's transaction: the task row is read
+ * `FOR NO KEY UPDATE` on PostgreSQL (SQLite's writer lock covers it), so a status change either
+ * commits before the check and is seen, or waits for the claim to commit. A blocked or finished
+ * task is never leased to a run, however the status change and the claim interleave. Not `FOR
+ * SHARE`: a stream of claimers would share the lock among themselves and starve the status change;
+ * the claimers queue on the task's lease row anyway.
+ */
+async function requireRunnable(trx: Transaction<Database>, ctx: StoreContext, taskId: string): Promise<void> {
+  const query = trx.selectFrom('tasks').select('status').where('id', '=', taskId);
+  const task = await (ctx.dialect.supportsSkipLocked ? query.forNoKeyUpdate() : query).executeTakeFirst();
+  if (!task) throw new NotFoundError('task', taskId);
+  if (NOT_RUNNABLE.includes(task.status)) throw new TaskNotDispatchableError(taskId, task.status);
+}
 
 /** `heartbeat`: a failed resolution is a skipped beat. `task-runner`: it is an error the UI shows. */
 export type DispatchMode = 'heartbeat' | 'task-runner';
@@ -126,7 +145,8 @@ export interface SchedulerRepository {
    * Dispatches one run: claims the task lease, resolves the lock mode and, for `exclusive`, claims
    * the workspace lock. A cognitive run never touches a workspace lock; of any number of runs racing
    * one workspace exactly one is dispatched and the rest are `cancelled` (`workspace_busy`); every
-   * outcome but `dispatched` leaves the task lease released.
+   * outcome but `dispatched` leaves the task lease released. A task that is blocked, done, failed
+   * or cancelled when the lease would be claimed is `TaskNotDispatchableError`, and nothing is claimed.
    *
    * @example
    * const r = await store.scheduler.dispatchRun({ taskId, agentId, runId, mode: 'heartbeat' });
@@ -193,14 +213,14 @@ export function createSchedulerRepository(ctx: StoreContext, locks: LockReposito
       // Refusals come before the first write: a missing agent or task must not bump the task lease's token.
       if (fresh && !(await db.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst()))
         throw new NotFoundError('agent', agentId);
-      if (fresh) {
-        const taskStatus = await db.selectFrom('tasks').select('status').where('id', '=', taskId).executeTakeFirst();
-        if (!taskStatus) throw new NotFoundError('task', taskId);
-        // A blocked or finished task is not runnable (issue 22): refused before the lease is taken.
-        if (NOT_RUNNABLE.includes(taskStatus.status)) throw new TaskNotDispatchableError(taskId, taskStatus.status);
-      }
 
-      const lease = await locks.claimTaskLease(taskId, { holder: runId, ttlMs, idempotencyKey: key('task-lease') });
+      const lease = await claimTaskLeaseWith(
+        ctx,
+        taskId,
+        { holder: runId, ttlMs, idempotencyKey: key('task-lease') },
+        (trx) => requireRunnable(trx, ctx, taskId),
+        CLAIM_REFUSALS,
+      );
       if (lease.status === 'busy') return { outcome: 'skipped', reason: 'task_leased', heldBy: lease.heldBy };
       const taskLease = lease.lease;
       // Gives the task back. If the lease already expired and another run claimed the task, there

@@ -201,6 +201,41 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
     });
   });
 
+  describe("Orca's send order", () => {
+    it('200 messages sent within one millisecond are delivered in send order, however the reads are cut', async () => {
+      // The clock never moves: every message has the same created_at, so only seq orders them.
+      const clock = manualClock();
+      const store = await fx.freshStore({ clock });
+      try {
+        const { coordinatorHandle: inbox } = await inboxOf(store);
+        const sent = await send(store, inbox, 200);
+        expect(new Set(sent.map((m) => m.createdAt)).size).toBe(1);
+        expect(sent.every((m, i) => i === 0 || m.seq > sent[i - 1]!.seq)).toBe(true);
+        // Leased hand-outs in uneven batches (the pick and the returned order), then the rest by
+        // deliverPendingMessages: one sequence, 0..199.
+        const got: number[] = [];
+        for (let round = 0; round < 5; round++) {
+          const batch = await store.messages.receiveMessages(inbox, { limit: 7 + round * 6, visibilityMs: 60_000 });
+          got.push(...batch.map((m) => (m.payload as { i: number }).i));
+          await store.messages.ackMessages(
+            inbox,
+            batch.map((m) => m.receipt),
+          );
+        }
+        for (;;) {
+          const batch = await store.messages.deliverPendingMessages(inbox, { limit: 13 });
+          if (batch.length === 0) break;
+          got.push(...batch.map((m) => (m.payload as { i: number }).i));
+        }
+        // Mutants "order-by-created-at-id" (the hand-out's pick, or the sort of what it returns,
+        // by (created_at, id) instead of seq) fail here.
+        expect(got).toEqual(Array.from({ length: 200 }, (_, i) => i));
+      } finally {
+        await store.close();
+      }
+    });
+  });
+
   describe('sends', () => {
     it('an id makes a send idempotent; an unknown recipient is refused unless opted in', async () => {
       const store = await fx.freshStore();

@@ -11,6 +11,8 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** What one worker loop saw. */
 interface LoopReport {
   claims: number;
+  /** Times a restarted worker found its terminal still held by its abandoned dispatch. */
+  terminalWaits: number;
   completed: number;
   failed: number;
   abandoned: number;
@@ -25,7 +27,9 @@ interface LoopReport {
  * are all done and that no other live worker holds it (a host row per held task), work a moment,
  * then complete it (most), fail it by an exit report naming the dispatch (`failRate`), or abandon
  * it (`abandonRate`: a short lease, no report; someone reclaims it once it lapses, and the
- * abandoner's late completion with the old lease must be refused).
+ * abandoner's late completion with the old lease must be refused). The worker that replaces an
+ * abandoning one reuses its terminal, so its claims meet `TerminalBusyError` until the lapsed
+ * dispatch is reclaimed (the suite then checks, by seq, that one terminal's dispatches never overlap).
  */
 export async function work(
   store: Store,
@@ -54,10 +58,17 @@ export async function work(
     );
   const deadline = Date.now() + 120_000;
   const loop = async (k: number): Promise<LoopReport> => {
-    let generation = 0;
-    let terminal = `term-${tools.index}-${k}-0`;
+    const terminal = `term-${tools.index}-${k}`;
     const worker = `w${tools.index}-${k}`;
-    const report: LoopReport = { claims: 0, completed: 0, failed: 0, abandoned: 0, lateRefused: 0, violations: [] };
+    const report: LoopReport = {
+      claims: 0,
+      terminalWaits: 0,
+      completed: 0,
+      failed: 0,
+      abandoned: 0,
+      lateRefused: 0,
+      violations: [],
+    };
     const abandoned: Lease<'dispatch'>[] = [];
     const log: string[] = [];
     for (let idle = 0; ; ) {
@@ -72,6 +83,14 @@ export async function work(
         });
       } catch (error) {
         if (!(error instanceof TerminalBusyError)) throw error;
+        const lastAbandoned = abandoned.at(-1)?.resource;
+        if (lastAbandoned !== undefined && error.activeDispatchId === lastAbandoned) {
+          // The replacing worker waits for the abandoned dispatch to lapse and be reclaimed.
+          report.terminalWaits++;
+          await store.dispatches.reclaimExpiredDispatches({ runId: args.runId });
+          await sleep(10);
+          continue;
+        }
         const held = await store.dispatches.getDispatch(error.activeDispatchId ?? '-');
         report.violations.push(
           `${worker}: its own terminal ${terminal} is busy with ${JSON.stringify(held)}; last: ${JSON.stringify(log.slice(-4))}`,
@@ -104,8 +123,7 @@ export async function work(
         // This worker "dies" right after its claim: it never works, never reports.
         abandoned.push(d.lease!);
         report.abandoned++;
-        // Its terminal still holds the lapsed dispatch until it is reclaimed: a new worker gets a new terminal.
-        terminal = `term-${tools.index}-${k}-${++generation}`;
+        // Its replacement reuses the terminal: it is busy until the lapsed dispatch is reclaimed.
         continue;
       }
       try {
@@ -184,4 +202,56 @@ export async function holdAndHang(store: Store, args: { runId: string; ttlMs: nu
   await sleep(600_000);
 }
 
-export const ops = defineOperations(import.meta.url, { work, drain, holdAndHang });
+/**
+ * One round of the dispatchRun readiness race on one ready task. The `blocker` waits `delayMs`,
+ * takes the task out of the runnable statuses (`how`), and then reads the task lease's token: a
+ * claim committed before the change has at most that token. Every other contender calls
+ * `dispatchRun` on the task in a loop (releasing each lease it gets at once, so the next claim
+ * is not merely busy) until it is refused; it returns the tokens it was granted. A token above
+ * the blocker's was granted after the task stopped being runnable.
+ */
+export async function readinessRound(
+  store: Store,
+  args:
+    | { role: 'blocker'; taskId: string; delayMs: number; how: 'block' | 'gate' | 'complete' }
+    | { role: 'claimer'; taskId: string; agentId: string; runPrefix: string },
+  tools: ContenderTools,
+): Promise<{ blockedAtToken: number | null; granted: number[]; refusedAs: string | null }> {
+  if (args.role === 'blocker') {
+    await sleep(args.delayMs);
+    if (args.how === 'block') await store.tasks.transitionTask(args.taskId, { from: 'ready', to: 'blocked' });
+    else if (args.how === 'gate') await store.gates.openGate({ question: 'hold?', taskId: args.taskId });
+    else {
+      const d = await store.dispatches.createDispatch({ taskId: args.taskId, terminalHandle: `rr-${args.taskId}` });
+      await store.dispatches.completeDispatch(d.id);
+    }
+    const row = await store.db
+      .selectFrom('task_leases')
+      .select('token')
+      .where('task_id', '=', args.taskId)
+      .executeTakeFirst();
+    return { blockedAtToken: row ? Number(row.token) : 0, granted: [], refusedAs: null };
+  }
+  const granted: number[] = [];
+  const deadline = Date.now() + 30_000;
+  for (let i = 0; Date.now() < deadline; i++) {
+    try {
+      const r = await store.scheduler.dispatchRun({
+        taskId: args.taskId,
+        agentId: args.agentId,
+        runId: `${args.runPrefix}-${tools.index}-${i}`,
+        mode: 'heartbeat',
+      });
+      if (r.outcome === 'dispatched') {
+        granted.push(r.taskLease.token);
+        await store.locks.releaseTaskLease(r.taskLease);
+      }
+    } catch (error) {
+      if ((error as { code?: string }).code !== 'TASK_NOT_DISPATCHABLE') throw error;
+      return { blockedAtToken: null, granted, refusedAs: (error as { status: string }).status };
+    }
+  }
+  throw new Error(`claimer ${tools.index}: task ${args.taskId} was never refused`);
+}
+
+export const ops = defineOperations(import.meta.url, { work, drain, holdAndHang, readinessRound });

@@ -5,12 +5,14 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  DEFAULT_DISPATCH_LEASE_TTL_MS,
   DISPATCH_TRANSITIONS,
   DispatchLeaseLostError,
   TASK_TRANSITIONS,
   TaskDependencyRefusedError,
   GateAlreadyResolvedError,
   GateOpenError,
+  TaskNotDispatchableError,
   TaskTransitionRefusedError,
   TerminalBusyError,
   type Dispatch,
@@ -20,6 +22,8 @@ import {
   type TaskStatus,
 } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
+import { tbl } from '../support/schema.js';
+import { sql } from 'kysely';
 
 /** Real time plus an offset the test moves forward. */
 function movableClock() {
@@ -594,6 +598,80 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
     });
   });
 
+  describe('claim-next: batches and filters', () => {
+    it('dispatchNextBatch fills terminals in order with the best ready tasks, up to limit, skipping busy ones', async () => {
+      const { run, create } = await runOn();
+      const p1 = await create({ priority: 1 });
+      const p7old = await create({ priority: 7 });
+      const p3 = await create({ priority: 3 });
+      const p7new = await create({ priority: 7 });
+      const p0 = await create({ priority: 0 });
+      const terminals = Array.from({ length: 5 }, () => unique('term'));
+      // Mutant "batch-ignores-limit" (no limit check in the loop) fails here.
+      const first = await store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: terminals, limit: 3 });
+      expect(first.map((d) => [d.terminalHandle, d.taskId])).toEqual([
+        [terminals[0], p7old.id],
+        [terminals[1], p7new.id],
+        [terminals[2], p3.id],
+      ]);
+      expect(first.every((d) => d.status === 'active' && d.lease !== null)).toBe(true);
+      expect((await store.tasks.requireTask(p1.id)).status).toBe('ready');
+      // The default limit is one per terminal; a busy terminal is skipped, not refused.
+      const more = [unique('term'), unique('term'), unique('term')];
+      const second = await store.dispatches.dispatchNextBatch({
+        runId: run.id,
+        terminalHandles: [terminals[0]!, ...more],
+      });
+      expect(second.map((d) => [d.terminalHandle, d.taskId])).toEqual([
+        [more[0], p1.id],
+        [more[1], p0.id],
+      ]);
+      expect(await store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: [unique('term')] })).toEqual(
+        [],
+      );
+      await expect(
+        store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: [unique('term')], limit: 0 }),
+      ).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'limit' });
+    });
+
+    it('dispatchNext filters by assignee (an agent, or null for unassigned) and minPriority, then ranks by priority', async () => {
+      const { run, create } = await runOn();
+      const a = await store.org.createAgent({ companyId: company, name: unique('a'), role: 'engineer' });
+      const b = await store.org.createAgent({ companyId: company, name: unique('b'), role: 'engineer' });
+      const aLow = await create({ priority: 1, assigneeAgentId: a.id });
+      const aHigh = await create({ priority: 8, assigneeAgentId: a.id });
+      const bTop = await create({ priority: 9, assigneeAgentId: b.id });
+      const none5 = await create({ priority: 5 });
+      const none2 = await create({ priority: 2 });
+      const next = async (filter?: { assigneeAgentId?: string | null; minPriority?: number }) =>
+        (await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: unique('term'), filter }))?.taskId ??
+        null;
+      // Mutant "filter-assignee-ignored" fails the first two; "filter-min-priority-ignored" the next two.
+      expect(await next({ assigneeAgentId: a.id })).toBe(aHigh.id);
+      expect(await next({ assigneeAgentId: null })).toBe(none5.id);
+      expect(await next({ minPriority: 6 })).toBe(bTop.id);
+      expect(await next({ minPriority: 6 })).toBeNull();
+      expect(await next({ assigneeAgentId: a.id, minPriority: 2 })).toBeNull();
+      expect(await next({ assigneeAgentId: b.id })).toBeNull();
+      expect(await next({ assigneeAgentId: a.id })).toBe(aLow.id);
+      expect(await next({ assigneeAgentId: null, minPriority: 2 })).toBe(none2.id);
+      expect(await next()).toBeNull();
+      // The batch form takes the same filter.
+      const c = await create({ priority: 4, assigneeAgentId: b.id });
+      const d = await create({ priority: 6 });
+      const batch = await store.dispatches.dispatchNextBatch({
+        runId: run.id,
+        terminalHandles: [unique('term'), unique('term')],
+        filter: { assigneeAgentId: b.id },
+      });
+      expect(batch.map((x) => x.taskId)).toEqual([c.id]);
+      expect((await store.tasks.requireTask(d.id)).status).toBe('ready');
+      await expect(
+        store.dispatches.dispatchNext({ runId: run.id, terminalHandle: unique('term'), filter: { minPriority: 1.5 } }),
+      ).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'filter.minPriority' });
+    });
+  });
+
   describe('dispatch leases', () => {
     it('heartbeats extend the lease; an expired dispatch is reclaimed once and its late reports are refused', async () => {
       const { run, create } = await runOn();
@@ -630,6 +708,47 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       await expect(store.dispatches.completeDispatch(d.id)).rejects.toMatchObject({ reason: 'superseded' });
       expect((await store.tasks.requireTask(task.id)).status).toBe('dispatched');
       expect((await store.dispatches.getDispatch(again.id))?.status).toBe('active');
+    });
+  });
+
+  describe('legacy dispatches without a lease', () => {
+    it('are reclaimed one default lease TTL after their last update, exactly like a lapsed lease', async () => {
+      const { run, create } = await runOn();
+      const now = clock.now();
+      /** A dispatch as a release before 0090's lease wrote it: active, `lease_expires_at` NULL. */
+      async function legacyDispatch(updatedAt: number) {
+        const task = await create();
+        await store.db.updateTable('tasks').set({ status: 'dispatched' }).where('id', '=', task.id).execute();
+        const id = unique('legacy');
+        await sql`insert into ${tbl(store.db, 'dispatch_contexts')}
+            (id, task_id, terminal_handle, status, created_at, updated_at, coordinator_run_id, lease_expires_at)
+            values (${id}, ${task.id}, ${unique('term')}, 'active', ${updatedAt}, ${updatedAt}, ${run.id}, null)`.execute(
+          store.db,
+        );
+        return { task, id };
+      }
+      const old = await legacyDispatch(now - DEFAULT_DISPATCH_LEASE_TTL_MS - 1);
+      const recent = await legacyDispatch(now);
+      expect((await store.dispatches.getDispatch(old.id))?.lease).toBeNull();
+
+      // Mutant "legacy-never-expires" (the reclaim query without its NULL branch) fails here.
+      const first = await store.dispatches.reclaimExpiredDispatches({ runId: run.id });
+      expect(first.map((r) => r.dispatch.id)).toEqual([old.id]);
+      expect(first[0]).toMatchObject({ taskStatus: 'ready', failureCount: 1, dispatch: { error: 'lease_expired' } });
+      expect((await store.tasks.requireTask(old.task.id)).status).toBe('ready');
+      // Mutant "legacy-expired-at-once" (NULL counted as lapsed whatever its age) fails here.
+      expect((await store.dispatches.getDispatch(recent.id))?.status).toBe('active');
+
+      clock.advance(DEFAULT_DISPATCH_LEASE_TTL_MS + 1);
+      const second = await store.dispatches.reclaimExpiredDispatches({ runId: run.id });
+      expect(second.map((r) => r.dispatch.id)).toEqual([recent.id]);
+      expect((await store.tasks.requireTask(recent.task.id)).status).toBe('ready');
+      // The late legacy worker's report is refused like any reclaimed worker's.
+      await expect(store.dispatches.completeDispatch(recent.id)).rejects.toMatchObject({
+        code: 'DISPATCH_LEASE_LOST',
+        reason: 'expired',
+      });
+      expect(await store.dispatches.reclaimExpiredDispatches({ runId: run.id })).toEqual([]);
     });
   });
 
@@ -742,6 +861,60 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       await expect(
         store.scheduler.dispatchRun({ taskId: finished.id, agentId: agent.id, runId: second.id, mode: 'heartbeat' }),
       ).rejects.toMatchObject({ code: 'TASK_NOT_DISPATCHABLE', status: 'done' });
+    });
+
+    it('dispatchRun refuses a task blocked by a dependency or a gate, done, failed or cancelled, and leases nothing', async () => {
+      const { run, create } = await runOn();
+      const agent = await store.org.createAgent({ companyId: company, name: 'dev', role: 'engineer' });
+      const dep = await create();
+      const byDependency = await create({ dependsOn: [dep.id] });
+      const byGate = await create();
+      await store.gates.openGate({ question: 'go?', taskId: byGate.id });
+      const finished = await create();
+      await store.dispatches.completeDispatch((await dispatchOf(finished)).id);
+      const failed = await create();
+      await failTimes(failed, 3);
+      const cancelled = await create();
+      await store.tasks.transitionTask(cancelled.id, { from: 'ready', to: 'cancelled' });
+      const cases: [Task, TaskStatus][] = [
+        [byDependency, 'blocked'],
+        [byGate, 'blocked'],
+        [finished, 'done'],
+        [failed, 'failed'],
+        [cancelled, 'cancelled'],
+      ];
+      for (const [task, status] of cases) {
+        expect((await store.tasks.requireTask(task.id)).status).toBe(status);
+        const refused = await store.scheduler
+          .dispatchRun({ taskId: task.id, agentId: agent.id, runId: run.id, mode: 'heartbeat' })
+          .catch((e: unknown) => e);
+        expect(refused).toBeInstanceOf(TaskNotDispatchableError);
+        expect(refused).toMatchObject({ code: 'TASK_NOT_DISPATCHABLE', taskId: task.id, status });
+        // Refused inside the claim's transaction, before the upsert: no lease row, no token spent.
+        expect(
+          await store.db.selectFrom('task_leases').select('token').where('task_id', '=', task.id).executeTakeFirst(),
+        ).toBeUndefined();
+      }
+      // Keyed, the refusal is replayed, not skipped: a retry under the same key is refused again
+      // even after the task became runnable (the key records the first call's outcome).
+      const keyed = { taskId: byGate.id, agentId: agent.id, runId: run.id, mode: 'heartbeat' as const };
+      const key = unique('key');
+      await expect(store.scheduler.dispatchRun({ ...keyed, idempotencyKey: key })).rejects.toMatchObject({
+        code: 'TASK_NOT_DISPATCHABLE',
+      });
+      await expect(store.scheduler.dispatchRun({ ...keyed, idempotencyKey: key })).rejects.toMatchObject({
+        code: 'TASK_NOT_DISPATCHABLE',
+      });
+      expect(await store.locks.getTaskLease(byGate.id)).toBeNull();
+      // The dependency done, the dependent is ready and dispatchRun leases it.
+      await store.dispatches.completeDispatch((await dispatchOf(dep)).id);
+      const ok = await store.scheduler.dispatchRun({
+        taskId: byDependency.id,
+        agentId: agent.id,
+        runId: run.id,
+        mode: 'heartbeat',
+      });
+      expect(ok).toMatchObject({ outcome: 'dispatched', taskLease: { token: 1 } });
     });
   });
 }

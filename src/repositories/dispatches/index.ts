@@ -86,6 +86,18 @@ const DISPATCH_STATUSES: readonly DispatchStatus[] = ['active', 'completed', 'fa
 
 type Trx = Transaction<Database>;
 
+/**
+ * When a dispatch's lease lapses. A legacy dispatch (active from before 0090 gave dispatches a
+ * lease, `lease_expires_at` NULL) is held as if created with the default lease, counted from its
+ * last update: it is reclaimable `DEFAULT_DISPATCH_LEASE_TTL_MS` after it, like a worker that
+ * never heartbeats, and never stays active for ever.
+ */
+export function leaseExpiryOf(row: Pick<DispatchContextRow, 'lease_expires_at' | 'updated_at'>): number {
+  return row.lease_expires_at === null
+    ? Number(row.updated_at) + DEFAULT_DISPATCH_LEASE_TTL_MS
+    : Number(row.lease_expires_at);
+}
+
 /** The newest active dispatch of a terminal (by `seq`), read in `db` (a transaction or the store). */
 function newestActiveFor(trx: Trx | Kysely<Database>, terminalHandle: string) {
   return trx
@@ -413,14 +425,20 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     const out: ReclaimedDispatch[] = [];
     while (out.length < limit) {
       const now = ctx.clock.now();
+      // Lapsed leases, and legacy dispatches (no lease) one default TTL after their last update.
       let query = reader
         .selectFrom('dispatch_contexts')
         .select(['id', 'task_id'])
         .where('status', '=', 'active')
-        .where('lease_expires_at', '<=', now);
+        .where((eb) =>
+          eb.or([
+            eb('lease_expires_at', '<=', now),
+            eb.and([eb('lease_expires_at', 'is', null), eb('updated_at', '<=', now - DEFAULT_DISPATCH_LEASE_TTL_MS)]),
+          ]),
+        );
       if (runId !== undefined) query = query.where('coordinator_run_id', '=', runId);
       const candidates = await query
-        .orderBy('lease_expires_at')
+        .orderBy(sql`coalesce(lease_expires_at, updated_at + ${sql.lit(DEFAULT_DISPATCH_LEASE_TTL_MS)})`)
         .orderBy('seq')
         .limit(limit - out.length)
         .execute();
@@ -431,12 +449,11 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           await dialect.lockKey(trx, dispatchTaskLockKey(candidate.task_id));
           const row = await trx
             .selectFrom('dispatch_contexts')
-            .select(['status', 'lease_expires_at'])
+            .select(['status', 'lease_expires_at', 'updated_at'])
             .where('id', '=', candidate.id)
             .executeTakeFirstOrThrow();
           const at = ctx.clock.now();
-          if (row.status !== 'active' || row.lease_expires_at === null || Number(row.lease_expires_at) > at)
-            return null;
+          if (row.status !== 'active' || leaseExpiryOf(row) > at) return null;
           return failDispatchIn(ctx, trx, candidate.id, LEASE_EXPIRED, at, dialect.supportsSkipLocked);
         });
         if (reclaimed) {
@@ -746,7 +763,7 @@ export const fenceDispatch: LeaseFence = async (ctx, trx, lease) => {
   const now = ctx.clock.now();
   if (!row || Number(row.seq) !== lease.token)
     throw new DispatchLeaseLostError(lease.resource, lease.token, 'never_granted');
-  if (row.status === 'active' && (row.lease_expires_at === null || Number(row.lease_expires_at) > now)) return;
+  if (row.status === 'active' && leaseExpiryOf(row) > now) return;
   throw new DispatchLeaseLostError(
     lease.resource,
     lease.token,

@@ -29,7 +29,10 @@ export interface Dispatch {
   readonly coordinatorRunId: string | null;
   /** The insertion order ("newest" is the highest), and the lease's fencing token. */
   readonly seq: number;
-  /** When the lease lapses unless renewed; null for a legacy dispatch (no lease). */
+  /**
+   * When the lease lapses unless renewed; null for a legacy dispatch (no lease), which
+   * `reclaimExpiredDispatches` takes back `DEFAULT_DISPATCH_LEASE_TTL_MS` after `updatedAt`.
+   */
   readonly leaseExpiresAt: number | null;
   /**
    * The dispatch lease while the dispatch is active (kind `dispatch`, resource the dispatch id,
@@ -261,7 +264,8 @@ export interface DispatchRepository {
    * Takes back every active dispatch whose lease lapsed: each ends `failed` with error
    * `lease_expired`, counts against its task's breaker, and its task returns to `ready` (or
    * `failed` at `DISPATCH_FAILURE_LIMIT`). Each dispatch is reclaimed exactly once however many
-   * reclaimers race. At most `limit` (default 100) per call. With an `idempotencyKey` the whole
+   * reclaimers race. A legacy dispatch (no lease) lapses `DEFAULT_DISPATCH_LEASE_TTL_MS` after its
+   * last update. At most `limit` (default 100) per call. With an `idempotencyKey` the whole
    * call is one transaction, and a retry returns the dispatches that call reclaimed.
    */
   reclaimExpiredDispatches(

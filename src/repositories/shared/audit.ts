@@ -158,3 +158,31 @@ export function auditLeaseActs(
 export function auditsLeaseAct(ctx: StoreContext, act: LeaseAct): boolean {
   return recordsLeaseAct(ctx.settings.auditLeases, act);
 }
+
+/**
+ * The trail's rows of a claim that granted `token`: the grant, and the loss of the previous grant
+ * when it lapsed unreleased (`before`, the row read before the claim; only a grant one token
+ * higher took it over, so a row another claim moved on in between names no loss).
+ */
+export function grantedActs(
+  kind: 'workspace_lock' | 'task_lease',
+  resource: string,
+  holder: string,
+  token: number,
+  detail: Record<string, unknown>,
+  before:
+    | { readonly holder: string | null; readonly token: number | string; readonly expires_at: number | string | null }
+    | undefined,
+): LeaseActRecord[] {
+  const acts: LeaseActRecord[] = [{ act: 'granted', kind, resource, holder, token, detail }];
+  if (before?.holder != null && Number(before.token) + 1 === token)
+    acts.push({
+      act: 'lost',
+      kind,
+      resource,
+      holder: before.holder,
+      token: Number(before.token),
+      detail: { reason: 'superseded', expiresAt: Number(before.expires_at), by: { holder, token } },
+    });
+  return acts;
+}
