@@ -20,6 +20,7 @@ import {
 } from './errors.js';
 import { readLeaseRowLocked, isLiveGrant, type LeaseFence } from '../shared/fence.js';
 import { lostReason } from '../shared/lease.js';
+import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import { loadSnapshot, requireTaskExists, snapshotsOf } from './rows.js';
 import { activeClaim, claimResource, readResource, type ResourceState } from './statements.js';
 import type { CleanupAdmission, CleanupClaim, CleanupSnapshot, CleanupTarget } from './types.js';
@@ -188,6 +189,18 @@ export async function claimCleanup(
       .where('id', '=', snapshot.id)
       .execute();
     const attempt = snapshot.attempts + 1;
+    // The grant, and the loss of the claim it took over (one that lapsed unsettled, or the
+    // claimant's own live claim it re-claimed).
+    const acts: LeaseActRecord[] = [cleanupAct('granted', snapshot.id, claimant, attempt, { expiresAt })];
+    if (snapshot.state === 'claimed' && snapshot.claimedBy !== null)
+      acts.push(
+        cleanupAct('lost', snapshot.id, snapshot.claimedBy, snapshot.attempts, {
+          reason: 'superseded',
+          expiresAt: snapshot.claimExpiresAt,
+          by: { holder: claimant, token: attempt },
+        }),
+      );
+    await auditLeaseActs(ctx, trx, now, acts);
     const { resourceId: id, ownerTaskId, generation } = snapshot;
     const target: CleanupTarget =
       kind === 'environment'
@@ -195,6 +208,17 @@ export async function claimCleanup(
         : { kind, id, ownerTaskId, generation };
     return { ok: true, value: cleanupClaim(snapshot.id, claimant, attempt, expiresAt, target) };
   });
+}
+
+/** The trail's row of an act on a cleanup claim (resource = the snapshot, token = the attempt). */
+export function cleanupAct(
+  act: LeaseActRecord['act'],
+  snapshotId: string,
+  holder: string,
+  token: number,
+  detail: Record<string, unknown>,
+): LeaseActRecord {
+  return { act, kind: 'cleanup_claim', resource: snapshotId, holder, token, detail };
 }
 
 /** A claim with its lease (`token` = `attempt`), as claim and renew return it. */

@@ -8,6 +8,7 @@ import type { StoreContext } from '../context.js';
 import { createOnce, keyedCall, requireSameCreate, type IdempotencyOptions } from '../idempotent.js';
 import { lockBarriers, refuseIfAdmitted } from '../shared/barrier.js';
 import { activeGroupOf } from '../shared/groups.js';
+import { auditLeaseActs } from '../shared/audit.js';
 import {
   optionalId,
   optionalIdFilter,
@@ -23,6 +24,7 @@ import {
   ADMIT_REFUSALS,
   admitTaskCleanup,
   claimCleanup,
+  cleanupAct,
   cleanupClaim,
   CLEANUP_REFUSALS,
   fenced,
@@ -76,6 +78,8 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
     async (trx: Parameters<typeof settleSnapshot>[0], snapshot: CleanupSnapshot, now: number) => {
       const p = { ...fenceOf(snapshot), claimant: claim.claimant, now, remove };
       if (!(await endResourceClaim(trx, snapshot.resourceKind, p))) return null;
+      const detail = { state: settle.state, ...(settle.last_error ? { error: settle.last_error } : {}) };
+      await auditLeaseActs(ctx, trx, now, [cleanupAct('released', snapshot.id, claim.claimant, claim.attempt, detail)]);
       return settleSnapshot(trx, snapshot, claim.claimant, now, settle);
     };
 
@@ -276,6 +280,9 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
             .set({ claim_expires_at: expiresAt, updated_at: now })
             .where('id', '=', snapshot.id)
             .execute();
+          await auditLeaseActs(ctx, trx, now, [
+            cleanupAct('renewed', snapshot.id, claim.claimant, claim.attempt, { expiresAt }),
+          ]);
           return cleanupClaim(claim.snapshotId, claim.claimant, claim.attempt, expiresAt, claim.target);
         },
         call,
