@@ -386,6 +386,7 @@ export {
 } from './repositories/ownership/errors.js';
 export { CleanupBarrierError } from './repositories/shared/barrier.js';
 export { MAX_PENDING_CLEANUPS_LIMIT } from './repositories/ownership/index.js';
+export { DEFAULT_CLEANUP_CLAIM_TTL_MS } from './repositories/ownership/types.js';
 export type {
   ResourceCleanupClaim,
   TaskEnvironment,

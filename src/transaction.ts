@@ -15,6 +15,7 @@ import { fenceCoordinatorRun } from './repositories/shared/running-run.js';
 import { fenceSemaphore } from './repositories/semaphores/index.js';
 import { fenceDispatch } from './repositories/dispatches/index.js';
 import { fencePathLease, requirePathGrant } from './repositories/paths/grants.js';
+import { fenceCleanupClaim } from './repositories/ownership/cleanup.js';
 
 /**
  * A transaction shared by the host and taskfence: the host's own statements on `db`, taskfence's
@@ -187,6 +188,7 @@ const FENCES: LeaseFences = {
   semaphore: fenceSemaphore,
   dispatch: fenceDispatch,
   path_lease: fencePathLease,
+  cleanup_claim: fenceCleanupClaim,
 };
 
 const LOST = new WeakMap<object, Binding>();

@@ -12,8 +12,10 @@ import {
 import { normalizeWritePath } from '../domain/write-paths.js';
 import { lockBarriers, refuseIfAdmitted } from './shared/barrier.js';
 import { activeGroupOf } from './shared/groups.js';
+import { auditLeaseActs } from './shared/audit.js';
 import {
   callerMayTransition,
+  endedDispatches,
   failedDependencyReason,
   openDependencies,
   openGateOf,
@@ -489,12 +491,14 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
           throw new TaskTransitionRefusedError(taskId, from, to, task.status, 'open_gate');
         const now = ctx.clock.now();
         if (to === 'cancelled') {
-          await trx
+          const ended = await trx
             .updateTable('dispatch_contexts')
             .set({ status: 'cancelled', updated_at: now, ended_at: now, error: reason ?? 'task cancelled' })
             .where('task_id', '=', taskId)
             .where('status', '=', 'active')
+            .returning(['id', 'terminal_handle', 'seq', 'status'])
             .execute();
+          await auditLeaseActs(ctx, trx, now, endedDispatches(ended, 'tasks.transitionTask'));
         }
         const row = await trx
           .updateTable('tasks')

@@ -165,6 +165,128 @@ export function defineAuditTrailSuite(makeFixture: () => DialectFixture) {
     ]);
   });
 
+  it('records a coordinator run as a lease: start, heartbeat, stop, and the loss of a stale run at its reconcile', async () => {
+    const run = await all.runs.startCoordinatorRun({ targetKey: `worktree:audit-run-${++n}` });
+    clock.t += 10;
+    await all.runs.heartbeatCoordinatorRun(run.id);
+    clock.t += 10;
+    await all.runs.stopCoordinatorRun(run.id, 'completed');
+    await all.runs.stopCoordinatorRun(run.id, 'completed'); // a repeat stop: a no-op, recorded once
+    const h = run.coordinatorHandle;
+    const trail = await trailOf(all, 'coordinator_run', run.id);
+    expect(brief(trail)).toEqual([
+      ['lease.granted', h, 1],
+      ['lease.renewed', h, 1],
+      ['lease.released', h, 1],
+    ]);
+    expect(trail[0]!.detail).toMatchObject({ targetKey: run.targetKey, adoptedTaskCount: 0 });
+    expect(trail[2]!.detail).toEqual({ status: 'completed' });
+
+    const stale = await grants.runs.startCoordinatorRun({ targetKey: `worktree:audit-run-${++n}` });
+    clock.t += 10;
+    await grants.runs.heartbeatCoordinatorRun(stale.id); // a renewal: not recorded with 'grants'
+    const heartbeatAt = clock.t;
+    clock.t += 60_000;
+    expect((await grants.runs.reconcileStaleRuns({ staleAfterMs: 30_000 })).map((r) => r.id)).toContain(stale.id);
+    const lost = await trailOf(grants, 'coordinator_run', stale.id);
+    expect(brief(lost)).toEqual([
+      ['lease.granted', stale.coordinatorHandle, 1],
+      ['lease.lost', stale.coordinatorHandle, 1],
+    ]);
+    expect(lost[1]).toMatchObject({
+      at: clock.t,
+      detail: { heartbeatAt, staleAfterMs: 30_000, by: 'runs.reconcileStaleRuns' },
+    });
+  });
+
+  it('records cleanup claims: claim, renew, the takeover of a lapsed claim, and its completion', async () => {
+    const { company } = await workspace(all);
+    const owner = await all.tasks.createTask({ companyId: company.id, title: 'clean me', requiresFilesystem: false });
+    await all.ownership.createEnvironment({ ownerTaskId: owner.id, rootPath: `/ws/audit-${n}` });
+    const [snapshot] = (await all.ownership.admitTaskCleanup(owner.id)).snapshots;
+    const a = await all.ownership.claimCleanup(snapshot!.id, 'wa', { ttlMs: 100 });
+    clock.t += 1;
+    const renewed = await all.ownership.renewCleanupClaim(a, { ttlMs: 100 });
+    clock.t += 101;
+    const b = await all.ownership.claimCleanup(snapshot!.id, 'wb', { ttlMs: 100 });
+    clock.t += 1;
+    await all.ownership.completeCleanup(b);
+    const trail = await trailOf(all, 'cleanup_claim', snapshot!.id);
+    expect(brief(trail)).toEqual([
+      ['lease.granted', 'wa', 1],
+      ['lease.renewed', 'wa', 1],
+      ['lease.granted', 'wb', 2],
+      ['lease.lost', 'wa', 1],
+      ['lease.released', 'wb', 2],
+    ]);
+    expect(trail[3]!.detail).toEqual({
+      reason: 'superseded',
+      expiresAt: renewed.expiresAt,
+      by: { holder: 'wb', token: 2 },
+    });
+    expect(trail[4]!.detail).toEqual({ state: 'completed' });
+    // A refused completion with the lost claim rolls back, and records nothing.
+    await expect(all.ownership.failCleanup(a, 'late')).rejects.toMatchObject({ code: 'CLEANUP_ALREADY_COMPLETED' });
+    expect(await trailOf(all, 'cleanup_claim', snapshot!.id)).toHaveLength(5);
+  });
+
+  it('records the path leases and the dispatch a task result releases (paths.submitTaskResult)', async () => {
+    const { company, ws } = await workspace(all);
+    const targetKey = `worktree:audit-result-${n}`;
+    await all.runs.startCoordinatorRun({ targetKey });
+    const t = await all.tasks.createTask({
+      companyId: company.id,
+      title: 'write',
+      requiresFilesystem: true,
+      workspaceId: ws.id,
+      targetKey,
+      status: 'ready',
+      writes: ['src/r.ts'],
+    });
+    const d = await all.dispatches.createDispatch({ taskId: t.id, terminalHandle: `term-r${n}` });
+    const claim = await all.paths.claimTask(t.id, 'h1');
+    if (claim.status !== 'acquired') throw new Error('expected a grant');
+    clock.t += 1;
+    await all.paths.submitTaskResult(t.id, claim.lease, { status: 'done' });
+    const paths = await trailOf(all, 'path_lease', ws.id);
+    expect(brief(paths)).toEqual([
+      ['lease.granted', 'h1', claim.lease.token],
+      ['lease.released', 'h1', claim.lease.token],
+    ]);
+    expect(paths[1]).toMatchObject({
+      at: clock.t,
+      detail: { keys: ['src/r.ts'], by: 'paths.submitTaskResult', status: 'done' },
+    });
+    const dispatch = await trailOf(all, 'dispatch', d.id);
+    expect(brief(dispatch)).toEqual([
+      ['lease.granted', d.terminalHandle, d.seq],
+      ['lease.released', d.terminalHandle, d.seq],
+    ]);
+    expect(dispatch[1]!.detail).toEqual({ status: 'completed', by: 'paths.submitTaskResult' });
+  });
+
+  it('records the release of a dispatch its task’s cancel ended (tasks.transitionTask)', async () => {
+    const { company } = await workspace(all);
+    const targetKey = `worktree:audit-cancel-${n}`;
+    await all.runs.startCoordinatorRun({ targetKey });
+    const t = await all.tasks.createTask({
+      companyId: company.id,
+      title: 'cancel me',
+      requiresFilesystem: false,
+      targetKey,
+      status: 'ready',
+    });
+    const d = await all.dispatches.createDispatch({ taskId: t.id, terminalHandle: `term-c${n}` });
+    clock.t += 1;
+    await all.tasks.transitionTask(t.id, { from: 'dispatched', to: 'cancelled', reason: 'not needed' });
+    const trail = await trailOf(all, 'dispatch', d.id);
+    expect(brief(trail)).toEqual([
+      ['lease.granted', d.terminalHandle, d.seq],
+      ['lease.released', d.terminalHandle, d.seq],
+    ]);
+    expect(trail[1]).toMatchObject({ at: clock.t, detail: { status: 'cancelled', by: 'tasks.transitionTask' } });
+  });
+
   it('records grants and losses only with audit.leases grants, and nothing when off (the default)', async () => {
     const id = await task(grants);
     const first = await grants.locks.claimTaskLease(id, { holder: 'a', ttlMs: 100 });

@@ -50,9 +50,9 @@ export async function fencedWrite(
 }
 
 /**
- * Holder B: waits until A's lease lapsed, takes the resource over (a claim for locks and leases;
- * `reconcileStaleRuns` then a new run for a coordinator run), and reads the host rows the moment
- * its grant committed: every row A committed before the grant is among them.
+ * Holder B: waits until A's lease lapsed, takes the resource over (a claim for locks, leases and
+ * cleanup claims; `reconcileStaleRuns` then a new run for a coordinator run), and reads the host
+ * rows the moment its grant committed: every row A committed before the grant is among them.
  */
 export async function takeOver(
   store: Store,
@@ -81,6 +81,9 @@ export async function takeOver(
         ttlMs: 60_000,
       });
       if (claim.status === 'acquired') token = claim.lease.token;
+    } else if (args.kind === 'cleanup_claim') {
+      const claim = await store.ownership.tryClaimCleanup(args.resource, args.holder, { ttlMs: 60_000 });
+      if (claim.status === 'acquired') token = claim.claim.lease.token;
     } else if (args.kind === 'coordinator_run') {
       const failed = await store.runs.reconcileStaleRuns({ staleAfterMs: args.staleAfterMs! });
       if (failed.some((r) => r.id === args.resource)) {

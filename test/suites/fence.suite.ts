@@ -50,9 +50,17 @@ export function defineFenceSuite(makeFixture: () => DialectFixture) {
 
   /** A fresh resource of `kind` and A's lease on it, lapsing after TTL_MS. */
   async function grantA(
-    kind: 'workspace_lock' | 'task_lease' | 'coordinator_run' | 'semaphore' | 'path_lease',
+    kind: 'workspace_lock' | 'task_lease' | 'coordinator_run' | 'semaphore' | 'path_lease' | 'cleanup_claim',
     round: number,
   ) {
+    if (kind === 'cleanup_claim') {
+      // A's claim on the snapshot of an environment whose owner's cleanup was admitted.
+      const task = await store.tasks.createTask({ companyId, title: `c-${round}`, requiresFilesystem: false });
+      await store.ownership.createEnvironment({ ownerTaskId: task.id, rootPath: `/ws/c-${round}` });
+      const [snapshot] = (await store.ownership.admitTaskCleanup(task.id)).snapshots;
+      const claim = await store.ownership.claimCleanup(snapshot!.id, 'A', { ttlMs: TTL_MS });
+      return { lease: claim.lease as Lease, takeOver: { kind, resource: snapshot!.id, holder: 'B' } };
+    }
     if (kind === 'path_lease') {
       // B takes a path below A's: the takeover prunes nothing of A's, so only the token row fences it.
       const ws = await store.org.createWorkspace({ companyId, name: `paths-${round}` });
@@ -97,6 +105,7 @@ export function defineFenceSuite(makeFixture: () => DialectFixture) {
     coordinator_run: 'COORDINATOR_RUN_NOT_RUNNING',
     semaphore: 'SEMAPHORE_LEASE_LOST',
     path_lease: 'PATH_LEASE_LOST',
+    cleanup_claim: 'CLEANUP_CLAIM_LOST',
   };
   const lateReason = {
     workspace_lock: 'superseded',
@@ -104,72 +113,77 @@ export function defineFenceSuite(makeFixture: () => DialectFixture) {
     coordinator_run: 'released',
     semaphore: 'expired',
     path_lease: 'expired',
+    cleanup_claim: 'superseded',
   };
 
   let round = 0;
-  describe.each(['workspace_lock', 'task_lease', 'coordinator_run', 'semaphore', 'path_lease'] as const)(
-    'tx.assertLease on a %s',
-    (kind) => {
-      it.each(['store', 'host'] as const)(
-        'a takeover waits for the fenced transaction (store.transaction or the host’s own with withTransaction): no host row under the old token commits after the new grant (%s)',
-        async (via) => {
-          // Only a round in which A asserted its live lease and wrote can catch a takeover that does
-          // not wait: play rounds until two such rounds happened (under load A's lease may lapse first).
-          let fenced = 0;
-          for (let i = 0; i < 6 && fenced < 2; i++) {
-            const r = ++round;
-            const { lease, takeOver } = await grantA(kind, r);
-            const id = `A-${kind}-${r}`;
-            const a = contenders.start(0, 'fencedWrite', { id, lease, holdMs: HOLD_MS, via });
-            await contenders.waitForSignal(0, `inside:${id}`);
-            const b = await contenders.run(1, 'takeOver', takeOver);
-            const outcome = await a;
-            if (!b.ok) throw new Error(`takeover failed: ${b.error.message}`);
-            if (!outcome.ok) throw new Error(`fenced write crashed: ${outcome.error.message}`);
-            const committed = (await hostRows(lease.resource)).map((row) => row.id);
-            if (outcome.value.committed) {
-              // A committed: it must have committed before B's grant, so B saw its row.
-              expect(committed).toContain(id);
-              expect(b.value.seen).toContain(id);
-              fenced++;
-            } else {
-              expect(outcome.value).toMatchObject({ code: lostCode[kind] });
-              expect(committed).not.toContain(id);
-            }
+  describe.each([
+    'workspace_lock',
+    'task_lease',
+    'coordinator_run',
+    'semaphore',
+    'path_lease',
+    'cleanup_claim',
+  ] as const)('tx.assertLease on a %s', (kind) => {
+    it.each(['store', 'host'] as const)(
+      'a takeover waits for the fenced transaction (store.transaction or the host’s own with withTransaction): no host row under the old token commits after the new grant (%s)',
+      async (via) => {
+        // Only a round in which A asserted its live lease and wrote can catch a takeover that does
+        // not wait: play rounds until two such rounds happened (under load A's lease may lapse first).
+        let fenced = 0;
+        for (let i = 0; i < 6 && fenced < 2; i++) {
+          const r = ++round;
+          const { lease, takeOver } = await grantA(kind, r);
+          const id = `A-${kind}-${r}`;
+          const a = contenders.start(0, 'fencedWrite', { id, lease, holdMs: HOLD_MS, via });
+          await contenders.waitForSignal(0, `inside:${id}`);
+          const b = await contenders.run(1, 'takeOver', takeOver);
+          const outcome = await a;
+          if (!b.ok) throw new Error(`takeover failed: ${b.error.message}`);
+          if (!outcome.ok) throw new Error(`fenced write crashed: ${outcome.error.message}`);
+          const committed = (await hostRows(lease.resource)).map((row) => row.id);
+          if (outcome.value.committed) {
+            // A committed: it must have committed before B's grant, so B saw its row.
+            expect(committed).toContain(id);
+            expect(b.value.seen).toContain(id);
+            fenced++;
+          } else {
+            expect(outcome.value).toMatchObject({ code: lostCode[kind] });
+            expect(committed).not.toContain(id);
           }
-          expect(fenced, 'rounds in which A wrote under its live lease').toBe(2);
-        },
-        120_000,
-      );
+        }
+        expect(fenced, 'rounds in which A wrote under its live lease').toBe(2);
+      },
+      120_000,
+    );
 
-      it('a fenced transaction after the takeover fails typed and its host write rolls back, even if the error is caught', async () => {
-        const r = ++round;
-        const { lease, takeOver } = await grantA(kind, r);
-        await new Promise((resolve) => setTimeout(resolve, TTL_MS + 50));
-        const b = await contenders.run(1, 'takeOver', takeOver);
-        if (!b.ok) throw new Error(`takeover failed: ${b.error.message}`);
-        const failed = store.transaction(async (tx) => {
-          await tx.db
-            .withTables<FenceHostTables>()
-            .insertInto('fenced_results')
-            .values({ id: `late-${r}`, kind, resource: lease.resource, token: lease.token })
-            .execute();
-          await tx.assertLease(lease).catch((error: unknown) => {
-            expect(error).toBeInstanceOf(LeaseLostError);
-          });
+    it('a fenced transaction after the takeover fails typed and its host write rolls back, even if the error is caught', async () => {
+      const r = ++round;
+      const { lease, takeOver } = await grantA(kind, r);
+      await new Promise((resolve) => setTimeout(resolve, TTL_MS + 50));
+      const b = await contenders.run(1, 'takeOver', takeOver);
+      if (!b.ok) throw new Error(`takeover failed: ${b.error.message}`);
+      const failed = store.transaction(async (tx) => {
+        await tx.db
+          .withTables<FenceHostTables>()
+          .insertInto('fenced_results')
+          .values({ id: `late-${r}`, kind, resource: lease.resource, token: lease.token })
+          .execute();
+        await tx.assertLease(lease).catch((error: unknown) => {
+          expect(error).toBeInstanceOf(LeaseLostError);
         });
-        await expect(failed).rejects.toMatchObject({ code: lostCode[kind], kind, reason: lateReason[kind] });
-        expect((await hostRows(lease.resource)).map((row) => row.id)).not.toContain(`late-${r}`);
-        // Every later statement of such a transaction fails too.
-        await expect(
-          store.transaction(async (tx) => {
-            await tx.assertLease(lease).catch(() => {});
-            await tx.db.withTables<FenceHostTables>().selectFrom('fenced_results').select('id').execute();
-          }),
-        ).rejects.toBeInstanceOf(LeaseLostError);
-      }, 60_000);
-    },
-  );
+      });
+      await expect(failed).rejects.toMatchObject({ code: lostCode[kind], kind, reason: lateReason[kind] });
+      expect((await hostRows(lease.resource)).map((row) => row.id)).not.toContain(`late-${r}`);
+      // Every later statement of such a transaction fails too.
+      await expect(
+        store.transaction(async (tx) => {
+          await tx.assertLease(lease).catch(() => {});
+          await tx.db.withTables<FenceHostTables>().selectFrom('fenced_results').select('id').execute();
+        }),
+      ).rejects.toBeInstanceOf(LeaseLostError);
+    }, 60_000);
+  });
 
   it('refuses a lease of an unknown kind, or a malformed one, before any statement', async () => {
     await expect(

@@ -9,7 +9,9 @@ import {
   DEFAULT_DISPATCH_TTL_MS,
   LeaseLostError,
   type Agent,
+  type CleanupClaim,
   type Clock,
+  type Lease as LeaseGrant,
   type MigrationEvent,
   type Store,
   type Task,
@@ -214,6 +216,25 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
         requiresFilesystem: false,
       });
       const target = `worktree:lp${n}`;
+      // A cleanup claim is a lease on a snapshot; its calls take the claim object, so they are
+      // adapted here to take and return its `lease` (the claim of each token is kept by token).
+      const owner = await store.tasks.createTask({
+        companyId: ws.companyId,
+        title: 'owner',
+        requiresFilesystem: false,
+      });
+      await store.ownership.createEnvironment({ ownerTaskId: owner.id, rootPath: `/ws/lp${n}` });
+      const [snapshot] = (await store.ownership.admitTaskCleanup(owner.id)).snapshots;
+      const claims = new Map<number, CleanupClaim>();
+      const claimOf = (lease: LeaseGrant) => {
+        const known = claims.get(lease.token) ?? [...claims.values()][0]!;
+        return {
+          ...known,
+          attempt: lease.token,
+          expiresAt: lease.expiresAt,
+          lease: lease as LeaseGrant<'cleanup_claim'>,
+        };
+      };
       return [
         {
           name: 'workspace lock',
@@ -266,6 +287,21 @@ export function defineLockSuite(makeFixture: () => DialectFixture) {
             return lease;
           },
           release: (lease: { resource: string }) => store.runs.stopCoordinatorRun(lease.resource, 'completed'),
+        },
+        {
+          name: 'cleanup claim',
+          code: 'CLEANUP_CLAIM_LOST',
+          succession: true,
+          lapses: true,
+          claim: async (holder: string) => {
+            const r = await store.ownership.tryClaimCleanup(snapshot!.id, holder, { ttlMs: 1000 });
+            if (r.status === 'busy') return r;
+            claims.set(r.claim.attempt, r.claim);
+            return { status: 'acquired' as const, lease: r.claim.lease };
+          },
+          renew: async (lease: LeaseGrant) =>
+            (await store.ownership.renewCleanupClaim(claimOf(lease), { ttlMs: 1000 })).lease,
+          release: (lease: LeaseGrant) => store.ownership.releaseCleanupClaim(claimOf(lease)),
         },
       ] as const;
     }

@@ -25,6 +25,7 @@ const PUBLIC_EXPORTS = [
   'CoordinatorHandleTakenError',
   'CoordinatorRunConflictError',
   'CoordinatorRunNotRunningError',
+  'DEFAULT_CLEANUP_CLAIM_TTL_MS',
   'DEFAULT_DELIVERY_LIMIT',
   'DEFAULT_DISPATCH_LEASE_TTL_MS',
   'DEFAULT_DISPATCH_TTL_MS',

@@ -18,6 +18,9 @@ import {
   staleOwnershipError,
   type StaleOwnershipError,
 } from './errors.js';
+import { readLeaseRowLocked, isLiveGrant, type LeaseFence } from '../shared/fence.js';
+import { lostReason } from '../shared/lease.js';
+import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import { loadSnapshot, requireTaskExists, snapshotsOf } from './rows.js';
 import { activeClaim, claimResource, readResource, type ResourceState } from './statements.js';
 import type { CleanupAdmission, CleanupClaim, CleanupSnapshot, CleanupTarget } from './types.js';
@@ -172,40 +175,130 @@ export async function claimCleanup(
       }
       throw new CleanupClaimLostError(snapshot.id, claimant, state!.claimedBy);
     }
-    const reclaim =
-      snapshot.state === 'claimed' && snapshot.claimedBy === claimant && (snapshot.claimExpiresAt ?? 0) > now;
+    // Every grant takes the next attempt, a claimant's own live re-claim too: `attempt` is the
+    // claim's fencing token, so no two grants of a snapshot ever share one.
     await trx
       .updateTable('cleanup_snapshots')
       .set((eb) => ({
         state: 'claimed',
         claimed_by: claimant,
         claim_expires_at: expiresAt,
-        attempts: reclaim ? eb.ref('attempts') : eb('attempts', '+', 1),
+        attempts: eb('attempts', '+', 1),
         updated_at: now,
       }))
       .where('id', '=', snapshot.id)
       .execute();
-    const attempt = reclaim ? snapshot.attempts : snapshot.attempts + 1;
+    const attempt = snapshot.attempts + 1;
+    // The grant, and the loss of the claim it took over (one that lapsed unsettled, or the
+    // claimant's own live claim it re-claimed).
+    const acts: LeaseActRecord[] = [cleanupAct('granted', snapshot.id, claimant, attempt, { expiresAt })];
+    if (snapshot.state === 'claimed' && snapshot.claimedBy !== null)
+      acts.push(
+        cleanupAct('lost', snapshot.id, snapshot.claimedBy, snapshot.attempts, {
+          reason: 'superseded',
+          expiresAt: snapshot.claimExpiresAt,
+          by: { holder: claimant, token: attempt },
+        }),
+      );
+    await auditLeaseActs(ctx, trx, now, acts);
     const { resourceId: id, ownerTaskId, generation } = snapshot;
     const target: CleanupTarget =
       kind === 'environment'
         ? { kind, id, ownerTaskId, generation, rootPath: state!.rootPath! }
         : { kind, id, ownerTaskId, generation };
-    return { ok: true, value: { snapshotId: snapshot.id, claimant, expiresAt, attempt, target } };
+    return { ok: true, value: cleanupClaim(snapshot.id, claimant, attempt, expiresAt, target) };
   });
+}
+
+/** The trail's row of an act on a cleanup claim (resource = the snapshot, token = the attempt). */
+export function cleanupAct(
+  act: LeaseActRecord['act'],
+  snapshotId: string,
+  holder: string,
+  token: number,
+  detail: Record<string, unknown>,
+): LeaseActRecord {
+  return { act, kind: 'cleanup_claim', resource: snapshotId, holder, token, detail };
+}
+
+/** A claim with its lease (`token` = `attempt`), as claim and renew return it. */
+export function cleanupClaim(
+  snapshotId: string,
+  claimant: string,
+  attempt: number,
+  expiresAt: number,
+  target: CleanupTarget,
+): CleanupClaim {
+  const lease = Object.freeze({
+    kind: 'cleanup_claim' as const,
+    resource: snapshotId,
+    holder: claimant,
+    token: attempt,
+    expiresAt,
+  });
+  return { snapshotId, claimant, expiresAt, attempt, target, lease };
+}
+
+/** The claim state of a snapshot row as the lease protocol reads it: the latest token and its live holder. */
+const claimState = (row: { state: CleanupSnapshotState; attempts: number; claimedBy: string | null }) => ({
+  token: row.attempts,
+  holder: row.state === 'claimed' ? row.claimedBy : null,
+});
+
+/**
+ * `tx.assertLease` for a cleanup claim: the snapshot row (the claim's lease row: every claim,
+ * renew, complete, fail and release of it updates the row) is read locked, and the claim is live
+ * iff the snapshot is `claimed` at the lease's token and unexpired; otherwise
+ * `CleanupClaimLostError`. A transfer of the resource after the claim lapsed does not touch the
+ * snapshot row, so it does not wait; it marks the snapshot stale for the claimant's next call.
+ */
+export const fenceCleanupClaim: LeaseFence = async (ctx, trx, lease) => {
+  const row = await readLeaseRowLocked(
+    ctx,
+    trx
+      .selectFrom('cleanup_snapshots')
+      .select(['state', 'attempts', 'claimed_by', 'claim_expires_at'])
+      .where('id', '=', lease.resource),
+  );
+  const current = row
+    ? claimState({ state: row.state, attempts: Number(row.attempts), claimedBy: row.claimed_by })
+    : null;
+  const live = {
+    token: current?.token ?? 0,
+    holder: current?.holder ?? null,
+    expires_at: row?.state === 'claimed' && row.claim_expires_at !== null ? Number(row.claim_expires_at) : null,
+  };
+  if (row && isLiveGrant(live, lease.token, ctx.clock.now())) return;
+  throw new CleanupClaimLostError(
+    lease.resource,
+    lease.holder,
+    current?.holder ?? null,
+    lostReason(current, lease.token),
+    lease.token,
+  );
+};
+
+/** How one fenced call treats a claim that is not (or no longer) the live one. */
+export interface FenceRules<T> {
+  /** A completed snapshot this claim completed: a result (a repeat completion), or null to refuse it. */
+  readonly onCompleted?: (snapshot: CleanupSnapshot) => FencedOutcome<T> | null;
+  /** A claim the snapshot no longer holds: a result (a repeat release), or null to refuse it. */
+  readonly onLost?: (snapshot: CleanupSnapshot, now: number) => FencedOutcome<T> | null;
+  /** Refuse a lapsed claim even while nobody claimed after it (renew never revives a lapsed lease). */
+  readonly unexpired?: boolean;
 }
 
 /**
  * The common fence of complete / fail / release / renew: under the snapshot and resource keys,
- * checks the snapshot is claimed by `claim.claimant` and the resource still has the snapshot's
- * owner, generation and the claimant's claim, then runs `apply` (whose fenced UPDATE re-checks
- * the same on the row; null = it matched nothing). A moved resource marks the snapshot stale
- * (committed) and throws the error. `onCompleted` may accept an already completed snapshot.
+ * checks the snapshot is claimed at `claim.attempt` (the claim's token) by `claim.claimant` and
+ * the resource still has the snapshot's owner, generation and the claimant's claim, then runs
+ * `apply` (whose fenced UPDATE re-checks the same on the row; null = it matched nothing). A moved
+ * resource marks the snapshot stale (committed) and throws the error.
  */
 export async function fenced<T>(
   ctx: StoreContext,
   claim: CleanupClaim,
-  onCompleted: (snapshot: CleanupSnapshot) => FencedOutcome<T> | null,
+  rules: FenceRules<T>,
   apply: (trx: Trx, snapshot: CleanupSnapshot, now: number) => Promise<T | null>,
   call: IdempotentCall | null = null,
 ): Promise<T> {
@@ -224,22 +317,50 @@ export async function fenced<T>(
       return { ok: false, error: staleOwnershipError(snapshot, state) };
     }
     if (snapshot.state === 'completed') {
-      const handled = onCompleted(snapshot);
+      // Only the claim that completed it may see its completion as its own.
+      const handled = snapshot.attempts === claim.attempt ? (rules.onCompleted?.(snapshot) ?? null) : null;
       if (handled) return handled;
       return { ok: false, error: new CleanupAlreadyCompletedError(snapshot.id, snapshot.claimedBy) };
     }
     const state = await readResource(trx, snapshot.resourceKind, snapshot.resourceId);
     if (movedSince(snapshot, state)) return { ok: false, error: await markStale(trx, snapshot, state, now) };
-    if (snapshot.state !== 'claimed' || snapshot.claimedBy !== claim.claimant || state!.claimedBy !== claim.claimant) {
-      return { ok: false, error: new CleanupClaimLostError(snapshot.id, claim.claimant, state!.claimedBy) };
+    const held =
+      snapshot.state === 'claimed' &&
+      snapshot.attempts === claim.attempt &&
+      snapshot.claimedBy === claim.claimant &&
+      state!.claimedBy === claim.claimant;
+    if (!held) {
+      const handled = rules.onLost?.(snapshot, now) ?? null;
+      if (handled) return handled;
+      const reason = lostReason(claimState(snapshot), claim.attempt);
+      const error = new CleanupClaimLostError(snapshot.id, claim.claimant, state!.claimedBy, reason, claim.attempt);
+      return { ok: false, error };
+    }
+    if (rules.unexpired && (snapshot.claimExpiresAt ?? 0) <= now) {
+      const error = new CleanupClaimLostError(snapshot.id, claim.claimant, null, 'expired', claim.attempt);
+      return { ok: false, error };
     }
     const value = await apply(trx, snapshot, now);
     if (value === null) {
       // The CAS found the row changed under us: fail closed, keep nothing of this attempt.
-      throw new CleanupClaimLostError(snapshot.id, claim.claimant, null);
+      throw new CleanupClaimLostError(snapshot.id, claim.claimant, null, 'superseded', claim.attempt);
     }
     return { ok: true, value };
   });
+}
+
+/**
+ * The release rule every lease kind follows (README, Leases), as `releaseCleanupClaim`'s
+ * `onLost`: a repeat release is a no-op while nobody was granted the snapshot after this claim
+ * (it is `pending` or `failed` at the claim's token), or while the claim's own `expiresAt` has
+ * not passed (nobody can take over a live claim, so a later grant proves this one was released).
+ */
+export function repeatRelease(claim: CleanupClaim): FenceRules<CleanupSnapshot>['onLost'] {
+  return (snapshot, now) => {
+    const releasedByUs = snapshot.state !== 'claimed' && snapshot.attempts === claim.attempt;
+    const supersededLive = snapshot.attempts > claim.attempt && now < claim.expiresAt;
+    return releasedByUs || supersededLive ? { ok: true, value: snapshot } : null;
+  };
 }
 
 /** Settles a claimed snapshot (only while `claimant` still holds it) and returns it as committed. */

@@ -1,5 +1,6 @@
 /** The errors of `store.ownership` (SPEC §6); `CleanupBarrierError` lives with the barrier in `shared/`. */
 import { TaskfenceError } from '../../errors.js';
+import { LeaseLostError, type LeaseLostReason } from '../shared/lease.js';
 import type { CleanupResourceKind } from '../../schema/database.js';
 
 export type OwnedResourceKind = CleanupResourceKind;
@@ -72,18 +73,28 @@ export class StaleOwnershipError extends TaskfenceError {
   }
 }
 
-/** The caller's cleanup claim is no longer the active one (it was released, or expired and taken by another claimant). */
-export class CleanupClaimLostError extends TaskfenceError {
+/**
+ * The caller's cleanup claim is no longer the active one: `complete`, `fail`, `release`, `renew`
+ * and `tx.assertLease` refuse it. `reason` says why: `superseded` (the snapshot was claimed again
+ * after this claim, by anyone), `released` (it was released, failed or completed), `expired` (it
+ * lapsed; `tx.assertLease` only) or `never_granted`. The caller must stop the teardown.
+ */
+export class CleanupClaimLostError extends LeaseLostError {
   readonly code = 'CLEANUP_CLAIM_LOST';
+  readonly kind = 'cleanup_claim';
   constructor(
     readonly snapshotId: string,
     readonly claimant: string,
     readonly currentClaimant: string | null,
+    readonly reason: LeaseLostReason = 'superseded',
+    /** The claim's token (its `attempt`), when known. */
+    readonly token: number | null = null,
   ) {
     super(
-      `${claimant} no longer holds the cleanup claim of snapshot ${snapshotId}` +
-        (currentClaimant ? ` (${currentClaimant} holds it now)` : '') +
-        '. Stop the teardown; claim the snapshot again if it is still pending.',
+      `${claimant} no longer holds the cleanup claim of snapshot ${snapshotId} (${reason}` +
+        (token === null ? '' : `, token ${token}`) +
+        (currentClaimant ? `; ${currentClaimant} holds it now` : '') +
+        '). Stop the teardown; claim the snapshot again if it is still pending.',
     );
   }
 }

@@ -8,6 +8,7 @@ import type { StoreContext } from '../context.js';
 import { createOnce, keyedCall, requireSameCreate, type IdempotencyOptions } from '../idempotent.js';
 import { lockBarriers, refuseIfAdmitted } from '../shared/barrier.js';
 import { activeGroupOf } from '../shared/groups.js';
+import { auditLeaseActs } from '../shared/audit.js';
 import {
   optionalId,
   optionalIdFilter,
@@ -19,14 +20,28 @@ import {
   requirePositiveMs,
   requireText,
 } from '../validate.js';
-import { ADMIT_REFUSALS, admitTaskCleanup, claimCleanup, CLEANUP_REFUSALS, fenced, settleSnapshot } from './cleanup.js';
+import {
+  ADMIT_REFUSALS,
+  admitTaskCleanup,
+  claimCleanup,
+  cleanupAct,
+  cleanupClaim,
+  CLEANUP_REFUSALS,
+  fenced,
+  repeatRelease,
+  settleSnapshot,
+} from './cleanup.js';
 import { CleanupInProgressError } from './errors.js';
 import { loadEnvironment, loadGroup, loadSnapshot, requireTaskExists, snapshotsOf, toCleanupSnapshot } from './rows.js';
 import { endResourceClaim, renewResourceClaim } from './statements.js';
 import { detachSubtask, transfer, TRANSFER_REFUSALS } from './transfer.js';
-import type { CleanupClaim, CleanupSnapshot, OwnershipRepository } from './types.js';
+import {
+  DEFAULT_CLEANUP_CLAIM_TTL_MS,
+  type CleanupClaim,
+  type CleanupSnapshot,
+  type OwnershipRepository,
+} from './types.js';
 
-const DEFAULT_CLAIM_TTL_MS = 10 * 60_000;
 /** Upper bound of `listPendingCleanups`' `limit`. */
 export const MAX_PENDING_CLEANUPS_LIMIT = 10_000;
 
@@ -39,6 +54,7 @@ function requireClaim(claim: CleanupClaim): void {
   requireInput('claim', claim);
   requireId('claim.snapshotId', claim.snapshotId);
   requireId('claim.claimant', claim.claimant);
+  requireCounter('claim.attempt', claim.attempt, 'attempt (token) the claim returned');
   requireInput('claim.target', claim.target);
   requireId('claim.target.id', claim.target.id);
   requireGeneration('claim.target.generation', claim.target.generation);
@@ -62,6 +78,8 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
     async (trx: Parameters<typeof settleSnapshot>[0], snapshot: CleanupSnapshot, now: number) => {
       const p = { ...fenceOf(snapshot), claimant: claim.claimant, now, remove };
       if (!(await endResourceClaim(trx, snapshot.resourceKind, p))) return null;
+      const detail = { state: settle.state, ...(settle.last_error ? { error: settle.last_error } : {}) };
+      await auditLeaseActs(ctx, trx, now, [cleanupAct('released', snapshot.id, claim.claimant, claim.attempt, detail)]);
       return settleSnapshot(trx, snapshot, claim.claimant, now, settle);
     };
 
@@ -229,7 +247,7 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       requireId('snapshotId', snapshotId);
       requireId('claimant', claimant);
       const opts = optionalInput('options', options);
-      const ttlMs = requirePositiveMs('ttlMs', opts.ttlMs ?? DEFAULT_CLAIM_TTL_MS);
+      const ttlMs = requirePositiveMs('ttlMs', opts.ttlMs ?? DEFAULT_CLEANUP_CLAIM_TTL_MS);
       const call = keyedCall('ownership.claimCleanup', opts, { snapshotId, claimant, ttlMs }, CLEANUP_REFUSALS);
       return claimCleanup(ctx, snapshotId, claimant, ttlMs, call);
     },
@@ -247,12 +265,12 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
     async renewCleanupClaim(claim, options) {
       requireClaim(claim);
       const opts = optionalInput('options', options);
-      const ttlMs = requirePositiveMs('ttlMs', opts.ttlMs ?? DEFAULT_CLAIM_TTL_MS);
+      const ttlMs = requirePositiveMs('ttlMs', opts.ttlMs ?? DEFAULT_CLEANUP_CLAIM_TTL_MS);
       const call = keyedCall('ownership.renewCleanupClaim', opts, { claim, ttlMs }, CLEANUP_REFUSALS);
       return fenced(
         ctx,
         claim,
-        () => null,
+        { unexpired: true },
         async (trx, snapshot, now) => {
           const expiresAt = now + ttlMs;
           const p = { ...fenceOf(snapshot), claimant: claim.claimant, expiresAt, now };
@@ -262,7 +280,10 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
             .set({ claim_expires_at: expiresAt, updated_at: now })
             .where('id', '=', snapshot.id)
             .execute();
-          return { ...claim, expiresAt };
+          await auditLeaseActs(ctx, trx, now, [
+            cleanupAct('renewed', snapshot.id, claim.claimant, claim.attempt, { expiresAt }),
+          ]);
+          return cleanupClaim(claim.snapshotId, claim.claimant, claim.attempt, expiresAt, claim.target);
         },
         call,
       );
@@ -279,7 +300,7 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       return fenced(
         ctx,
         claim,
-        (snapshot) => (snapshot.claimedBy === claim.claimant ? { ok: true, value: snapshot } : null),
+        { onCompleted: (snapshot) => (snapshot.claimedBy === claim.claimant ? { ok: true, value: snapshot } : null) },
         endClaim(claim, true, { state: 'completed', last_error: null, keepClaimant: true }),
         call,
       );
@@ -290,14 +311,15 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
       const message = requireText('error', error);
       const opts = optionalInput('options', options);
       const call = keyedCall('ownership.failCleanup', opts, { claim, error: message }, CLEANUP_REFUSALS);
-      return fenced(ctx, claim, () => null, endClaim(claim, false, { state: 'failed', last_error: message }), call);
+      return fenced(ctx, claim, {}, endClaim(claim, false, { state: 'failed', last_error: message }), call);
     },
 
     async releaseCleanupClaim(claim, options?: IdempotencyOptions) {
       requireClaim(claim);
       const opts = optionalInput('options', options);
       const call = keyedCall('ownership.releaseCleanupClaim', opts, { claim }, CLEANUP_REFUSALS);
-      return fenced(ctx, claim, () => null, endClaim(claim, false, { state: 'pending' }), call);
+      const rules = { onLost: repeatRelease(claim) };
+      return fenced(ctx, claim, rules, endClaim(claim, false, { state: 'pending' }), call);
     },
 
     async detachSubtask(input) {

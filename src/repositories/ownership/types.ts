@@ -18,7 +18,11 @@
 import type { CleanupKind, CleanupSnapshotState, GroupMemberRole } from '../../schema/database.js';
 import type { OwnedResourceKind } from './errors.js';
 import type { IdempotencyOptions } from '../idempotent.js';
+import type { Lease } from '../shared/lease.js';
 import { claim, committed, grant, release, renewal, type OutcomeDeclarations } from '../shared/outcomes.js';
+
+/** How long a cleanup claim lives unless renewed (10 min): `claimCleanup` and `renewCleanupClaim`'s default `ttlMs`. */
+export const DEFAULT_CLEANUP_CLAIM_TTL_MS = 10 * 60_000;
 
 /** An active cleanup claim on a resource. */
 export interface ResourceCleanupClaim {
@@ -117,7 +121,6 @@ export type CleanupTarget =
     }
   | { readonly kind: 'group'; readonly id: string; readonly ownerTaskId: string; readonly generation: number };
 
-/** A held cleanup claim: pass it back to complete, fail, release or renew. */
 /** Who holds a contended cleanup claim. */
 export interface CleanupClaimHolder {
   readonly holder: string;
@@ -131,6 +134,11 @@ export type CleanupClaimResult =
   | { readonly status: 'acquired'; readonly claim: CleanupClaim }
   | { readonly status: 'busy'; readonly heldBy: CleanupClaimHolder };
 
+/**
+ * A held cleanup claim: pass it back to complete, fail, release or renew, and its `lease` to
+ * `tx.assertLease`. `attempt` is the claim's fencing token: it rises on every grant of the
+ * snapshot to a claimant that did not hold it live, and is never reused.
+ */
 export interface CleanupClaim {
   readonly snapshotId: string;
   readonly claimant: string;
@@ -138,6 +146,8 @@ export interface CleanupClaim {
   /** 1 for the first claim of the snapshot, 2 for the first retry, … */
   readonly attempt: number;
   readonly target: CleanupTarget;
+  /** The claim as a lease: `resource` = the snapshot id, `holder` = the claimant, `token` = `attempt`. */
+  readonly lease: Lease<'cleanup_claim'>;
 }
 
 export type DetachResult =
@@ -262,7 +272,9 @@ export interface OwnershipRepository {
   ): Promise<CleanupClaimResult>;
 
   /**
-   * Extends a held claim to `now + ttlMs` (default 10 min). Fenced like `completeCleanup`.
+   * Extends a held claim to `now + ttlMs` (default 10 min) and returns it with its renewed
+   * `lease`. Fenced like `completeCleanup`, and never revives a lapsed claim
+   * (`CleanupClaimLostError`, `expired`).
    */
   renewCleanupClaim(claim: CleanupClaim, options?: { ttlMs?: number } & IdempotencyOptions): Promise<CleanupClaim>;
 
@@ -280,7 +292,13 @@ export interface OwnershipRepository {
    */
   failCleanup(claim: CleanupClaim, error: string, options?: IdempotencyOptions): Promise<CleanupSnapshot>;
 
-  /** Gives the claim back without an attempt result: the snapshot is `pending` again. Fenced like `completeCleanup`. */
+  /**
+   * Gives the claim back without an attempt result: the snapshot is `pending` again. Fenced like
+   * `completeCleanup`, with the release rule of every lease (README, Leases): a repeat release is
+   * a no-op returning the snapshot while nobody claimed it after this claim, or while this
+   * claim's own `expiresAt` has not passed; once it lapsed and someone claimed after it,
+   * `CleanupClaimLostError` (`superseded`).
+   */
   releaseCleanupClaim(claim: CleanupClaim, options?: IdempotencyOptions): Promise<CleanupSnapshot>;
 
   /**

@@ -5,6 +5,7 @@
 import { leaseKeys, WHOLE_WORKSPACE_KEY, decodePathLeaseKey } from '../../domain/write-paths.js';
 import { NotFoundError } from '../../errors.js';
 import type { TaskStatus } from '../../schema/database.js';
+import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import type { StoreContext } from '../context.js';
 import { keyedWrite, type IdempotentCall } from '../idempotent.js';
 import type { Lease } from '../shared/lease.js';
@@ -85,6 +86,30 @@ export async function claimTask(
   });
 }
 
+/** The trail's rows of the task's path leases a result released: one per grant (token), with its keys. */
+function releasedGrants(
+  workspaceId: string,
+  rows: readonly { lease_key: string; holder: string; token: number | null }[],
+  status: 'done' | 'failed',
+): LeaseActRecord[] {
+  const grants = new Map<string, { holder: string; token: number | null; keys: string[] }>();
+  for (const row of rows) {
+    const token = row.token === null ? null : Number(row.token);
+    const id = `${token}\0${row.holder}`;
+    const grant = grants.get(id) ?? { holder: row.holder, token, keys: [] };
+    grant.keys.push(decodePathLeaseKey(row.lease_key));
+    grants.set(id, grant);
+  }
+  return [...grants.values()].map((g) => ({
+    act: 'released',
+    kind: 'path_lease',
+    resource: workspaceId,
+    holder: g.holder,
+    token: g.token,
+    detail: { keys: g.keys.sort(), by: 'paths.submitTaskResult', status },
+  }));
+}
+
 /** `submitTaskResult` (validated input); its guarantee is stated on `PathLeaseRepository`. */
 export async function submitTaskResult(
   ctx: StoreContext,
@@ -162,12 +187,18 @@ export async function submitTaskResult(
         `holder ${JSON.stringify(other.holder)} holds its lease on ${showKey(decodePathLeaseKey(other.lease_key))}`,
       );
     }
-    const released = await trx.deleteFrom('path_leases').where('task_id', '=', taskId).returning('lease_key').execute();
-    if (released.length > 0 && task.workspace_id !== null)
+    const released = await trx
+      .deleteFrom('path_leases')
+      .where('task_id', '=', taskId)
+      .returning(['lease_key', 'holder', 'token'])
+      .execute();
+    if (released.length > 0 && task.workspace_id !== null) {
+      await auditLeaseActs(ctx, trx, now, releasedGrants(task.workspace_id, released, status));
       await dialect.wakeups.notify(trx, pathsTopic(task.workspace_id));
+    }
     await trx.updateTable('tasks').set({ status, updated_at: now }).where('id', '=', taskId).execute();
     // Its active dispatch ends with it, and its dependents move on (ready, or blocked on a failure).
-    await afterTaskFinished(trx, taskId, status, now, dialect.supportsSkipLocked);
+    await afterTaskFinished(ctx, trx, taskId, status, now);
     return { status, released: released.map((r) => decodePathLeaseKey(r.lease_key)).sort() };
   });
 }

@@ -20,6 +20,7 @@ import {
   requireText,
 } from '../validate.js';
 import { runTargetLockKey } from '../shared/lock-keys.js';
+import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import {
   coordinatorRunLease,
   CoordinatorRunNotRunningError,
@@ -41,6 +42,11 @@ const STOPPED_STATUSES: readonly StoppedRunStatus[] = ['completed', 'failed', 'c
 const RUN_STATUSES: readonly CoordinatorRunStatus[] = ['running', ...STOPPED_STATUSES];
 
 const START_ATTEMPTS = 5;
+
+/** The trail's row of an act on a run's lease (`coordinatorRunLease`: token 1, the run's handle). */
+function runAct(act: LeaseActRecord['act'], row: CoordinatorRunRow, detail: Record<string, unknown>): LeaseActRecord {
+  return { act, kind: 'coordinator_run', resource: row.id, holder: row.coordinator_handle, token: 1, detail };
+}
 
 /** The typed refusals a keyed stop or heartbeat stores. */
 const RUN_REFUSALS = [NotFoundError, CoordinatorRunNotRunningError];
@@ -119,6 +125,16 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
             // Task creation takes the same key, so a task created meanwhile is stamped or adopted.
             await dialect.lockKey(trx, runTargetLockKey(targetKey));
             const adoptedTaskCount = await adoptUnownedTasksIn(trx, id, targetKey, now);
+            await auditLeaseActs(ctx, trx, now, [
+              {
+                act: 'granted',
+                kind: 'coordinator_run',
+                resource: id,
+                holder: handle,
+                token: 1,
+                detail: { targetKey, adoptedTaskCount },
+              },
+            ]);
             // What the transaction wrote, not a read after it: a connection lost after COMMIT must not report a started run as failed.
             return {
               id,
@@ -202,14 +218,18 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
         RUN_REFUSALS,
       );
       return keyedWrite(ctx, call, async (trx) => {
+        const now = ctx.clock.now();
         const row = await trx
           .updateTable('coordinator_runs')
-          .set({ status, ended_at: ctx.clock.now() })
+          .set({ status, ended_at: now })
           .where('id', '=', runId)
           .where('status', '=', 'running')
           .returningAll()
           .executeTakeFirst();
-        if (row) return toCoordinatorRun(row);
+        if (row) {
+          await auditLeaseActs(ctx, trx, now, [runAct('released', row, { status })]);
+          return toCoordinatorRun(row);
+        }
         // The lease protocol's release rule: a repeat stop with the status the run already has is a
         // no-op success; a run that ended otherwise throws CoordinatorRunNotRunningError.
         const ended = await SELECT_RUN.first(trx, { id: runId });
@@ -237,22 +257,35 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
           .where('status', '=', 'running')
           .returningAll()
           .executeTakeFirst();
-        return row ? toCoordinatorRun(row) : notRunning(trx, runId);
+        if (!row) return notRunning(trx, runId);
+        await auditLeaseActs(ctx, trx, now, [runAct('renewed', row, { heartbeatAt: Number(row.heartbeat_at) })]);
+        return toCoordinatorRun(row);
       });
     },
 
     async reconcileStaleRuns(options) {
       const staleAfterMs = requirePositiveMs('staleAfterMs', requireInput('options', options).staleAfterMs);
       const now = ctx.clock.now();
-      const rows = await dialect.writeTransaction((trx) =>
-        trx
+      const rows = await dialect.writeTransaction(async (trx) => {
+        const failed = await trx
           .updateTable('coordinator_runs')
           .set({ status: 'failed', ended_at: now })
           .where('status', '=', 'running')
           .where(sql<number>`coalesce(heartbeat_at, started_at)`, '<', now - staleAfterMs)
           .returningAll()
-          .execute(),
-      );
+          .execute();
+        // A stale run's holder lost it: the reconcile is the takeover (no new grant of that run follows).
+        const lost = failed.map((row) =>
+          runAct('lost', row, {
+            reason: 'released',
+            heartbeatAt: Number(row.heartbeat_at ?? row.started_at),
+            staleAfterMs,
+            by: 'runs.reconcileStaleRuns',
+          }),
+        );
+        await auditLeaseActs(ctx, trx, now, lost);
+        return failed;
+      });
       return rows.map(toCoordinatorRun).sort((a, b) => a.startedAt - b.startedAt || (a.id < b.id ? -1 : 1));
     },
   };

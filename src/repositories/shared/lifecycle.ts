@@ -13,6 +13,8 @@ import { TaskfenceError } from '../../errors.js';
 import { tableIn } from '../../query/schema.js';
 import type { Database, DispatchContextRow, DispatchStatus, TaskStatus } from '../../schema/database.js';
 import { LeaseLostError, type Lease, type LeaseLostReason } from './lease.js';
+import { auditLeaseActs, type LeaseActRecord } from './audit.js';
+import type { StoreContext } from '../context.js';
 
 /** One allowed status change and the public call that makes it. */
 export interface Transition<S extends string> {
@@ -390,13 +392,13 @@ export async function moveInFlightTask(
  * as `propagateFinish` does. The caller holds the task's dispatch key (`dispatchTaskLockKey`).
  */
 export async function afterTaskFinished(
+  ctx: StoreContext,
   trx: Trx,
   taskId: string,
   status: 'done' | 'failed',
   now: number,
-  rowLocks: boolean,
 ): Promise<void> {
-  await trx
+  const ended = await trx
     .updateTable('dispatch_contexts')
     .set({
       status: status === 'done' ? 'completed' : 'failed',
@@ -406,6 +408,23 @@ export async function afterTaskFinished(
     })
     .where('task_id', '=', taskId)
     .where('status', '=', 'active')
+    .returning(['id', 'terminal_handle', 'seq', 'status'])
     .execute();
-  await propagateFinish(trx, taskId, status, now, rowLocks);
+  await auditLeaseActs(ctx, trx, now, endedDispatches(ended, 'paths.submitTaskResult'));
+  await propagateFinish(trx, taskId, status, now, ctx.dialect.supportsSkipLocked);
+}
+
+/** The trail's rows of dispatches a task transition ended (their leases released by `by`). */
+export function endedDispatches(
+  rows: readonly { id: string; terminal_handle: string; seq: number; status: string }[],
+  by: string,
+): LeaseActRecord[] {
+  return rows.map((row) => ({
+    act: 'released',
+    kind: 'dispatch',
+    resource: row.id,
+    holder: row.terminal_handle,
+    token: Number(row.seq),
+    detail: { status: row.status, by },
+  }));
 }
