@@ -40,6 +40,39 @@ export async function consume(store: Store, args: { gateId: string; consumer: st
   return taken;
 }
 
+/** Never settles: a process that "acts" on a decision forever, until the test SIGKILLs it. */
+const forever = () => new Promise<never>(() => {});
+
+/**
+ * Consumes a gate's decision under a key, signals `consumed`, then hangs before acting on it:
+ * the parent SIGKILLs it there.
+ */
+export async function consumeThenDie(
+  store: Store,
+  args: { gateId: string; consumer: string; idempotencyKey: string },
+  tools: ContenderTools,
+) {
+  await store.gates.consumeResolution(args.gateId, { consumer: args.consumer, idempotencyKey: args.idempotencyKey });
+  tools.signal('consumed');
+  return forever();
+}
+
+/**
+ * Consumes a gate's decision with `tx.gates.consumeResolution` inside `store.transaction`, signals
+ * `consumed-in-transaction`, then hangs before the transaction commits: the parent SIGKILLs it there.
+ */
+export async function consumeInTransactionThenDie(
+  store: Store,
+  args: { gateId: string; consumer: string },
+  tools: ContenderTools,
+) {
+  return store.transaction(async (tx) => {
+    await tx.gates.consumeResolution(args.gateId, { consumer: args.consumer });
+    tools.signal('consumed-in-transaction');
+    return forever();
+  });
+}
+
 /** Resolves a gate under a key. */
 export async function resolveKeyed(store: Store, args: { gateId: string; resolution: string; idempotencyKey: string }) {
   const gate = await store.gates.resolveGate(args.gateId, args.resolution, { idempotencyKey: args.idempotencyKey });
@@ -173,6 +206,8 @@ export const ops = defineOperations(import.meta.url, {
   sendMany,
   sendSame,
   consume,
+  consumeThenDie,
+  consumeInTransactionThenDie,
   resolveKeyed,
   consumeAll,
   claimKeyed,

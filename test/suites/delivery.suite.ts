@@ -441,6 +441,87 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
     });
   });
 
+  describe('exactly-once resume across a consumer crash, real processes', () => {
+    async function resolvedGate() {
+      const url = await fx.freshUrl();
+      const store = await fx.open(url);
+      await store.migrate();
+      const gate = await store.gates.openGate({ question: 'ship?' });
+      await store.gates.resolveGate(gate.id, 'yes');
+      return { url, store, gate };
+    }
+    const consumedRow = (store: Store, gateId: string) =>
+      store.db
+        .selectFrom('decision_gates')
+        .select(['consumed_by', 'consumed_at'])
+        .where('id', '=', gateId)
+        .executeTakeFirstOrThrow();
+
+    it('a consumer SIGKILLed after a keyed consumeResolution: its restart (same name, same key) gets the decision again; another consumer is refused, named', async () => {
+      const { url, store, gate } = await resolvedGate();
+      const input = { gateId: gate.id, consumer: 'coordinator-1', idempotencyKey: `resume:${gate.id}` };
+      const first = await Contenders.start(1, { url, ops: OPS });
+      try {
+        const dying = first.start(0, 'consumeThenDie', input);
+        await first.waitForSignal(0, 'consumed');
+        await first.kill(0);
+        await expect(dying).rejects.toBeInstanceOf(ContenderExitedError);
+      } finally {
+        await first.close();
+      }
+      // The consumption committed before the crash: the decision is taken, by the dead process.
+      const row = await consumedRow(store, gate.id);
+      expect(row.consumed_by).toBe('coordinator-1');
+      const restarted = await Contenders.start(1, { url, ops: OPS });
+      try {
+        // The restart replays the key: the same decision, the first consumption's time (not a new one).
+        const again = await restarted.run(0, 'consume', input);
+        expect(again).toEqual({
+          index: 0,
+          ok: true,
+          value: { gateId: gate.id, resolution: 'yes', consumer: 'coordinator-1', consumedAt: Number(row.consumed_at) },
+        });
+        const other = await restarted.run(0, 'consume', {
+          gateId: gate.id,
+          consumer: 'coordinator-2',
+          idempotencyKey: `resume:${gate.id}:2`,
+        });
+        expect(other.ok ? other.value : other.error).toMatchObject({
+          code: 'RESOLUTION_ALREADY_CONSUMED',
+          consumer: 'coordinator-1',
+        });
+      } finally {
+        await restarted.close();
+      }
+    });
+
+    it('a consumer SIGKILLed inside store.transaction after tx.gates.consumeResolution, before COMMIT: the decision is still consumable', async () => {
+      const { url, store, gate } = await resolvedGate();
+      const first = await Contenders.start(1, { url, ops: OPS });
+      try {
+        const dying = first.start(0, 'consumeInTransactionThenDie', { gateId: gate.id, consumer: 'coordinator-1' });
+        await first.waitForSignal(0, 'consumed-in-transaction');
+        await first.kill(0);
+        await expect(dying).rejects.toBeInstanceOf(ContenderExitedError);
+      } finally {
+        await first.close();
+      }
+      // The consumption rolled back with the process: nobody holds the decision.
+      expect(await consumedRow(store, gate.id)).toEqual({ consumed_by: null, consumed_at: null });
+      const restarted = await Contenders.start(1, { url, ops: OPS });
+      try {
+        const again = await restarted.run(0, 'consume', { gateId: gate.id, consumer: 'coordinator-1' });
+        expect(again.ok ? again.value : again.error).toMatchObject({
+          gateId: gate.id,
+          resolution: 'yes',
+          consumer: 'coordinator-1',
+        });
+      } finally {
+        await restarted.close();
+      }
+    });
+  });
+
   describe('order and crashes with real processes', () => {
     async function hostStore() {
       const url = await fx.freshUrl();
