@@ -11,9 +11,16 @@ export type HostTables = {
   delivery_handouts: { message_id: string; attempt: number; received_at: number; visible_again_at: number };
 };
 
-/** Sends `n` messages from `from` to `to` one after another, ids `<prefix>-<i>`, payload `{ sender, i }`. */
-export async function sendMany(store: Store, args: { from: string; to: string; n: number; prefix: string }) {
+/**
+ * Sends `n` messages from `from` to `to` one after another, ids `<prefix>-<i>`, payload
+ * `{ sender, i }`, waiting `pauseMs` (default 0) between sends.
+ */
+export async function sendMany(
+  store: Store,
+  args: { from: string; to: string; n: number; prefix: string; pauseMs?: number },
+) {
   for (let i = 0; i < args.n; i++) {
+    if (args.pauseMs) await new Promise((resolve) => setTimeout(resolve, args.pauseMs));
     await store.messages.sendMessage({
       id: `${args.prefix}-${i}`,
       from: args.from,
@@ -116,7 +123,17 @@ export async function transitionKeyed(store: Store, args: { taskId: string; idem
  */
 export async function consumeAll(
   store: Store,
-  args: { inbox: string; total: number; visibilityMs: number; crashOdds: number; limit: number },
+  args: {
+    inbox: string;
+    total: number;
+    visibilityMs: number;
+    crashOdds: number;
+    limit: number;
+    /** The name written with each processed row (default: the contender's index). */
+    consumer?: string;
+    /** Give up (returning `gaveUp: true`) after this long with nothing received (default: never). */
+    idleGiveUpMs?: number;
+  },
   tools: ContenderTools,
 ) {
   const host = store.db.withTables<HostTables>();
@@ -128,6 +145,7 @@ export async function consumeAll(
     }
   };
   let refused = 0;
+  let lastReceived = Date.now();
   for (;;) {
     const batch = await store.messages.waitForMessages(args.inbox, {
       timeoutMs: 200,
@@ -139,9 +157,12 @@ export async function consumeAll(
         .selectFrom('delivery_processed')
         .select((eb) => eb.fn.countAll<number>().as('n'))
         .executeTakeFirstOrThrow();
-      if (Number(done.n) >= args.total) return { order, refused };
+      if (Number(done.n) >= args.total) return { order, refused, gaveUp: false };
+      if (args.idleGiveUpMs !== undefined && Date.now() - lastReceived > args.idleGiveUpMs)
+        return { order, refused, gaveUp: true };
       continue;
     }
+    lastReceived = Date.now();
     const now = Date.now();
     // Through store.transaction: a plain autocommit insert could surface SQLITE_BUSY.
     await store.transaction((tx) =>
@@ -175,7 +196,13 @@ export async function consumeAll(
           await tx.db
             .withTables<HostTables>()
             .insertInto('delivery_processed')
-            .values(messages.map((m) => ({ message_id: m.id, attempt: m.attempt, consumer: String(tools.index) })))
+            .values(
+              messages.map((m) => ({
+                message_id: m.id,
+                attempt: m.attempt,
+                consumer: args.consumer ?? String(tools.index),
+              })),
+            )
             .execute();
           return true;
         })

@@ -601,6 +601,113 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
     );
 
     it(
+      'coordinator restarts while workers report to the first coordinator’s handle: each new run takes over, every report acked once',
+      { timeout: 900_000 },
+      async () => {
+        const { url, store, host } = await hostStore();
+        const targetKey = `worktree:restart-${Math.random()}`;
+        const first = await store.runs.startCoordinatorRun({ targetKey });
+        const company = await store.org.createCompany({ name: 'restart' });
+        const work = await Promise.all(
+          [0, 1, 2].map((i) =>
+            store.tasks.createTask({
+              companyId: company.id,
+              title: `t${i}`,
+              requiresFilesystem: false,
+              targetKey,
+              status: 'ready',
+            }),
+          ),
+        );
+        const SENDERS = 2;
+        const PER_SENDER = 600;
+        const TOTAL = SENDERS * PER_SENDER;
+        const VISIBILITY_MS = 1_500;
+        const senders = await Contenders.start(SENDERS, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+        // One coordinator process at a time, for the target's running run. It SIGKILLs itself at
+        // random points (after a receive, between its host insert and its ack, after an ack); the
+        // run is then stopped 'failed' and a new run starts on the target, adopting its work, with
+        // a new coordinator process on the new run's handle.
+        const runs = [first.id];
+        const restartedAt: number[] = [];
+        const coordinate = async () => {
+          let run = first;
+          for (;;) {
+            const one = await Contenders.start(1, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+            try {
+              const outcome = await one.start(0, 'consumeAll', {
+                inbox: run.coordinatorHandle,
+                total: TOTAL,
+                visibilityMs: VISIBILITY_MS,
+                crashOdds: 0.02,
+                limit: 20,
+                consumer: run.id,
+                // A report lost to the takeover would keep the coordinator waiting for ever.
+                idleGiveUpMs: 30_000,
+              });
+              if (outcome.ok) return;
+              throw new Error(JSON.stringify(outcome.error));
+            } catch (error) {
+              if (!(error instanceof ContenderExitedError)) throw error;
+            } finally {
+              await one.close();
+            }
+            await store.runs.stopCoordinatorRun(run.id, 'failed');
+            run = await store.runs.startCoordinatorRun({ targetKey });
+            runs.push(run.id);
+            restartedAt.push(Date.now());
+          }
+        };
+        try {
+          const coordinating = coordinate();
+          // Every report goes to the first run's handle: the workers never hear of the restarts.
+          const sent = await senders.race('sendMany', (i) => ({
+            from: `s${i}`,
+            to: first.coordinatorHandle,
+            n: PER_SENDER,
+            prefix: `s${i}`,
+            // Paced, so the sends span several coordinator lifetimes (a process start takes seconds).
+            pauseMs: 10,
+          }));
+          expect(sent.every((o) => o.ok)).toBe(true);
+          await coordinating;
+        } finally {
+          await senders.close();
+        }
+        // The race was one: a coordinator died while reports were still being sent.
+        expect(restartedAt.length, 'no coordinator died').toBeGreaterThan(0);
+        const rows = await store.db
+          .selectFrom('messages')
+          .select(['id', 'status', 'attempts', 'dead_at', 'to_handle', 'created_at'])
+          .execute();
+        expect(rows).toHaveLength(TOTAL);
+        expect(
+          rows.filter((r) => Number(r.created_at) > restartedAt[0]!).length,
+          'every report was sent before the first restart',
+        ).toBeGreaterThan(0);
+        // None lost, none acked twice: every report delivered, one host row each (written in its
+        // ack's transaction), its final attempt the one processed ...
+        expect(rows.filter((r) => r.status !== 'delivered' || r.dead_at !== null)).toEqual([]);
+        const processed = await host.selectFrom('delivery_processed').selectAll().execute();
+        expect(processed).toHaveLength(TOTAL);
+        const byId = new Map(processed.map((p) => [p.message_id, p]));
+        expect(rows.filter((r) => byId.get(r.id)?.attempt !== Number(r.attempts))).toEqual([]);
+        // ... by the coordinator of a run that was running: the inbox it sits in is its acker's.
+        const handles = new Map(
+          (await store.runs.listCoordinatorRuns()).map((r) => [r.id, r.coordinatorHandle] as const),
+        );
+        expect(rows.filter((r) => handles.get(byId.get(r.id)!.consumer) !== r.to_handle)).toEqual([]);
+        const ackers = new Set(processed.map((p) => p.consumer));
+        expect(ackers.size).toBeGreaterThan(1);
+        for (const acker of ackers) expect(runs).toContain(acker);
+        // The last run holds the adopted work, and the only running run is it.
+        const last = runs[runs.length - 1]!;
+        for (const t of work) expect((await store.tasks.requireTask(t.id)).coordinatorRunId).toBe(last);
+        expect((await store.runs.listCoordinatorRuns({ status: 'running' })).map((r) => r.id)).toEqual([last]);
+      },
+    );
+
+    it(
       'consumers SIGKILLed at random points while 5,000 messages are sent: each is processed and acked exactly once',
       { timeout: 900_000 },
       async () => {
