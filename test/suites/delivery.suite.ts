@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
@@ -323,6 +324,30 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
       expect(await store.gates.consumeResolution(gate.id, { consumer: 'run-a', idempotencyKey: 'poll' })).toEqual(
         taken,
       );
+    });
+
+    it('a keyed call whose key cannot be written leaves no effect: the key and the effect commit together', async () => {
+      const store = await fx.freshStore();
+      // A host trigger refuses to store the key 'doomed': a failure between the effect and its key.
+      if (fx.kind === 'sqlite') {
+        await sql`create trigger refuse_doomed_key before insert on idempotency_keys when new.key = 'doomed'
+          begin select raise(abort, 'key write refused'); end`.execute(store.db);
+      } else {
+        await sql`create function refuse_doomed_key() returns trigger language plpgsql as $$
+          begin if new.key = 'doomed' then raise exception 'key write refused'; end if; return new; end $$`.execute(
+          store.db,
+        );
+        await sql`create trigger refuse_doomed_key before insert on ${sql.table('idempotency_keys')}
+          for each row execute function refuse_doomed_key()`.execute(store.db);
+      }
+      const gate = await store.gates.openGate({ question: 'ship?' });
+      await expect(store.gates.resolveGate(gate.id, 'yes', { idempotencyKey: 'doomed' })).rejects.toThrow(
+        /key write refused/,
+      );
+      // The resolution rolled back with the key (mutant "key-outside-transaction": it stays).
+      expect((await store.gates.getGate(gate.id))?.status).toBe('open');
+      await store.gates.resolveGate(gate.id, 'no', { idempotencyKey: 'kept' });
+      expect((await store.gates.getGate(gate.id))?.resolution).toBe('no');
     });
 
     it('ack and release take an idempotency key', async () => {
