@@ -14,6 +14,7 @@ import { benchPathScaling, scalingTable } from './scaling.bench.js';
 import { benchPeer } from './peer.bench.js';
 import { benchGraphilePeer, graphileTable } from './graphile.bench.js';
 import { benchLifecycle, lifecycleTable } from './lifecycle.bench.js';
+import { benchDeliveryCycles, benchKeyOverhead, deliveryTable, keyOverheadTable } from './delivery.bench.js';
 import { benchCommitFloor, benchInboxDrain, benchWakeups, drainTable, wakeupTable } from './wakeups.bench.js';
 
 const quick = process.argv.includes('--quick');
@@ -95,6 +96,21 @@ async function main() {
         title: 'Inbox: one inbox drained by N consumers (each its own connection, batches of 10)',
         data: rows,
         table: drainTable(rows),
+      });
+    }
+    if (want('delivery')) {
+      const caseMs = Number(process.env.DELIVERY_CASE_MS ?? (quick ? 3_000 : 20_000));
+      const cycles = await benchDeliveryCycles(dbs, { consumers: [1, 4, 8], caseMs });
+      sections.push({
+        title: `Leased delivery: receive → ack on one PostgreSQL inbox, beside pgmq-style raw SQL (batches of 10, ${caseMs / 1000} s per case)`,
+        data: cycles,
+        table: deliveryTable(cycles),
+      });
+      const keys = await benchKeyOverhead(dbs, { caseMs });
+      sections.push({
+        title: `Idempotency key on a claim: claimTaskLease with a fresh key against without (${caseMs / 1000} s per case)`,
+        data: keys,
+        table: keyOverheadTable(keys),
       });
     }
     if (want('floor')) {
@@ -196,6 +212,8 @@ async function main() {
       'Path-lease',
       'Wake-ups',
       'Inbox',
+      'Leased delivery',
+      'Idempotency key',
       'Lifecycle',
       'Peer',
       'Migrations',

@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openStore, type CoordinatorRun, type Dispatch, type Store, type TaskStatus } from '../../src/index.js';
-import { coordinate, createPlan, runTerminal, type PlannedTask, type Report } from './orchestrator.js';
+import { coordinate, createPlan, runTerminal, type PlannedTask, type ReceivedReport } from './orchestrator.js';
 
 /** Build a release: three roots, a diamond, a join. Higher priority is dispatched first. */
 export const PLAN: readonly PlannedTask[] = [
@@ -34,6 +34,12 @@ export interface OrchestratorDemoOptions {
   readonly log?: (line: string) => void;
   /** Simulated terminals (default 2). */
   readonly terminals?: number;
+  /**
+   * Simulate a coordinator crash between receive and ack: the first coordinator loop dies while
+   * handling its first report (before the ack commits), and a new loop takes over the run. The
+   * report is handed out again when its lease (1 s here) lapses. Default false.
+   */
+  readonly crashBeforeAck?: boolean;
 }
 
 export interface OrchestratorDemoReport {
@@ -43,8 +49,10 @@ export interface OrchestratorDemoReport {
   readonly tasks: Readonly<Record<string, TaskStatus>>;
   /** Every dispatch of the run, oldest first, with its task's name. */
   readonly dispatches: readonly (Dispatch & { readonly name: string })[];
-  /** The reports the coordinator took from its inbox, in order. */
-  readonly reports: readonly ({ readonly from: string } & Report)[];
+  /** The reports the coordinator handled (each acked with its handling), in order, once per message. */
+  readonly reports: readonly ReceivedReport[];
+  /** With `crashBeforeAck`: the report whose handling the crash cut short (id and attempt then). */
+  readonly crashed: { readonly id: string; readonly attempt: number } | null;
   /** Messages left in the inbox (0: every report was received and acked). */
   readonly pendingMessages: number;
 }
@@ -57,14 +65,22 @@ export async function runOrchestratorDemo(options: OrchestratorDemoOptions = {})
   const store = await openStore(url);
   try {
     await store.migrate();
-    return await demo(store, log, options.terminals ?? 2);
+    return await demo(store, log, options.terminals ?? 2, options.crashBeforeAck ?? false);
   } finally {
     await store.close();
     if (tempDir) rmSync(tempDir, { recursive: true, force: true });
   }
 }
 
-async function demo(store: Store, log: (line: string) => void, terminals: number): Promise<OrchestratorDemoReport> {
+/** Thrown by the handler to simulate a coordinator process dying mid-report. */
+class SimulatedCrash extends Error {}
+
+async function demo(
+  store: Store,
+  log: (line: string) => void,
+  terminals: number,
+  crashBeforeAck: boolean,
+): Promise<OrchestratorDemoReport> {
   // Fresh ids per run, so the demo can run again on the same database.
   const ns = randomUUID().slice(0, 8);
   const company = await store.org.createCompany({ id: `acme-${ns}`, name: 'Acme' });
@@ -101,21 +117,40 @@ async function demo(store: Store, log: (line: string) => void, terminals: number
       stop: () => finished,
     }),
   );
-  const reports: ({ from: string } & Report)[] = [];
+  // Handled reports by message id: the handler may run again for one message (a retried
+  // transaction, a redelivery after an ack that did not commit), and must not count it twice.
+  const handled = new Map<string, ReceivedReport>();
+  let crashed: { id: string; attempt: number } | null = null;
+  const handle = (report: ReceivedReport) => {
+    if (crashBeforeAck && crashed === null) {
+      crashed = { id: report.id, attempt: report.attempt };
+      throw new SimulatedCrash(`coordinator died handling ${report.id}`);
+    }
+    if (handled.has(report.id)) return;
+    handled.set(report.id, report);
+    const terminal = report.from.slice(report.from.lastIndexOf('/') + 1);
+    log(
+      report.kind === 'task.done'
+        ? `${terminal}: ${report.payload.name} done`
+        : `${terminal}: ${report.payload.name} failed (${report.payload.error}); task is ${report.payload.taskStatus} again`,
+    );
+  };
   try {
-    await coordinate(store, run, {
-      pollMs: 10,
-      deadlineMs: 30_000,
-      onReport: (from, report) => {
-        reports.push({ from, ...report });
-        const terminal = from.slice(from.lastIndexOf('/') + 1);
-        log(
-          report.kind === 'task.done'
-            ? `${terminal}: ${report.payload.name} done`
-            : `${terminal}: ${report.payload.name} failed (${report.payload.error}); task is ${report.payload.taskStatus} again`,
-        );
-      },
-    });
+    for (;;) {
+      try {
+        await coordinate(store, run, {
+          pollMs: 10,
+          deadlineMs: 30_000,
+          visibilityMs: crashBeforeAck ? 1_000 : 10_000,
+          onReport: (_tx, report) => handle(report),
+        });
+        break;
+      } catch (error) {
+        if (!(error instanceof SimulatedCrash)) throw error;
+        // A new coordinator process would start here: same run, the crashed one's receipts unacked.
+        log(`coordinator crashed before its ack (${error.message}); restarting`);
+      }
+    }
   } finally {
     finished = true;
     await Promise.all(terminalRuns);
@@ -129,7 +164,8 @@ async function demo(store: Store, log: (line: string) => void, terminals: number
     run: final,
     tasks: Object.fromEntries(tasks.map((t) => [names.get(t.id)!, t.status])),
     dispatches: dispatches.map((d) => ({ ...d, name: names.get(d.taskId)! })),
-    reports,
+    reports: [...handled.values()],
+    crashed,
     pendingMessages: await store.messages.countPendingMessages(run.coordinatorHandle),
   };
 }

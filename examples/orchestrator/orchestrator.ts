@@ -9,8 +9,9 @@
  *   and a report to the coordinator, in one transaction. A terminal whose work throws fails its
  *   dispatch (`failActiveDispatchOnExit`): the task returns to `ready` and is retried, until the
  *   circuit breaker fails it at `DISPATCH_FAILURE_LIMIT`.
- * - The inbox is leased delivery: `receiveMessages` + `ackMessages` in one `store.transaction`,
- *   so a coordinator that dies before its commit gets the same messages again.
+ * - The inbox is leased delivery: `receiveMessages` leases a batch, then each report is handled
+ *   and acked (`tx.messages.ackMessages`) in one `store.transaction`, so a coordinator that dies
+ *   before that commit gets the report again when its lease lapses.
  *
  * In an application, import from 'taskfence' instead of the source tree.
  */
@@ -117,15 +118,38 @@ export async function runTerminal(
   return completed;
 }
 
+/** A report as the coordinator handles it: which message, from whom, and its hand-out. */
+export type ReceivedReport = Report & {
+  readonly id: string;
+  readonly from: string;
+  /** 1 on the first hand-out; more when an earlier hand-out was never acked (a crash). */
+  readonly attempt: number;
+};
+
 /**
  * The coordinator's loop: heartbeat the run, take back lapsed dispatches, and handle the inbox
- * (receive and ack in one transaction) until every task of the run is finished.
+ * until every task of the run is finished and the inbox is empty.
+ *
+ * The inbox is at-least-once, processed effectively-once: `receiveMessages` leases a batch
+ * (committed on its own), then each report is handled and acked in one `store.transaction`. The
+ * ack goes first, so a lapsed lease (refused) stops before any write, and `onReport`'s writes on
+ * `tx` commit with the ack or not at all. A coordinator that dies between receive and that commit
+ * has acked nothing: the report is handed out again when its lease lapses (`attempt + 1`).
+ * `onReport` may run more than once for one message (`store.transaction` retries `fn` whole on a
+ * busy database), so it writes through `tx` or keys what it does by the message id.
  */
 export async function coordinate(
   store: Store,
   run: { id: string; coordinatorHandle: string },
-  options: { pollMs: number; deadlineMs: number; onReport: (from: string, report: Report) => void },
+  options: {
+    pollMs: number;
+    deadlineMs: number;
+    /** The lease of each hand-out: how soon a crashed coordinator's reports come back (default 10 s). */
+    visibilityMs?: number;
+    onReport: (tx: StoreTransaction, report: ReceivedReport) => void | Promise<void>;
+  },
 ): Promise<void> {
+  const inbox = run.coordinatorHandle;
   const deadline = Date.now() + options.deadlineMs;
   const unfinished = async () =>
     (await store.tasks.listTasks({ runId: run.id })).filter((t) => !FINISHED.includes(t.status)).length;
@@ -135,18 +159,19 @@ export async function coordinate(
     // Read before the inbox: a task finishes in the same transaction as its report, so once
     // none is unfinished here, every report is already in the inbox.
     const finished = (await unfinished()) === 0;
-    const reports = await store.transaction(async (tx) => {
-      const messages = await tx.messages.receiveMessages(run.coordinatorHandle, { visibilityMs: 10_000 });
-      // A real coordinator writes its own tables here: they commit with the ack, or neither does.
-      await tx.messages.ackMessages(
-        run.coordinatorHandle,
-        messages.map((m) => m.receipt),
-      );
-      return messages;
-    });
-    for (const m of reports) options.onReport(m.from, { kind: m.kind, payload: m.payload } as Report);
-    if (finished && reports.length === 0) return;
+    const received = await store.messages.receiveMessages(inbox, { visibilityMs: options.visibilityMs ?? 10_000 });
+    for (const m of received) {
+      await store.transaction(async (tx) => {
+        const { refused } = await tx.messages.ackMessages(inbox, [m.receipt]);
+        if (refused.length > 0) return; // its lease lapsed: it comes back, and is handled then
+        const report = { kind: m.kind, payload: m.payload } as Report;
+        // A real coordinator writes its own tables here, through tx: they commit with the ack.
+        await options.onReport(tx, { ...report, id: m.id, from: m.from, attempt: m.attempt });
+      });
+    }
+    // Leased messages count too: a report a crashed coordinator left unacked is still to come.
+    if (finished && received.length === 0 && (await store.messages.countPendingMessages(inbox)) === 0) return;
     if (Date.now() > deadline) throw new Error(`run ${run.id}: tasks unfinished after ${options.deadlineMs} ms`);
-    if (reports.length === 0) await sleep(options.pollMs);
+    if (received.length === 0) await sleep(options.pollMs);
   }
 }

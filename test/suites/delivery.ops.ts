@@ -11,9 +11,16 @@ export type HostTables = {
   delivery_handouts: { message_id: string; attempt: number; received_at: number; visible_again_at: number };
 };
 
-/** Sends `n` messages from `from` to `to` one after another, ids `<prefix>-<i>`, payload `{ sender, i }`. */
-export async function sendMany(store: Store, args: { from: string; to: string; n: number; prefix: string }) {
+/**
+ * Sends `n` messages from `from` to `to` one after another, ids `<prefix>-<i>`, payload
+ * `{ sender, i }`, waiting `pauseMs` (default 0) between sends.
+ */
+export async function sendMany(
+  store: Store,
+  args: { from: string; to: string; n: number; prefix: string; pauseMs?: number },
+) {
   for (let i = 0; i < args.n; i++) {
+    if (args.pauseMs) await new Promise((resolve) => setTimeout(resolve, args.pauseMs));
     await store.messages.sendMessage({
       id: `${args.prefix}-${i}`,
       from: args.from,
@@ -38,6 +45,39 @@ export async function consume(store: Store, args: { gateId: string; consumer: st
     ...(args.idempotencyKey === undefined ? {} : { idempotencyKey: args.idempotencyKey }),
   });
   return taken;
+}
+
+/** Never settles: a process that "acts" on a decision forever, until the test SIGKILLs it. */
+const forever = () => new Promise<never>(() => {});
+
+/**
+ * Consumes a gate's decision under a key, signals `consumed`, then hangs before acting on it:
+ * the parent SIGKILLs it there.
+ */
+export async function consumeThenDie(
+  store: Store,
+  args: { gateId: string; consumer: string; idempotencyKey: string },
+  tools: ContenderTools,
+) {
+  await store.gates.consumeResolution(args.gateId, { consumer: args.consumer, idempotencyKey: args.idempotencyKey });
+  tools.signal('consumed');
+  return forever();
+}
+
+/**
+ * Consumes a gate's decision with `tx.gates.consumeResolution` inside `store.transaction`, signals
+ * `consumed-in-transaction`, then hangs before the transaction commits: the parent SIGKILLs it there.
+ */
+export async function consumeInTransactionThenDie(
+  store: Store,
+  args: { gateId: string; consumer: string },
+  tools: ContenderTools,
+) {
+  return store.transaction(async (tx) => {
+    await tx.gates.consumeResolution(args.gateId, { consumer: args.consumer });
+    tools.signal('consumed-in-transaction');
+    return forever();
+  });
 }
 
 /** Resolves a gate under a key. */
@@ -83,7 +123,17 @@ export async function transitionKeyed(store: Store, args: { taskId: string; idem
  */
 export async function consumeAll(
   store: Store,
-  args: { inbox: string; total: number; visibilityMs: number; crashOdds: number; limit: number },
+  args: {
+    inbox: string;
+    total: number;
+    visibilityMs: number;
+    crashOdds: number;
+    limit: number;
+    /** The name written with each processed row (default: the contender's index). */
+    consumer?: string;
+    /** Give up (returning `gaveUp: true`) after this long with nothing received (default: never). */
+    idleGiveUpMs?: number;
+  },
   tools: ContenderTools,
 ) {
   const host = store.db.withTables<HostTables>();
@@ -95,6 +145,7 @@ export async function consumeAll(
     }
   };
   let refused = 0;
+  let lastReceived = Date.now();
   for (;;) {
     const batch = await store.messages.waitForMessages(args.inbox, {
       timeoutMs: 200,
@@ -106,9 +157,12 @@ export async function consumeAll(
         .selectFrom('delivery_processed')
         .select((eb) => eb.fn.countAll<number>().as('n'))
         .executeTakeFirstOrThrow();
-      if (Number(done.n) >= args.total) return { order, refused };
+      if (Number(done.n) >= args.total) return { order, refused, gaveUp: false };
+      if (args.idleGiveUpMs !== undefined && Date.now() - lastReceived > args.idleGiveUpMs)
+        return { order, refused, gaveUp: true };
       continue;
     }
+    lastReceived = Date.now();
     const now = Date.now();
     // Through store.transaction: a plain autocommit insert could surface SQLITE_BUSY.
     await store.transaction((tx) =>
@@ -142,7 +196,13 @@ export async function consumeAll(
           await tx.db
             .withTables<HostTables>()
             .insertInto('delivery_processed')
-            .values(messages.map((m) => ({ message_id: m.id, attempt: m.attempt, consumer: String(tools.index) })))
+            .values(
+              messages.map((m) => ({
+                message_id: m.id,
+                attempt: m.attempt,
+                consumer: args.consumer ?? String(tools.index),
+              })),
+            )
             .execute();
           return true;
         })
@@ -173,6 +233,8 @@ export const ops = defineOperations(import.meta.url, {
   sendMany,
   sendSame,
   consume,
+  consumeThenDie,
+  consumeInTransactionThenDie,
   resolveKeyed,
   consumeAll,
   claimKeyed,

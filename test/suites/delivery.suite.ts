@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
@@ -360,6 +361,30 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
       );
     });
 
+    it('a keyed call whose key cannot be written leaves no effect: the key and the effect commit together', async () => {
+      const store = await fx.freshStore();
+      // A host trigger refuses to store the key 'doomed': a failure between the effect and its key.
+      if (fx.kind === 'sqlite') {
+        await sql`create trigger refuse_doomed_key before insert on idempotency_keys when new.key = 'doomed'
+          begin select raise(abort, 'key write refused'); end`.execute(store.db);
+      } else {
+        await sql`create function refuse_doomed_key() returns trigger language plpgsql as $$
+          begin if new.key = 'doomed' then raise exception 'key write refused'; end if; return new; end $$`.execute(
+          store.db,
+        );
+        await sql`create trigger refuse_doomed_key before insert on ${sql.table('idempotency_keys')}
+          for each row execute function refuse_doomed_key()`.execute(store.db);
+      }
+      const gate = await store.gates.openGate({ question: 'ship?' });
+      await expect(store.gates.resolveGate(gate.id, 'yes', { idempotencyKey: 'doomed' })).rejects.toThrow(
+        /key write refused/,
+      );
+      // The resolution rolled back with the key (mutant "key-outside-transaction": it stays).
+      expect((await store.gates.getGate(gate.id))?.status).toBe('open');
+      await store.gates.resolveGate(gate.id, 'no', { idempotencyKey: 'kept' });
+      expect((await store.gates.getGate(gate.id))?.resolution).toBe('no');
+    });
+
     it('ack and release take an idempotency key', async () => {
       const store = await fx.freshStore();
       const { coordinatorHandle: inbox } = await inboxOf(store);
@@ -476,6 +501,87 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
     });
   });
 
+  describe('exactly-once resume across a consumer crash, real processes', () => {
+    async function resolvedGate() {
+      const url = await fx.freshUrl();
+      const store = await fx.open(url);
+      await store.migrate();
+      const gate = await store.gates.openGate({ question: 'ship?' });
+      await store.gates.resolveGate(gate.id, 'yes');
+      return { url, store, gate };
+    }
+    const consumedRow = (store: Store, gateId: string) =>
+      store.db
+        .selectFrom('decision_gates')
+        .select(['consumed_by', 'consumed_at'])
+        .where('id', '=', gateId)
+        .executeTakeFirstOrThrow();
+
+    it('a consumer SIGKILLed after a keyed consumeResolution: its restart (same name, same key) gets the decision again; another consumer is refused, named', async () => {
+      const { url, store, gate } = await resolvedGate();
+      const input = { gateId: gate.id, consumer: 'coordinator-1', idempotencyKey: `resume:${gate.id}` };
+      const first = await Contenders.start(1, { url, ops: OPS });
+      try {
+        const dying = first.start(0, 'consumeThenDie', input);
+        await first.waitForSignal(0, 'consumed');
+        await first.kill(0);
+        await expect(dying).rejects.toBeInstanceOf(ContenderExitedError);
+      } finally {
+        await first.close();
+      }
+      // The consumption committed before the crash: the decision is taken, by the dead process.
+      const row = await consumedRow(store, gate.id);
+      expect(row.consumed_by).toBe('coordinator-1');
+      const restarted = await Contenders.start(1, { url, ops: OPS });
+      try {
+        // The restart replays the key: the same decision, the first consumption's time (not a new one).
+        const again = await restarted.run(0, 'consume', input);
+        expect(again).toEqual({
+          index: 0,
+          ok: true,
+          value: { gateId: gate.id, resolution: 'yes', consumer: 'coordinator-1', consumedAt: Number(row.consumed_at) },
+        });
+        const other = await restarted.run(0, 'consume', {
+          gateId: gate.id,
+          consumer: 'coordinator-2',
+          idempotencyKey: `resume:${gate.id}:2`,
+        });
+        expect(other.ok ? other.value : other.error).toMatchObject({
+          code: 'RESOLUTION_ALREADY_CONSUMED',
+          consumer: 'coordinator-1',
+        });
+      } finally {
+        await restarted.close();
+      }
+    });
+
+    it('a consumer SIGKILLed inside store.transaction after tx.gates.consumeResolution, before COMMIT: the decision is still consumable', async () => {
+      const { url, store, gate } = await resolvedGate();
+      const first = await Contenders.start(1, { url, ops: OPS });
+      try {
+        const dying = first.start(0, 'consumeInTransactionThenDie', { gateId: gate.id, consumer: 'coordinator-1' });
+        await first.waitForSignal(0, 'consumed-in-transaction');
+        await first.kill(0);
+        await expect(dying).rejects.toBeInstanceOf(ContenderExitedError);
+      } finally {
+        await first.close();
+      }
+      // The consumption rolled back with the process: nobody holds the decision.
+      expect(await consumedRow(store, gate.id)).toEqual({ consumed_by: null, consumed_at: null });
+      const restarted = await Contenders.start(1, { url, ops: OPS });
+      try {
+        const again = await restarted.run(0, 'consume', { gateId: gate.id, consumer: 'coordinator-1' });
+        expect(again.ok ? again.value : again.error).toMatchObject({
+          gateId: gate.id,
+          resolution: 'yes',
+          consumer: 'coordinator-1',
+        });
+      } finally {
+        await restarted.close();
+      }
+    });
+  });
+
   describe('order and crashes with real processes', () => {
     async function hostStore() {
       const url = await fx.freshUrl();
@@ -551,6 +657,113 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
           await senders.close();
           await consumers.close();
         }
+      },
+    );
+
+    it(
+      'coordinator restarts while workers report to the first coordinator’s handle: each new run takes over, every report acked once',
+      { timeout: 900_000 },
+      async () => {
+        const { url, store, host } = await hostStore();
+        const targetKey = `worktree:restart-${Math.random()}`;
+        const first = await store.runs.startCoordinatorRun({ targetKey });
+        const company = await store.org.createCompany({ name: 'restart' });
+        const work = await Promise.all(
+          [0, 1, 2].map((i) =>
+            store.tasks.createTask({
+              companyId: company.id,
+              title: `t${i}`,
+              requiresFilesystem: false,
+              targetKey,
+              status: 'ready',
+            }),
+          ),
+        );
+        const SENDERS = 2;
+        const PER_SENDER = 600;
+        const TOTAL = SENDERS * PER_SENDER;
+        const VISIBILITY_MS = 1_500;
+        const senders = await Contenders.start(SENDERS, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+        // One coordinator process at a time, for the target's running run. It SIGKILLs itself at
+        // random points (after a receive, between its host insert and its ack, after an ack); the
+        // run is then stopped 'failed' and a new run starts on the target, adopting its work, with
+        // a new coordinator process on the new run's handle.
+        const runs = [first.id];
+        const restartedAt: number[] = [];
+        const coordinate = async () => {
+          let run = first;
+          for (;;) {
+            const one = await Contenders.start(1, { url, ops: OPS, storeOptions: { poolSize: 2 } });
+            try {
+              const outcome = await one.start(0, 'consumeAll', {
+                inbox: run.coordinatorHandle,
+                total: TOTAL,
+                visibilityMs: VISIBILITY_MS,
+                crashOdds: 0.02,
+                limit: 20,
+                consumer: run.id,
+                // A report lost to the takeover would keep the coordinator waiting for ever.
+                idleGiveUpMs: 30_000,
+              });
+              if (outcome.ok) return;
+              throw new Error(JSON.stringify(outcome.error));
+            } catch (error) {
+              if (!(error instanceof ContenderExitedError)) throw error;
+            } finally {
+              await one.close();
+            }
+            await store.runs.stopCoordinatorRun(run.id, 'failed');
+            run = await store.runs.startCoordinatorRun({ targetKey });
+            runs.push(run.id);
+            restartedAt.push(Date.now());
+          }
+        };
+        try {
+          const coordinating = coordinate();
+          // Every report goes to the first run's handle: the workers never hear of the restarts.
+          const sent = await senders.race('sendMany', (i) => ({
+            from: `s${i}`,
+            to: first.coordinatorHandle,
+            n: PER_SENDER,
+            prefix: `s${i}`,
+            // Paced, so the sends span several coordinator lifetimes (a process start takes seconds).
+            pauseMs: 10,
+          }));
+          expect(sent.every((o) => o.ok)).toBe(true);
+          await coordinating;
+        } finally {
+          await senders.close();
+        }
+        // The race was one: a coordinator died while reports were still being sent.
+        expect(restartedAt.length, 'no coordinator died').toBeGreaterThan(0);
+        const rows = await store.db
+          .selectFrom('messages')
+          .select(['id', 'status', 'attempts', 'dead_at', 'to_handle', 'created_at'])
+          .execute();
+        expect(rows).toHaveLength(TOTAL);
+        expect(
+          rows.filter((r) => Number(r.created_at) > restartedAt[0]!).length,
+          'every report was sent before the first restart',
+        ).toBeGreaterThan(0);
+        // None lost, none acked twice: every report delivered, one host row each (written in its
+        // ack's transaction), its final attempt the one processed ...
+        expect(rows.filter((r) => r.status !== 'delivered' || r.dead_at !== null)).toEqual([]);
+        const processed = await host.selectFrom('delivery_processed').selectAll().execute();
+        expect(processed).toHaveLength(TOTAL);
+        const byId = new Map(processed.map((p) => [p.message_id, p]));
+        expect(rows.filter((r) => byId.get(r.id)?.attempt !== Number(r.attempts))).toEqual([]);
+        // ... by the coordinator of a run that was running: the inbox it sits in is its acker's.
+        const handles = new Map(
+          (await store.runs.listCoordinatorRuns()).map((r) => [r.id, r.coordinatorHandle] as const),
+        );
+        expect(rows.filter((r) => handles.get(byId.get(r.id)!.consumer) !== r.to_handle)).toEqual([]);
+        const ackers = new Set(processed.map((p) => p.consumer));
+        expect(ackers.size).toBeGreaterThan(1);
+        for (const acker of ackers) expect(runs).toContain(acker);
+        // The last run holds the adopted work, and the only running run is it.
+        const last = runs[runs.length - 1]!;
+        for (const t of work) expect((await store.tasks.requireTask(t.id)).coordinatorRunId).toBe(last);
+        expect((await store.runs.listCoordinatorRuns({ status: 'running' })).map((r) => r.id)).toEqual([last]);
       },
     );
 

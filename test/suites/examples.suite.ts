@@ -49,6 +49,29 @@ export function defineExamplesSuite(makeFixture: () => DialectFixture) {
       expect(report.pendingMessages).toBe(0);
     });
 
+    it('orchestrator: a coordinator that dies between receive and ack gets the report again, and handles each once', async () => {
+      const report = await runOrchestratorDemo({ url: await fx.freshUrl(), log: () => {}, crashBeforeAck: true });
+
+      expect(report.run.status).toBe('completed');
+      expect(report.tasks).toEqual(Object.fromEntries(PLAN.map((t) => [t.name, 'done'])));
+      // The crash cut the handling of one report short, before its ack committed: it was handed
+      // out again after its lease lapsed (a later attempt) and handled then. Nothing was lost.
+      expect(report.crashed).not.toBeNull();
+      const again = report.reports.find((r) => r.id === report.crashed!.id);
+      expect(again, 'the report whose handling crashed was never handed out again').toBeDefined();
+      expect(again!.attempt).toBeGreaterThan(report.crashed!.attempt);
+      // Every report handled once: one per task done, one for the flaky failure.
+      expect(new Set(report.reports.map((r) => r.id)).size).toBe(report.reports.length);
+      expect(
+        report.reports
+          .filter((r) => r.kind === 'task.done')
+          .map((r) => r.payload.name)
+          .sort(),
+      ).toEqual(PLAN.map((t) => t.name).sort());
+      expect(report.reports.filter((r) => r.kind === 'task.failed')).toHaveLength(1);
+      expect(report.pendingMessages).toBe(0);
+    });
+
     it('cleanup worker: admits, claims, tears down and completes; a moved resource is never torn down', async () => {
       const report = await runCleanupDemo({ url: await fx.freshUrl(), log: () => {} });
 
