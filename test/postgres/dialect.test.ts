@@ -51,3 +51,27 @@ describe('bulk transactions (PostgreSQL)', () => {
     expect(seen).toEqual(['off']);
   });
 });
+
+// PostgreSQL only: the client-side query timeout (a little above statement_timeout, so a silent
+// network cannot hang a call) follows what a connection states, as a migration's index build does.
+describe('client-side query timeout (PostgreSQL)', () => {
+  let fx: DialectFixture;
+  beforeAll(() => {
+    fx = postgresFixture();
+  });
+  afterAll(() => fx.cleanup());
+
+  it('a session SET statement_timeout = 0 lifts it until RESET, then the store default applies again', async () => {
+    const seed = await fx.freshStore({ to: 5 });
+    // statement_timeout 500 ms: the client gives up after 1,500 ms.
+    const store = await fx.open(seed.location.url, { statementTimeoutMs: 500 });
+    await store.db.connection().execute(async (conn) => {
+      await sql`set statement_timeout = 0`.execute(conn);
+      // Longer than the client's 1,500 ms: only a lifted client timeout lets it finish.
+      await sql`select pg_sleep(2)`.execute(conn);
+      await sql`reset statement_timeout`.execute(conn);
+      // Back to the client's 1,500 ms (outside a transaction the server states no timeout of its own).
+      await expect(sql`select pg_sleep(2)`.execute(conn)).rejects.toMatchObject({ code: 'DATABASE_UNAVAILABLE' });
+    });
+  }, 60_000);
+});

@@ -303,7 +303,10 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
   async executeQuery<R>(compiledQuery: CompiledQuery): Promise<QueryResult<R>> {
     const text = compiledQuery.sql;
     const config: pg.QueryConfig & { query_timeout?: number } = { text };
+    // pg falls back to the client's own query_timeout when a query's is 0: "none" is the longest
+    // timer Node allows instead (a statement_timeout of 0, as a migration's index build states).
     if (this.#queryTimeoutMs > 0) config.query_timeout = this.#queryTimeoutMs;
+    else if (this.#defaultQueryTimeoutMs > 0) config.query_timeout = NO_QUERY_TIMEOUT_MS;
     if (compiledQuery.parameters.length > 0) config.values = [...compiledQuery.parameters];
     let result: pg.QueryResult;
     try {
@@ -384,6 +387,8 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
 }
 
 const SET_STATEMENT_TIMEOUT = /^\s*set\s+(?:local\s+)?statement_timeout\s*(?:=|to)\s*'?(\d+)'?\s*;?\s*$/i;
+/** The longest delay setTimeout takes (about 24.8 days). */
+const NO_QUERY_TIMEOUT_MS = 2_147_483_647;
 const RESET_STATEMENT_TIMEOUT = /^\s*reset\s+statement_timeout\s*;?\s*$/i;
 const NEVER_SENT = /is not queryable/;
 const READ_ONLY_STATEMENT = /^\s*(select|show|rollback)\b/i;
