@@ -14,7 +14,7 @@ import { lostReason, requireLease, type LeaseLostError } from './shared/lease.js
 import { isLiveGrant, readLeaseRowLocked, type LeaseFence } from './shared/fence.js';
 import { tableIn } from '../query/schema.js';
 import { keyedCall, keyedWrite, type IdempotencyOptions } from './idempotent.js';
-import { claimTaskLeaseWith, mapMissing } from './shared/task-lease-claim.js';
+import { claimTaskLeaseWith, mapMissing, readTaskLease } from './shared/task-lease-claim.js';
 import { anyLivePathLease } from './shared/workspace-exclusion.js';
 import { pathsLockKey } from './shared/lock-keys.js';
 import { auditLeaseActs, auditsLeaseAct, grantedActs as granted, type LeaseActRecord } from './shared/audit.js';
@@ -203,12 +203,6 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       .selectFrom('workspace_locks')
       .select(['token', 'holder', 'expires_at'])
       .where('workspace_id', '=', workspaceId)
-      .executeTakeFirst();
-  const readTaskLease = (trx: typeof db, taskId: string) =>
-    trx
-      .selectFrom('task_leases')
-      .select(['token', 'holder', 'expires_at'])
-      .where('task_id', '=', taskId)
       .executeTakeFirst();
 
   /** The lost-lease error for `token` against the row as it is now. */

@@ -2,7 +2,7 @@
  * The task-lease claim, shared by `locks.claimTaskLease` and `scheduler.dispatchRun` (which runs
  * its readiness check in the claim's transaction). See locks.ts for the lease rules.
  */
-import { sql, type Transaction } from 'kysely';
+import { sql, type Kysely, type Transaction } from 'kysely';
 import { NotFoundError } from '../../errors.js';
 import { prepared } from '../../query/prepared.js';
 import { tableIn } from '../../query/schema.js';
@@ -49,13 +49,7 @@ export function claimTaskLeaseWith(
       const now = ctx.clock.now();
       const expiresAt = now + ttlMs;
       // The audit trail names the lease a takeover ends (only when it records losses).
-      const before = auditsLeaseAct(ctx, 'lost')
-        ? await trx
-            .selectFrom('task_leases')
-            .select(['token', 'holder', 'expires_at'])
-            .where('task_id', '=', taskId)
-            .executeTakeFirst()
-        : undefined;
+      const before = auditsLeaseAct(ctx, 'lost') ? await readTaskLease(trx, taskId) : undefined;
       // Same fenced upsert as the workspace lock: one winner, token + 1, never reset.
       const row = await CLAIM_TASK_LEASE.first(trx, { taskId, holder, now, expiresAt });
       if (row) {
@@ -74,17 +68,22 @@ export function claimTaskLeaseWith(
         );
         return { status: 'acquired', lease };
       }
-      const held = await trx
-        .selectFrom('task_leases')
-        .select(['holder', 'token', 'expires_at'])
-        .where('task_id', '=', taskId)
-        .executeTakeFirstOrThrow();
+      const held = (await readTaskLease(trx, taskId))!;
       return {
         status: 'busy',
         heldBy: { holder: held.holder!, token: Number(held.token), expiresAt: Number(held.expires_at) },
       };
     }),
   );
+}
+
+/** The task's lease row (token, holder, expiry), if it was ever claimed. */
+export function readTaskLease(trx: Kysely<Database>, taskId: string) {
+  return trx
+    .selectFrom('task_leases')
+    .select(['token', 'holder', 'expires_at'])
+    .where('task_id', '=', taskId)
+    .executeTakeFirst();
 }
 
 /** Maps a foreign-key failure of a claim (no such workspace / task) to `NotFoundError`. */
