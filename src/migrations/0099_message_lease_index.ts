@@ -2,8 +2,8 @@ import { sql } from 'kysely';
 import type { MigrationDefinition } from './types.js';
 
 /**
- * The leased messages of an inbox (issue 23): a partial index on `(to_handle, visible_at)` over
- * the pending, live messages that were handed out (`visible_at` set). Every receive first
+ * The leased messages of an inbox (issue 23): a partial index on `(to_handle, status, visible_at)`
+ * over the messages that were handed out (`visible_at` set). Every receive first
  * dead-letters the inbox's messages whose last lease lapsed; without it that check read every
  * pending message of the inbox (`messages_receive_idx` narrows to the inbox, not to the leased
  * ones), so a receive slowed down with the inbox's depth (48 messages/s at 120,000 queued, 446 at
@@ -25,8 +25,8 @@ export const migration0099: MigrationDefinition = {
         db.schema
           .createIndex('messages_leased_idx')
           .on('messages')
-          .columns(['to_handle', 'visible_at'])
-          .where(sql<boolean>`status = 'pending' and dead_at is null and visible_at is not null`),
+          .columns(['to_handle', 'status', 'visible_at'])
+          .where(sql.ref('visible_at'), 'is not', null),
     },
   ],
   async down({ db }) {
