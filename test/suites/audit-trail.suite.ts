@@ -8,6 +8,7 @@ import { sql } from 'kysely';
 import { InvalidArgumentError, type Clock, type Store } from '../../src/index.js';
 import { readAuditTrail, type AuditEvent } from '../../src/inspect/audit.js';
 import type { DialectFixture } from '../support/fixtures.js';
+import { tbl } from '../support/schema.js';
 
 class ManualClock implements Clock {
   constructor(public t = 7_000_000) {}
@@ -343,12 +344,12 @@ export function defineAuditTrailSuite(makeFixture: () => DialectFixture) {
     const store = await fx.freshStore({ clock, audit: { leases: 'grants' } });
     const { ws } = await workspace(store);
     // The trail's table gone for a moment: the insert fails, inside the claim's transaction.
-    await sql`alter table audit_events rename to audit_events_away`.execute(store.db);
+    await sql`alter table ${tbl(store.db, 'audit_events')} rename to audit_events_away`.execute(store.db);
     try {
       await expect(store.locks.claimWorkspaceLock(ws.id, { holder: 'h', runId: 'r' })).rejects.toThrow();
       expect(await store.locks.getWorkspaceLock(ws.id)).toBeNull();
     } finally {
-      await sql`alter table audit_events_away rename to audit_events`.execute(store.db);
+      await sql`alter table ${tbl(store.db, 'audit_events_away')} rename to audit_events`.execute(store.db);
     }
     const claim = await store.locks.claimWorkspaceLock(ws.id, { holder: 'h', runId: 'r' });
     // Token 1: the refused attempt granted nothing.

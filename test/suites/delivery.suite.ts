@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
+import { tbl } from '../support/schema.js';
 import { ContenderExitedError, Contenders } from '../support/race.js';
 import { ops as OPS, type HostTables } from './delivery.ops.js';
 
@@ -368,11 +369,11 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
         await sql`create trigger refuse_doomed_key before insert on idempotency_keys when new.key = 'doomed'
           begin select raise(abort, 'key write refused'); end`.execute(store.db);
       } else {
-        await sql`create function refuse_doomed_key() returns trigger language plpgsql as $$
+        await sql`create or replace function refuse_doomed_key() returns trigger language plpgsql as $$
           begin if new.key = 'doomed' then raise exception 'key write refused'; end if; return new; end $$`.execute(
           store.db,
         );
-        await sql`create trigger refuse_doomed_key before insert on ${sql.table('idempotency_keys')}
+        await sql`create trigger refuse_doomed_key before insert on ${tbl(store.db, 'idempotency_keys')}
           for each row execute function refuse_doomed_key()`.execute(store.db);
       }
       const gate = await store.gates.openGate({ question: 'ship?' });
