@@ -46,6 +46,8 @@ export type RaceEvent =
       readonly grantNs: string;
       readonly releaseNs: string;
       readonly via: 'try' | 'wait' | 'lock';
+      /** The grant's fencing token (path grants; a lock's token is of another counter). */
+      readonly token?: number;
     }
   | {
       readonly type: 'conflict';
@@ -88,11 +90,14 @@ export async function raceRounds(store: Store, args: RaceArgs, tools: ContenderT
           );
     const request = { workspaceId: args.workspaceId, holder, paths, ttlMs: args.ttlMs };
     let keys: string[];
+    let token: number | null | undefined;
     let via: 'try' | 'wait';
     if (round % 4 === 3) {
       via = 'wait';
       try {
-        keys = (await store.paths.acquirePaths(request, { timeoutMs: 150, maxPollMs: 20 })).map((l) => l.key);
+        const leases = await store.paths.acquirePaths(request, { timeoutMs: 150, maxPollMs: 20 });
+        keys = leases.map((l) => l.key);
+        token = leases.lease.token;
       } catch (error) {
         const e = error as { code?: string; keys: string[]; blockers: PathLeaseConflict[] };
         if (e.code !== 'PATH_LEASE_TIMEOUT') throw error;
@@ -107,12 +112,13 @@ export async function raceRounds(store: Store, args: RaceArgs, tools: ContenderT
         continue;
       }
       keys = result.leases.map((l) => l.key);
+      token = result.lease.token;
     }
     const grantNs = now();
     await sleep(1 + Math.floor(random() * args.holdMaxMs));
     const releaseNs = now();
     await store.paths.releasePaths({ workspaceId: args.workspaceId, holder });
-    events.push({ type: 'grant', holder, keys, grantNs, releaseNs, via });
+    events.push({ type: 'grant', holder, keys, grantNs, releaseNs, via, ...(token == null ? {} : { token }) });
   }
   return events;
 }

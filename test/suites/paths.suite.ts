@@ -12,7 +12,7 @@ import {
 } from '../../src/index.js';
 import { buildPathConflictQuery } from '../../src/repositories/paths/statements.js';
 import type { DialectFixture } from '../support/fixtures.js';
-import { Contenders, ContenderExitedError, type Outcome } from '../support/race.js';
+import { Contenders, ContenderExitedError, SOAK_ROUNDS, SOAK_TIMEOUT, type Outcome } from '../support/race.js';
 import type { RaceEvent } from './paths.ops.js';
 import { ops as OPS } from './paths.ops.js';
 
@@ -28,6 +28,8 @@ export interface Hold {
   readonly keys: readonly string[];
   readonly start: bigint;
   readonly end: bigint;
+  /** The grant's fencing token, when the history recorded it. */
+  readonly token?: number;
 }
 
 /** Independent of the code under test: whole-segment prefix containment, `""` = everything. */
@@ -51,6 +53,11 @@ export interface HistoryReport {
   readonly bogusConflicts: RaceEvent[];
   readonly grants: number;
   readonly refusals: number;
+  /**
+   * Fencing-token faults among holds that recorded a token: a token granted twice, or two holds of
+   * overlapping sets, one ended before the other began, where the later one's token is not higher.
+   */
+  readonly tokenViolations: string[];
 }
 
 /**
@@ -60,7 +67,13 @@ export interface HistoryReport {
 export function checkHistory(events: readonly RaceEvent[]): HistoryReport {
   const holds: Hold[] = events
     .filter((e): e is Extract<RaceEvent, { type: 'grant' }> => e.type === 'grant')
-    .map((e) => ({ holder: e.holder, keys: e.keys, start: BigInt(e.grantNs), end: BigInt(e.releaseNs) }))
+    .map((e) => ({
+      holder: e.holder,
+      keys: e.keys,
+      start: BigInt(e.grantNs),
+      end: BigInt(e.releaseNs),
+      ...(e.token === undefined ? {} : { token: e.token }),
+    }))
     .sort((a, b) => (a.start < b.start ? -1 : a.start > b.start ? 1 : 0));
   const violations: [Hold, Hold][] = [];
   let parallelDisjoint = 0;
@@ -84,7 +97,36 @@ export function checkHistory(events: readonly RaceEvent[]): HistoryReport {
       )
     );
   });
-  return { violations, parallelDisjoint, bogusConflicts, grants: holds.length, refusals: events.length - holds.length };
+  return {
+    violations,
+    parallelDisjoint,
+    bogusConflicts,
+    grants: holds.length,
+    refusals: events.length - holds.length,
+    tokenViolations: checkTokens(holds),
+  };
+}
+
+/** See `HistoryReport.tokenViolations`. Quadratic in the conflicting pairs only. */
+function checkTokens(holds: readonly Hold[]): string[] {
+  const tokened = holds.filter((h) => h.token !== undefined);
+  const faults: string[] = [];
+  const seen = new Map<number, Hold>();
+  for (const h of tokened) {
+    const twin = seen.get(h.token!);
+    if (twin) faults.push(`token ${h.token} granted to ${twin.holder} and ${h.holder}`);
+    seen.set(h.token!, h);
+  }
+  for (let i = 0; i < tokened.length; i++) {
+    const a = tokened[i]!;
+    for (let j = i + 1; j < tokened.length; j++) {
+      const b = tokened[j]!;
+      if (a.end <= b.start && setsOverlap(a.keys, b.keys) && b.token! <= a.token!) {
+        faults.push(`${b.holder}'s token ${b.token} after ${a.holder}'s ${a.token} on overlapping keys`);
+      }
+    }
+  }
+  return faults;
 }
 
 function ok<T>(outcome: Outcome<T>): T {
@@ -652,13 +694,14 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
     });
 
     it('the history checker flags overlapping holds and finds parallel disjoint ones', () => {
-      const grant = (holder: string, keys: string[], s: number, e: number): RaceEvent => ({
+      const grant = (holder: string, keys: string[], s: number, e: number, token?: number): RaceEvent => ({
         type: 'grant',
         holder,
         keys,
         grantNs: String(s),
         releaseNs: String(e),
         via: 'try',
+        ...(token === undefined ? {} : { token }),
       });
       const bad = checkHistory([
         grant('c0', ['src'], 0, 10),
@@ -679,34 +722,52 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
         },
       ]);
       expect(bogus.bogusConflicts.length).toBe(1);
+      const tokens = checkHistory([
+        grant('c0', ['a'], 0, 10, 2),
+        grant('c1', ['a/b'], 10, 20, 2),
+        grant('c2', ['a'], 20, 30, 1),
+        grant('c3', ['z'], 30, 40, 3),
+      ]);
+      expect(tokens.tokenViolations).toEqual([
+        'token 2 granted to c0 and c1',
+        "c1's token 2 after c0's 2 on overlapping keys",
+        "c2's token 1 after c0's 2 on overlapping keys",
+        "c2's token 1 after c1's 2 on overlapping keys",
+      ]);
     });
 
-    it('8 processes racing random overlapping and disjoint path sets never hold overlapping leases at once', async () => {
-      const ws = await workspace(parent, raceCompany);
-      const seed = Date.now() % 100_000;
-      const events: RaceEvent[] = [];
-      // Two waves, and up to four more while no two disjoint holds have overlapped yet: on a loaded
-      // machine the processes may happen to take turns, and the race must have been a race.
-      let report = checkHistory(events);
-      for (let wave = 0; wave < 6 && (wave < 2 || report.parallelDisjoint === 0); wave++) {
-        const outcomes = await contenders.race('raceRounds', () => ({
-          workspaceId: ws,
-          rounds: 25,
-          seed: seed + wave,
-          ttlMs: LONG_TTL,
-          holdMaxMs: 12 * (wave + 1),
-        }));
-        for (const o of outcomes) events.push(...ok(o));
-        report = checkHistory(events);
-      }
-      const context = `seed ${seed}: ${report.grants} grants, ${report.refusals} refusals, ${report.parallelDisjoint} parallel disjoint pairs`;
-      expect(report.violations, context).toEqual([]);
-      expect(report.bogusConflicts, context).toEqual([]);
-      expect(report.grants, context).toBeGreaterThan(0);
-      expect(report.refusals, context).toBeGreaterThan(0);
-      expect(report.parallelDisjoint, context).toBeGreaterThan(0);
-      expect(await parent.paths.listPathLeases({ workspaceId: ws })).toEqual([]);
-    });
+    it(
+      '8 processes racing random overlapping and disjoint path sets never hold overlapping leases at once',
+      async () => {
+        const ws = await workspace(parent, raceCompany);
+        const seed = Date.now() % 100_000;
+        const events: RaceEvent[] = [];
+        // Two waves, and up to four more while no two disjoint holds have overlapped yet: on a loaded
+        // machine the processes may happen to take turns, and the race must have been a race.
+        let report = checkHistory(events);
+        for (let wave = 0; wave < 6 && (wave < 2 || report.parallelDisjoint === 0); wave++) {
+          const outcomes = await contenders.race('raceRounds', () => ({
+            workspaceId: ws,
+            rounds: SOAK_ROUNDS ? Math.ceil(SOAK_ROUNDS / 2) : 25, // two waves
+            seed: seed + wave,
+            ttlMs: LONG_TTL,
+            holdMaxMs: SOAK_ROUNDS ? 4 : 12 * (wave + 1),
+          }));
+          for (const o of outcomes) events.push(...ok(o));
+          report = checkHistory(events);
+        }
+        const context = `seed ${seed}: ${report.grants} grants, ${report.refusals} refusals, ${report.parallelDisjoint} parallel disjoint pairs`;
+        expect(report.violations, context).toEqual([]);
+        expect(report.bogusConflicts, context).toEqual([]);
+        expect(report.tokenViolations, context).toEqual([]);
+        expect(report.grants, context).toBeGreaterThan(0);
+        expect(report.refusals, context).toBeGreaterThan(0);
+        expect(report.parallelDisjoint, context).toBeGreaterThan(0);
+        if (SOAK_ROUNDS) console.log(`[lease soak: paths] ${context}`);
+        expect(await parent.paths.listPathLeases({ workspaceId: ws })).toEqual([]);
+      },
+      SOAK_TIMEOUT,
+    );
 
     it('one workspace, one exclusion rule: 4 lock holders and 4 path holders never hold at once', async () => {
       const ws = await workspace(parent, raceCompany);

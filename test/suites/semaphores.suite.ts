@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import { LeaseLostError, SemaphoreTimeoutError, type Clock, type Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
-import { Contenders } from '../support/race.js';
+import { Contenders, SOAK_ROUNDS, SOAK_TIMEOUT } from '../support/race.js';
 import { tbl } from '../support/schema.js';
 import { ops as OPS } from './semaphores.ops.js';
 
@@ -180,37 +180,45 @@ export function defineSemaphoreSuite(makeFixture: () => DialectFixture, contende
     }, 600_000);
     afterAll(() => contenders?.close(), 120_000);
 
-    it('never lets more than limit holders in at once; abandoned slots are reclaimed after expiry', async () => {
-      const limit = 3;
-      const outcomes = await contenders.race('useSlots', (i) => ({
-        name: 'race',
-        limit,
-        rounds: 12,
-        abandon: i < limit,
-        holdMs: 3,
-      }));
-      const values = outcomes.map((o) => {
-        if (!o.ok) throw new Error(`contender ${o.index}: ${o.error.message}`);
-        return o.value;
-      });
-      const maxSeen = Math.max(...values.map((v) => v.maxSeen));
-      expect(maxSeen).toBeLessThanOrEqual(limit);
-      // And the race was one: slots were used side by side, and the semaphore turned callers away.
-      expect(maxSeen, 'most slots seen in use at once').toBeGreaterThanOrEqual(2);
-      expect(
-        values.reduce((sum, v) => sum + v.busy, 0),
-        'busy answers',
-      ).toBeGreaterThan(0);
-      // Every abandoned slot was reclaimed: the others got in after them.
-      expect(values.filter((_, i) => i >= limit).every((v) => v.acquired > 0)).toBe(true);
-      const tokens = await raceStore.db
-        .selectFrom('semaphores')
-        .select('token')
-        .where('name', '=', 'race')
-        .executeTakeFirstOrThrow();
-      expect(Number(tokens.token)).toBe(values.reduce((sum, v) => sum + v.acquired, 0));
-      expect((await raceStore.semaphores.listHolders('race')).length).toBeLessThanOrEqual(limit);
-    }, 300_000);
+    it(
+      'never lets more than limit holders in at once; abandoned slots are reclaimed after expiry',
+      async () => {
+        const limit = 3;
+        const outcomes = await contenders.race('useSlots', (i) => ({
+          name: 'race',
+          limit,
+          rounds: SOAK_ROUNDS ?? 12,
+          abandon: i < limit,
+          holdMs: 3,
+        }));
+        const values = outcomes.map((o) => {
+          if (!o.ok) throw new Error(`contender ${o.index}: ${o.error.message}`);
+          return o.value;
+        });
+        const maxSeen = Math.max(...values.map((v) => v.maxSeen));
+        expect(maxSeen).toBeLessThanOrEqual(limit);
+        // And the race was one: slots were used side by side, and the semaphore turned callers away.
+        expect(maxSeen, 'most slots seen in use at once').toBeGreaterThanOrEqual(2);
+        expect(
+          values.reduce((sum, v) => sum + v.busy, 0),
+          'busy answers',
+        ).toBeGreaterThan(0);
+        // Every abandoned slot was reclaimed: the others got in after them.
+        expect(values.filter((_, i) => i >= limit).every((v) => v.acquired > 0)).toBe(true);
+        const tokens = await raceStore.db
+          .selectFrom('semaphores')
+          .select('token')
+          .where('name', '=', 'race')
+          .executeTakeFirstOrThrow();
+        expect(Number(tokens.token)).toBe(values.reduce((sum, v) => sum + v.acquired, 0));
+        expect((await raceStore.semaphores.listHolders('race')).length).toBeLessThanOrEqual(limit);
+        if (SOAK_ROUNDS) {
+          const acquired = values.reduce((sum, v) => sum + v.acquired, 0);
+          console.log(`[lease soak: semaphore] ${acquired} grants, max ${maxSeen} of ${limit} at once`);
+        }
+      },
+      SOAK_TIMEOUT ?? 300_000,
+    );
 
     it('a release wakes a waiter at once (its fallback poll is ten minutes)', async () => {
       const held = await raceStore.semaphores.acquire('wake', { holder: 'holder', limit: 1, ttlMs: 600_000 });

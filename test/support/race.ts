@@ -261,3 +261,11 @@ export function partition<T>(outcomes: readonly Outcome<T>[]) {
   const losses = outcomes.filter((o): o is Extract<Outcome<T>, { ok: false }> => !o.ok);
   return { wins, losses };
 }
+
+/**
+ * `npm run soak:leases` sets LEASE_SOAK_ROUNDS=1000: the path-lease and semaphore races then play
+ * that many rounds per contender (their CI runs play a few dozen).
+ */
+export const SOAK_ROUNDS = process.env.LEASE_SOAK_ROUNDS ? Number(process.env.LEASE_SOAK_ROUNDS) : undefined;
+/** A soak's race runs for as long as it takes. */
+export const SOAK_TIMEOUT = SOAK_ROUNDS ? 3_600_000 : undefined;
