@@ -140,7 +140,7 @@ async function main() {
     if (want('lifecycle')) {
       const result = await benchLifecycle(dbs, {
         tasks: quick ? 200 : 1000,
-        workers: { postgres: [1, 4, 16], sqlite: [1, 2, 4] },
+        workers: { postgres: [1, 4, 16], sqlite: [1, 2, 4, 8] },
         sizes: quick ? [10, 1000, 20_000] : [10, 1000, 100_000],
         iterations: quick ? 100 : 300,
         runs: quick ? 1 : 3,
