@@ -4,11 +4,16 @@
  * beside graphile-worker's add → run → complete and the raw commit floor measured in the same
  * run; and the claim-next latency (`dispatchNext` p50/p99) as the ready queue grows, which must
  * stay flat because the pick walks `tasks_ready_queue_idx` instead of sorting the queue.
+ *
+ * On PostgreSQL the cycle is also measured with the pick's `FOR UPDATE SKIP LOCKED` replaced by a
+ * plain `FOR UPDATE` (issue 22's mutant: without SKIP LOCKED, claim-next throughput at 16
+ * connections collapses; a benchmark shows it, not a test).
  */
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { sql, type Kysely } from 'kysely';
+import pg from 'pg';
 import { openStore, type Store } from '../src/index.js';
 import type { BenchDatabases } from './lib/databases.js';
 import { graphileCycles } from './graphile.bench.js';
@@ -21,6 +26,10 @@ export interface LifecycleCycleRow {
   readonly dialect: Dialect;
   readonly workers: number;
   readonly cyclesPerSec: number;
+  /** The same drain with the pick's `SKIP LOCKED` removed (plain `FOR UPDATE`; PostgreSQL only). */
+  readonly withoutSkipLockedCyclesPerSec: number | null;
+  /** Without SKIP LOCKED over with it, both measured in the same run (PostgreSQL only). */
+  readonly ratioWithoutSkipLocked: number | null;
   /** graphile-worker's add → run → complete at the same concurrency (PostgreSQL only). */
   readonly graphileWorkerCyclesPerSec: number | null;
   readonly ratioToGraphile: number | null;
@@ -88,13 +97,59 @@ async function analyze(store: Store): Promise<void> {
   await sql`analyze`.execute(store.db);
 }
 
+/**
+ * The pick `dispatchNext` sends (see `PICK`), as the PostgreSQL driver receives it. Matched whole,
+ * so no other statement (the inbox's `SKIP LOCKED` receive, say) is touched.
+ */
+const PICK_TEXT =
+  /^select "id", "coordinator_run_id" from "tasks" where "coordinator_run_id" = \$1 and "status" = \$2 and not exists \(select 1 from task_dependencies d join tasks dep on [^]* order by "priority" desc, "seq" limit \$3 for update skip locked$/;
+let picksRewritten = 0;
+
+/**
+ * The mutant without SKIP LOCKED, for this benchmark only: a pg client that sends the pick with a
+ * plain `FOR UPDATE`. It reaches the stores through the public `pool` option (the host's
+ * `pg.Pool`), so the library carries no switch for it. Every rewrite is counted: a pick whose text
+ * changed fails the run instead of quietly measuring the normal pick.
+ */
+class PlainForUpdateClient extends pg.Client {
+  override query(...args: unknown[]): never {
+    const config = args[0] as { text?: unknown } | null;
+    if (
+      typeof config === 'object' &&
+      config !== null &&
+      typeof config.text === 'string' &&
+      PICK_TEXT.test(config.text)
+    ) {
+      args[0] = { ...config, text: config.text.slice(0, -' skip locked'.length) };
+      picksRewritten++;
+    }
+    return (super.query as (...a: unknown[]) => never)(...args);
+  }
+}
+
+/** How the PostgreSQL pick locks: as shipped, or issue 22's mutant (`PlainForUpdateClient`). */
+type PickLock = 'for update skip locked' | 'for update';
+
 /** `workers` stores drain `tasks` pre-created ready tasks with dispatchNext → completeDispatch. */
-async function lifecycleCycles(url: string, tasks: number, workers: number): Promise<number> {
+async function lifecycleCycles(
+  url: string,
+  tasks: number,
+  workers: number,
+  lock: PickLock = 'for update skip locked',
+): Promise<number> {
   const setup = await setUp(url);
   await seedReady(setup.db as never, 0, tasks);
   await analyze(setup);
   const stores: Store[] = [];
-  for (let w = 0; w < workers; w++) stores.push(await openStore({ url, poolSize: 1 }));
+  const pools: pg.Pool[] = [];
+  for (let w = 0; w < workers; w++) {
+    if (lock === 'for update') {
+      const pool = new pg.Pool({ connectionString: url, max: 1, Client: PlainForUpdateClient });
+      pools.push(pool);
+      stores.push(await openStore({ pool }));
+    } else stores.push(await openStore({ url, poolSize: 1 }));
+  }
+  const rewrittenBefore = picksRewritten;
   try {
     let done = 0;
     const t0 = performance.now();
@@ -110,9 +165,12 @@ async function lifecycleCycles(url: string, tasks: number, workers: number): Pro
     );
     const elapsed = performance.now() - t0;
     if (done !== tasks) throw new Error(`drained ${done} of ${tasks} tasks`);
+    if (lock === 'for update' && picksRewritten - rewrittenBefore < tasks)
+      throw new Error(`only ${picksRewritten - rewrittenBefore} of ${tasks} picks ran without SKIP LOCKED`);
     return (done / elapsed) * 1000;
   } finally {
     for (const s of stores) await s.close();
+    for (const p of pools) await p.end();
     await setup.close();
   }
 }
@@ -217,6 +275,7 @@ export async function benchLifecycle(
   for (const dialect of ['postgres', 'sqlite'] as const) {
     for (const workers of options.workers[dialect]) {
       const tf: number[] = [];
+      const plain: number[] = [];
       const gw: number[] = [];
       for (let r = 0; r < options.runs; r++) {
         const url = await urlFor(dbs, dialect);
@@ -225,20 +284,28 @@ export async function benchLifecycle(
             ? await lifecycleCyclesInProcesses(url, options.tasks, workers)
             : await lifecycleCycles(url, options.tasks, workers),
         );
-        if (dialect === 'postgres') gw.push(await graphileCycles(await dbs.postgresUrl(), options.tasks, workers));
+        if (dialect === 'postgres') {
+          plain.push(await lifecycleCycles(await dbs.postgresUrl(), options.tasks, workers, 'for update'));
+          gw.push(await graphileCycles(await dbs.postgresUrl(), options.tasks, workers));
+        }
       }
       const t = Math.round(median(tf));
+      const p = plain.length ? Math.round(median(plain)) : null;
       const g = gw.length ? Math.round(median(gw)) : null;
       const row: LifecycleCycleRow = {
         dialect,
         workers,
         cyclesPerSec: t,
+        withoutSkipLockedCyclesPerSec: p,
+        ratioWithoutSkipLocked: p === null ? null : round(p / t),
         graphileWorkerCyclesPerSec: g,
         ratioToGraphile: g ? round(t / g) : null,
         ratioToFloor: dialect === 'postgres' ? round(t / floor.commitsPerSec) : null,
       };
       cycles.push(row);
-      console.log(`  lifecycle ${dialect} at ${workers} workers: ${t} cycles/s${g ? ` (graphile-worker ${g})` : ''}`);
+      console.log(
+        `  lifecycle ${dialect} at ${workers} workers: ${t} cycles/s${p === null ? '' : ` (without SKIP LOCKED ${p})`}${g ? ` (graphile-worker ${g})` : ''}`,
+      );
     }
   }
   const latency: ClaimLatencyRow[] = [];
@@ -254,13 +321,13 @@ export async function benchLifecycle(
 export function lifecycleTable(result: LifecycleResult): string {
   const sizes = [...new Set(result.latency.map((r) => r.readyTasks))];
   return [
-    `Floor (raw pg, one connection, one-row autocommit inserts): ${result.floor.commitsPerSec} commits/s. A taskfence cycle is two transactions (claim, complete); graphile-worker's cycle includes adding the job, taskfence's queue was pre-created. PostgreSQL workers run in this process, each its own store and connection; SQLite workers are separate processes on one file.`,
+    `Floor (raw pg, one connection, one-row autocommit inserts): ${result.floor.commitsPerSec} commits/s. A taskfence cycle is two transactions (claim, complete); graphile-worker's cycle includes adding the job, taskfence's queue was pre-created. PostgreSQL workers run in this process, each its own store and connection; SQLite workers are separate processes on one file. "Without SKIP LOCKED" is issue 22's mutant: the same drain with the pick sent as plain \`FOR UPDATE\` (a bench-only pg client, through the stores' \`pool\` option).`,
     '',
-    '| dialect | workers | taskfence: dispatchNext → completeDispatch (cycles/s) | graphile-worker: add → run → complete (cycles/s) | taskfence / graphile-worker | taskfence / floor commits |',
-    '|---|---|---|---|---|---|',
+    '| dialect | workers | taskfence: dispatchNext → completeDispatch (cycles/s) | same, pick without SKIP LOCKED (cycles/s) | without / with SKIP LOCKED | graphile-worker: add → run → complete (cycles/s) | taskfence / graphile-worker | taskfence / floor commits |',
+    '|---|---|---|---|---|---|---|---|',
     ...result.cycles.map(
       (r) =>
-        `| ${r.dialect} | ${r.workers} | ${r.cyclesPerSec} | ${r.graphileWorkerCyclesPerSec ?? '—'} | ${r.ratioToGraphile ?? '—'} | ${r.ratioToFloor ?? '—'} |`,
+        `| ${r.dialect} | ${r.workers} | ${r.cyclesPerSec} | ${r.withoutSkipLockedCyclesPerSec ?? '—'} | ${r.ratioWithoutSkipLocked ?? '—'} | ${r.graphileWorkerCyclesPerSec ?? '—'} | ${r.ratioToGraphile ?? '—'} | ${r.ratioToFloor ?? '—'} |`,
     ),
     '',
     `| dialect | ${sizes.map((s) => `claim p50 / p99 at ${s.toLocaleString('en')} ready (ms)`).join(' | ')} | p50 largest / smallest |`,
