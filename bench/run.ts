@@ -145,6 +145,7 @@ async function main() {
         iterations: quick ? 100 : 300,
         runs: quick ? 1 : 3,
         floorIterations: quick ? 200 : 2000,
+        runStart: { histories: [0, 1000, 10_000], iterations: quick ? 50 : 200 },
       });
       sections.push({
         title: 'Lifecycle: dispatchNext → completeDispatch, and claim-next latency as the ready queue grows',
