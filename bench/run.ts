@@ -140,11 +140,12 @@ async function main() {
     if (want('lifecycle')) {
       const result = await benchLifecycle(dbs, {
         tasks: quick ? 200 : 1000,
-        workers: { postgres: [1, 4, 16], sqlite: [1, 2, 4] },
+        workers: { postgres: [1, 4, 16], sqlite: [1, 2, 4, 8] },
         sizes: quick ? [10, 1000, 20_000] : [10, 1000, 100_000],
         iterations: quick ? 100 : 300,
         runs: quick ? 1 : 3,
         floorIterations: quick ? 200 : 2000,
+        runStart: { histories: [0, 1000, 10_000], iterations: quick ? 50 : 200 },
       });
       sections.push({
         title: 'Lifecycle: dispatchNext → completeDispatch, and claim-next latency as the ready queue grows',
