@@ -364,7 +364,7 @@ const adoptOn = (target: string) => sql`update tasks set coordinator_run_id = 'n
  * them alike; each timed start follows the untimed stop of that target's previous run and must
  * adopt exactly the `UNFINISHED` open tasks, none of the finished ones.
  */
-async function runStartLatency(
+export async function runStartLatency(
   dbs: BenchDatabases,
   dialect: Dialect,
   options: { histories: readonly number[]; iterations: number; runs: number },

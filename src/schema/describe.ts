@@ -55,14 +55,17 @@ export function normalizeType(declared: string): LogicalType {
 /**
  * Normalizes an SQL expression (default, index expression, predicate) so that SQLite's stored
  * source text and PostgreSQL's deparsed form compare equal: lower case, no casts, no quotes
- * around identifiers, no parentheses or whitespace.
+ * around identifiers, no parentheses or whitespace, and a list test in its written form
+ * (PostgreSQL deparses `x not in ('a', 'b')` as `x <> ALL (ARRAY['a', 'b'])`, `in` as `= ANY`).
  */
 export function normalizeExpression(expression: string): string {
   return expression
     .replace(/::[a-z_ ]+(\[\])?/gi, '')
     .replace(/"/g, '')
     .replace(/[()\s]/g, '')
-    .toLowerCase();
+    .toLowerCase()
+    .replace(/<>allarray\[([^\]]*)\]/g, 'notin$1')
+    .replace(/=anyarray\[([^\]]*)\]/g, 'in$1');
 }
 
 /** Splits a parenthesized list on its top-level commas: `a, coalesce(b, ''), c` → three parts. */

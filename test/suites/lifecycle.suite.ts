@@ -23,7 +23,7 @@ import {
 } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { tbl } from '../support/schema.js';
-import { sql } from 'kysely';
+import { CompiledQuery, sql } from 'kysely';
 
 /** Real time plus an offset the test moves forward. */
 function movableClock() {
@@ -861,6 +861,36 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       await expect(
         store.scheduler.dispatchRun({ taskId: finished.id, agentId: agent.id, runId: second.id, mode: 'heartbeat' }),
       ).rejects.toMatchObject({ code: 'TASK_NOT_DISPATCHABLE', status: 'done' });
+    });
+
+    it('run start reaches the target through tasks_unfinished_target_idx, never reading its history', async () => {
+      const statements: { sql: string; parameters: readonly unknown[] }[] = [];
+      const own = await fx.freshStore({ onQuery: (q) => statements.push(q) });
+      try {
+        const ownCompany = (await own.org.createCompany({ name: 'history' })).id;
+        const targetKey = `worktree:${unique('history')}`;
+        // 3,000 finished tasks of the target: its history.
+        const values = Array.from(
+          { length: 3_000 },
+          (_, i) => sql`(${`h${i}`}, ${ownCompany}, 't', 'done', 0, 0, ${targetKey}, 0)`,
+        );
+        for (let i = 0; i < values.length; i += 500) {
+          await sql`insert into ${tbl(own.db, 'tasks')} (id, company_id, title, status, created_at, updated_at, target_key, requires_filesystem)
+            values ${sql.join(values.slice(i, i + 500))}`.execute(own.db);
+        }
+        if (fx.kind === 'postgres') await sql`analyze ${tbl(own.db, 'tasks')}`.execute(own.db);
+        statements.length = 0;
+        const run = await own.runs.startCoordinatorRun({ targetKey });
+        expect(run.adoptedTaskCount).toBe(0);
+        const adopt = statements.find((q) => /^update "?tasks"? set "coordinator_run_id"/.test(q.sql.trim()));
+        if (!adopt) throw new Error(`no adoption statement among ${statements.length}`);
+        const explain = fx.kind === 'postgres' ? 'explain ' : 'explain query plan ';
+        const plan = await own.db.executeQuery(CompiledQuery.raw(explain + adopt.sql, [...adopt.parameters]));
+        // Mutant "adoption states the statuses as parameters": SQLite cannot match the partial index.
+        expect(JSON.stringify(plan.rows)).toContain('tasks_unfinished_target_idx');
+      } finally {
+        await own.close();
+      }
     });
 
     it('dispatchRun refuses a task blocked by a dependency or a gate, done, failed or cancelled, and leases nothing', async () => {

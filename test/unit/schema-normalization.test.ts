@@ -16,6 +16,13 @@ describe('schema normalization', () => {
     expect(normalizeExpression(`COALESCE(target_key, ''::text)`)).toBe(normalizeExpression(`coalesce(target_key, '')`));
     expect(normalizeExpression(`(status = 'running'::text)`)).toBe(normalizeExpression(`status = 'running'`));
     expect(normalizeExpression(`'backlog'::text`)).toBe(normalizeExpression(`'backlog'`));
+    expect(normalizeExpression(`(status <> ALL (ARRAY['done'::text, 'failed'::text]))`)).toBe(
+      normalizeExpression(`status not in ('done', 'failed')`),
+    );
+    expect(normalizeExpression(`(status = ANY (ARRAY['a'::text, 'b'::text]))`)).toBe(
+      normalizeExpression(`status in ('a', 'b')`),
+    );
+    expect(normalizeExpression(`status not in ('a')`)).not.toBe(normalizeExpression(`status in ('a')`));
   });
 
   it('splits index column lists on top-level commas only', () => {

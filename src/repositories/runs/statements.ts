@@ -73,8 +73,9 @@ const ADOPT_TASKS = prepared((db, p: { runId: string; targetKey: string; now: nu
     .updateTable('tasks')
     .set({ coordinator_run_id: p.runId, updated_at: p.now })
     // Only unfinished tasks (issue 22, deliberate): a finished task keeps the run that finished it,
-    // so history stays put and run start costs the same however much of it there is.
-    .where('status', 'not in', ['done', 'failed', 'cancelled'])
+    // so history stays put and run start costs the same however much of it there is. The list is
+    // literal, as in tasks_unfinished_target_idx's predicate (0100), so the planner uses that index.
+    .where(sql<boolean>`status not in ('done', 'failed', 'cancelled')`)
     .where(notOwnedByRunningRun(db, 'tasks.coordinator_run_id'));
   return target === 'null' ? adopt.where('target_key', 'is', null) : adopt.where('target_key', '=', p.targetKey);
 });
