@@ -529,7 +529,8 @@ function cases(p: Pools): FuzzCase[] {
         input({ holder: id.handle, limit: fc.integer({ min: 1, max: 4 }), ttlMs: ttl }),
         input({ timeoutMs: fc.integer({ min: 0, max: 20 }), maxPollMs: fc.integer({ min: 1, max: 10 }) }),
       ),
-      (s, a) => s.semaphores.acquireWait(A(a)[0], A(a)[1], A(a)[2]),
+      // A valid timeout is kept short, as for acquirePaths: the slot may really be taken for long.
+      (s, a) => s.semaphores.acquireWait(A(a)[0], A(a)[1], boundedWait(A(a)[2], 20)),
     ),
     c('semaphores.renew', tuple(lease('semaphore', id.handle), input({ ttlMs: ttl })), (s, a) =>
       s.semaphores.renew(A(a)[0], A(a)[1]),
@@ -571,14 +572,7 @@ function cases(p: Pools): FuzzCase[] {
         input({ workspaceId: id.workspace, holder: id.handle, paths, ttlMs: ttl, taskId: id.task }),
         input({ timeoutMs: fc.integer({ min: 0, max: 30 }), maxPollMs: fc.integer({ min: 1, max: 10 }) }),
       ),
-      (s, a) => {
-        const options = A(a)[1];
-        const bounded =
-          typeof options?.timeoutMs === 'number' && Number.isInteger(options.timeoutMs) && options.timeoutMs > 30
-            ? { ...options, timeoutMs: 30 }
-            : options;
-        return s.paths.acquirePaths(A(a)[0], bounded);
-      },
+      (s, a) => s.paths.acquirePaths(A(a)[0], boundedWait(A(a)[1], 30)),
     ),
     c('paths.releasePaths', tuple(input({ workspaceId: id.workspace, holder: id.handle, paths })), (s, a) =>
       s.paths.releasePaths(A(a)[0]),
@@ -757,6 +751,13 @@ async function seed(store: Store): Promise<Pools> {
     snapshot: admission.snapshots.map((s) => s.id),
     handle: ['coord-1', 'term-1', 'holder-1', 'holder-2'],
   };
+}
+
+/** A blocking call's options with a valid `timeoutMs` above `maxMs` cut to it (hostile values pass through). */
+function boundedWait(options: any, maxMs: number): any {
+  return typeof options?.timeoutMs === 'number' && Number.isInteger(options.timeoutMs) && options.timeoutMs > maxMs
+    ? { ...options, timeoutMs: maxMs }
+    : options;
 }
 
 function withTimeout<T>(promise: Promise<T>, name: string): Promise<T> {
