@@ -7,7 +7,7 @@ import type { Database } from './schema/database.js';
 import { createStoreContext, type Clock, type StoreSettings } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
 import { guardSchemaVersion } from './repositories/schema-guard.js';
-import { resourceLockKey } from './repositories/shared/lock-keys.js';
+import { resourceLockKey } from './protocol.js';
 import { LeaseLostError, requireLease, requireLeaseKind, type Lease } from './repositories/shared/lease.js';
 import type { LeaseFences } from './repositories/shared/fence.js';
 import { fenceTaskLease, fenceWorkspaceLock } from './repositories/locks.js';

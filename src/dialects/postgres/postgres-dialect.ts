@@ -53,7 +53,7 @@ import {
   type WriteTransactionFn,
   type WriteTransactionOptions,
 } from '../types.js';
-import { MIGRATION_LOCK_PREFIX, migrationLockKey } from '../../repositories/shared/lock-keys.js';
+import { MIGRATION_LOCK_PREFIX, migrationLockKey, schemaLockKey } from '../../protocol.js';
 
 /** The migration lock's key: one per schema, so two schemas in one database migrate independently. */
 const MIGRATION_KEY = sql`hashtextextended(${sql.lit(MIGRATION_LOCK_PREFIX)} || current_schema(), 0)`;
@@ -321,8 +321,7 @@ class PostgresStoreDialect implements StoreDialect {
 
   async lockKey(trx: Transaction<Schema>, key: string): Promise<void> {
     // With a configured schema, two installs in one database never share a key.
-    const scoped = this.schema === undefined ? key : `${this.schema}:${key}`;
-    await sql`select pg_advisory_xact_lock(hashtextextended(${scoped}, 0))`.execute(trx);
+    await sql`select pg_advisory_xact_lock(hashtextextended(${schemaLockKey(this.schema, key)}, 0))`.execute(trx);
   }
 
   /**

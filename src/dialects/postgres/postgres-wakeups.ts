@@ -2,9 +2,8 @@ import pg from 'pg';
 import { sql, type Transaction } from 'kysely';
 import type { Database } from '../../schema/database.js';
 import { Backoff } from '../backoff.js';
+import { schemaTopic, WAKE_CHANNEL } from '../../protocol.js';
 import { DEFAULT_WAKE_FALLBACK_MS, WaiterRegistry, type Wakeups } from '../wakeups.js';
-
-const CHANNEL = 'taskfence_wake';
 
 /**
  * PostgreSQL: `pg_notify` inside the writer's transaction (delivered at commit), and one
@@ -21,7 +20,7 @@ export class PostgresWakeups implements Wakeups {
   readonly #backoff = new Backoff(50, 5_000);
 
   /** Installs in different schemas of one database share the channel: topics carry the schema. */
-  readonly #prefix: string;
+  readonly #schema: string | undefined;
 
   constructor(
     config: pg.ClientConfig,
@@ -32,16 +31,16 @@ export class PostgresWakeups implements Wakeups {
     private readonly Client: typeof pg.Client = pg.Client,
   ) {
     this.#config = { ...config, application_name: 'taskfence-listen' };
-    this.#prefix = schema === undefined ? '' : `${schema}/`;
+    this.#schema = schema;
   }
 
   async notify(trx: Transaction<Database>, topic: string): Promise<void> {
     if (!this.enabled) return;
-    await sql`select pg_notify(${CHANNEL}, ${this.#prefix + topic})`.execute(trx);
+    await sql`select pg_notify(${WAKE_CHANNEL}, ${schemaTopic(this.#schema, topic)})`.execute(trx);
   }
 
   subscribe(topic: string, fallbackMs = this.fallbackMs) {
-    return this.#registry.subscribe(this.#prefix + topic, fallbackMs, () => {
+    return this.#registry.subscribe(schemaTopic(this.#schema, topic), fallbackMs, () => {
       if (this.enabled) this.#ensureListening();
     });
   }
@@ -57,11 +56,11 @@ export class PostgresWakeups implements Wakeups {
     client.on('error', () => this.#lost(client));
     client.on('end', () => this.#lost(client));
     client.on('notification', (message) => {
-      if (message.channel === CHANNEL) this.#registry.wake(message.payload);
+      if (message.channel === WAKE_CHANNEL) this.#registry.wake(message.payload);
     });
     try {
       await client.connect();
-      await client.query(`listen ${CHANNEL}`);
+      await client.query(`listen ${WAKE_CHANNEL}`);
       if (this.#closed) {
         await client.end().catch(() => {});
         return;

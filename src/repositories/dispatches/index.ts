@@ -16,7 +16,7 @@ import type { StoreContext } from '../context.js';
 import type { LeaseFence } from '../shared/fence.js';
 import { requireLease, type Lease } from '../shared/lease.js';
 import { endedReason, GateOpenError, moveInFlightTask, requireNoOpenGate } from '../shared/lifecycle.js';
-import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../shared/lock-keys.js';
+import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../../protocol.js';
 import { toTask } from '../shared/records.js';
 import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import { CoordinatorRunNotRunningError, findRunningRun, requireRunningRunIn } from '../shared/running-run.js';

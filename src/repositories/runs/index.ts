@@ -19,7 +19,7 @@ import {
   requirePositiveMs,
   requireText,
 } from '../validate.js';
-import { runTargetLockKey } from '../shared/lock-keys.js';
+import { runTargetLockKey } from '../../protocol.js';
 import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import {
   coordinatorRunLease,
