@@ -61,17 +61,23 @@ export interface WriteTransactionOptions {
   readonly hostCode?: boolean;
 }
 
-/** Counters a dialect keeps, for benchmarks and diagnostics. */
+/** Counters a dialect keeps, for benchmarks and diagnostics, and the observers it was opened with. */
 export interface DialectStats {
   /** Write transactions retried because of SQLITE_BUSY, serialization failures, deadlocks or connection loss before COMMIT. */
   retries: number;
   /** Transaction attempts (write and read; each retry is another attempt). */
   transactions?: number;
-  /** Called before each retry (the store turns it into a `transaction.retry` event). */
+  /** Called before each retry (the store turns it into a `transaction.retry` event); see `DialectObservers`. */
   onRetry?: (kind: ErrorKind, attempt: number, delayMs: number) => void;
   /** Called when an idle pooled connection fails (PostgreSQL; the store turns it into a `connection.lost` event). */
   onIdleConnectionLost?: (error: Error) => void;
 }
+
+/**
+ * Who hears of a dialect's retries and lost idle connections (the store's event hub): given when
+ * the dialect is opened and fixed from then on, never assigned to a dialect that is already open.
+ */
+export type DialectObservers = Pick<DialectStats, 'onRetry' | 'onIdleConnectionLost'>;
 
 export type WriteTransactionFn<T> = (trx: Transaction<Database>) => Promise<T>;
 
@@ -241,7 +247,8 @@ export interface DialectSchema {
 /**
  * The one place dialect differences live: the four small interfaces above, together.
  * Repositories receive a `StoreDialect` and use only its members; they never ask which dialect
- * they run on.
+ * they run on. A dialect is configured once, when it is opened (`openSqliteDialect`,
+ * `openPostgresDialect`); after that only its `stats` counters move.
  */
 export interface StoreDialect extends DialectCapabilities, DialectDriver, DialectCoordination, DialectSchema {}
 

@@ -22,16 +22,26 @@ export class PostgresWakeups implements Wakeups {
   /** Installs in different schemas of one database share the channel: topics carry the schema. */
   readonly #schema: string | undefined;
 
-  constructor(
-    config: pg.ClientConfig,
-    readonly fallbackMs = DEFAULT_WAKE_FALLBACK_MS,
-    readonly enabled = true,
-    schema?: string,
-    /** The client class of the LISTEN connection: a host list's routed client follows a failover. */
-    private readonly Client: typeof pg.Client = pg.Client,
-  ) {
-    this.#config = { ...config, application_name: 'taskfence-listen' };
-    this.#schema = schema;
+  readonly fallbackMs: number;
+  /** False: notifications are off, and waiters only poll every `fallbackMs` (tests). */
+  readonly enabled: boolean;
+  /** The client class of the LISTEN connection: a host list's routed client follows a failover. */
+  readonly #Client: typeof pg.Client;
+
+  constructor(options: {
+    /** The client configuration the LISTEN connection is opened with. */
+    readonly clientConfig: pg.ClientConfig;
+    readonly fallbackMs?: number;
+    readonly enabled?: boolean;
+    /** The configured schema, if any. */
+    readonly schema?: string | undefined;
+    readonly Client?: typeof pg.Client;
+  }) {
+    this.#config = { ...options.clientConfig, application_name: 'taskfence-listen' };
+    this.fallbackMs = options.fallbackMs ?? DEFAULT_WAKE_FALLBACK_MS;
+    this.enabled = options.enabled ?? true;
+    this.#schema = options.schema;
+    this.#Client = options.Client ?? pg.Client;
   }
 
   async notify(trx: Transaction<Database>, topic: string): Promise<void> {
@@ -51,7 +61,7 @@ export class PostgresWakeups implements Wakeups {
   }
 
   async #connect(): Promise<void> {
-    const client = new this.Client(this.#config);
+    const client = new this.#Client(this.#config);
     // A fault on the listener must never crash the host: drop it and reconnect.
     client.on('error', () => this.#lost(client));
     client.on('end', () => this.#lost(client));
