@@ -26,7 +26,10 @@ import { auditLeaseActs } from '../shared/audit.js';
 
 type Trx = Transaction<Database>;
 
-/** Why a transfer CAS did not match; throws the matching typed error (called under the resource key). */
+/**
+ * Why a transfer CAS did not match; throws the matching typed error. Called under the resource
+ * key: the miss is explained holding the keys (shared/misses.ts).
+ */
 async function explainTransferMiss(
   trx: Trx,
   kind: OwnedResourceKind,
