@@ -57,6 +57,37 @@ export default tseslint.config(
       ],
     },
   },
+  // The protocol strings (lock keys, wake-up topics) are the bottom layer: they import nothing.
+  {
+    files: ['src/protocol.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            { group: ['*'], message: 'src/protocol.ts holds strings every layer builds from: it imports nothing.' },
+          ],
+        },
+      ],
+    },
+  },
+  // Dialects sit below the repositories: they take protocol strings from src/protocol.ts, never a repository.
+  {
+    files: ['src/dialects/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['**/repositories/**'],
+              message: 'A dialect never imports a repository (ARCHITECTURE.md, layers).',
+            },
+          ],
+        },
+      ],
+    },
+  },
   // Repositories import dialects as types only.
   {
     files: ['src/repositories/**/*.ts'],

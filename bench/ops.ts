@@ -6,12 +6,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { leaseKeys, normalizeWritePath, type Store } from '../src/index.js';
 import { encodePathLeaseKey, storedPathAncestorKeys, storedPathDescendantRange } from '../src/domain/write-paths.js';
-import {
-  barrierLockKey,
-  ownedResourceLockKey,
-  pathsLockKey,
-  runTargetLockKey,
-} from '../src/repositories/shared/lock-keys.js';
+import { barrierLockKey, ownedResourceLockKey, pathsLockKey, runTargetLockKey } from '../src/protocol.js';
 import { placeholders, type RawClient } from './lib/raw.js';
 
 export interface Fixture {

@@ -4,7 +4,7 @@ import { runDoctor, type DoctorOptions } from './doctor/doctor.js';
 import type { DoctorReport } from './doctor/report.js';
 import { openPostgresDialect } from './dialects/postgres/postgres-dialect.js';
 import { openSqliteDialect } from './dialects/sqlite/sqlite-dialect.js';
-import type { DialectOptions, StoreDialect } from './dialects/types.js';
+import type { DialectObservers, DialectOptions, StoreDialect } from './dialects/types.js';
 import { driverCodeOf, InvalidArgumentError } from './errors.js';
 import {
   Migrator,
@@ -121,10 +121,18 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
   const options: StoreOptions = typeof urlOrOptions === 'string' ? { url: urlOrOptions } : (urlOrOptions ?? {});
   const location = storeLocation(options);
   const settings = storeSettings(options);
+  const events = new EventHub(options.onEvent);
+  // The dialect reports to the event hub from the moment it opens; nothing is attached to it later.
+  const observers: DialectObservers = {
+    onRetry: (kind, attempt, delayMs) =>
+      events.emit({ type: 'transaction.retry', kind, attempt, delayMs: Math.round(delayMs) }),
+    onIdleConnectionLost: (error) =>
+      events.emit({ type: 'connection.lost', code: driverCodeOf(error) ?? null, message: error.message }),
+  };
   const dialect =
     location.dialect === 'sqlite'
-      ? await openSqliteDialect(location.filename, options)
-      : await openPostgresDialect(location.connectionString, { ...options, schema: location.schema });
+      ? await openSqliteDialect(location.filename, options, observers)
+      : await openPostgresDialect(location.connectionString, { ...options, schema: location.schema }, observers);
   const migrator = new Migrator(dialect);
   // The compatibility window (a refusal closes the dialect again), and this store in the registry `migrate --to` reads.
   const unregister = await openRegistration(dialect, TASKFENCE_RELEASE, LATEST_VERSION).catch(
@@ -134,11 +142,6 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     },
   );
   const context: StoreContext = createStoreContext(dialect, options.clock ?? dialect.clock, settings);
-  const events = new EventHub(options.onEvent);
-  dialect.stats.onRetry = (kind, attempt, delayMs) =>
-    events.emit({ type: 'transaction.retry', kind, attempt, delayMs: Math.round(delayMs) });
-  dialect.stats.onIdleConnectionLost = (error) =>
-    events.emit({ type: 'connection.lost', code: driverCodeOf(error) ?? null, message: error.message });
   return Object.freeze({
     db: dialect.db,
     dialect,

@@ -1,13 +1,20 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { sql, type Kysely, type KyselyPlugin, type Transaction } from 'kysely';
-import type { StoreDialect, WriteTransactionFn } from './dialects/types.js';
+import type {
+  DialectCapabilities,
+  DialectCoordination,
+  DialectDriver,
+  DialectSchema,
+  StoreDialect,
+  WriteTransactionFn,
+} from './dialects/types.js';
 import { ForeignTransactionError, InvalidArgumentError, TransactionEndedError } from './errors.js';
 import type { EventHub } from './events.js';
 import type { Database } from './schema/database.js';
 import { createStoreContext, type Clock, type StoreSettings } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
 import { guardSchemaVersion } from './repositories/schema-guard.js';
-import { resourceLockKey } from './repositories/shared/lock-keys.js';
+import { resourceLockKey } from './protocol.js';
 import { LeaseLostError, requireLease, requireLeaseKind, type Lease } from './repositories/shared/lease.js';
 import type { LeaseFences } from './repositories/shared/fence.js';
 import { fenceTaskLease, fenceWorkspaceLock } from './repositories/locks.js';
@@ -136,23 +143,34 @@ class Binding {
   }
 }
 
-/** A dialect whose transactions are `binding`'s: joined, never begun, committed or retried here. */
+/**
+ * A dialect whose transactions are `binding`'s: joined, never begun, committed or retried here.
+ * Its capabilities and coordination are the store dialect's; its driver is the binding; its
+ * schema side reads inside the transaction and refuses to migrate.
+ */
 function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
-  return Object.freeze({
+  const capabilities: DialectCapabilities = {
     kind: dialect.kind,
-    db: binding.trx,
     columnTypes: dialect.columnTypes,
-    stats: dialect.stats,
     supportsSkipLocked: dialect.supportsSkipLocked,
-    clock: dialect.clock,
+  };
+  const coordination: DialectCoordination = {
+    lockKey: (trx: Transaction<Database>, key: string) => dialect.lockKey(trx, key),
     // Waiting calls (acquirePaths with a wait, waitForMessages) wait while this transaction holds
     // its locks: see the README (Embedding).
     wakeups: dialect.wakeups,
+    clock: dialect.clock,
+  };
+  const driver: DialectDriver = {
+    db: binding.trx,
+    stats: dialect.stats,
     writeTransaction: <T>(fn: WriteTransactionFn<T>) => binding.run(fn),
     readTransaction: <T>(fn: WriteTransactionFn<T>) => binding.run(fn),
-    lockKey: (trx: Transaction<Database>, key: string) => dialect.lockKey(trx, key),
-    classifyError: (error: unknown) => dialect.classifyError(error),
     joinTransaction: (trx: Transaction<Database>) => dialect.joinTransaction(trx),
+    classifyError: (error: unknown) => dialect.classifyError(error),
+    close: () => Promise.reject(new Error('Close the store, not a transaction.')),
+  };
+  const schema: DialectSchema = {
     withMigrationLock: () =>
       Promise.reject(new Error('Migrations cannot run inside a host transaction; call store.migrate().')),
     withMigrationSession: () =>
@@ -163,8 +181,8 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
     describeSchema: () => dialect.describeSchema(),
     readSchemaVersion: () => dialect.readSchemaVersion(),
     readUserVersion: () => dialect.readUserVersion(binding.trx),
-    close: () => Promise.reject(new Error('Close the store, not a transaction.')),
-  });
+  };
+  return Object.freeze({ ...capabilities, ...coordination, ...driver, ...schema });
 }
 
 /** The schema version as this transaction sees it (0 when the history table is missing). */

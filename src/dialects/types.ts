@@ -61,17 +61,23 @@ export interface WriteTransactionOptions {
   readonly hostCode?: boolean;
 }
 
-/** Counters a dialect keeps, for benchmarks and diagnostics. */
+/** Counters a dialect keeps, for benchmarks and diagnostics, and the observers it was opened with. */
 export interface DialectStats {
   /** Write transactions retried because of SQLITE_BUSY, serialization failures, deadlocks or connection loss before COMMIT. */
   retries: number;
   /** Transaction attempts (write and read; each retry is another attempt). */
   transactions?: number;
-  /** Called before each retry (the store turns it into a `transaction.retry` event). */
+  /** Called before each retry (the store turns it into a `transaction.retry` event); see `DialectObservers`. */
   onRetry?: (kind: ErrorKind, attempt: number, delayMs: number) => void;
   /** Called when an idle pooled connection fails (PostgreSQL; the store turns it into a `connection.lost` event). */
   onIdleConnectionLost?: (error: Error) => void;
 }
+
+/**
+ * Who hears of a dialect's retries and lost idle connections (the store's event hub): given when
+ * the dialect is opened and fixed from then on, never assigned to a dialect that is already open.
+ */
+export type DialectObservers = Pick<DialectStats, 'onRetry' | 'onIdleConnectionLost'>;
 
 export type WriteTransactionFn<T> = (trx: Transaction<Database>) => Promise<T>;
 
@@ -99,10 +105,6 @@ export function runsOnHeldConnection(db: Kysely<Database>): db is HeldConnection
   return EXECUTE_COMPILED_SYNC in db;
 }
 
-/**
- * The one place dialect differences live. Repositories receive a `StoreDialect` and use
- * only these methods; they never ask which dialect they run on.
- */
 /** A host transaction `StoreDialect.joinTransaction` accepted. */
 export interface JoinedTransaction {
   readonly db: Transaction<Database>;
@@ -115,25 +117,29 @@ export interface JoinedTransaction {
   readonly verify?: () => Promise<void>;
 }
 
-export interface StoreDialect {
+/**
+ * What a dialect is, without I/O (Kysely's `DialectAdapter`): the answers repositories and
+ * migrations may base a choice on, fixed for the dialect's life.
+ */
+export interface DialectCapabilities {
   /** For diagnostics and for the migration engine's SQL recorder; repositories must not branch on it. */
   readonly kind: 'sqlite' | 'postgres';
-  readonly db: Kysely<Database>;
   readonly columnTypes: ColumnTypes;
-  readonly stats: DialectStats;
   /**
    * Whether `SELECT … FOR UPDATE SKIP LOCKED` exists (PostgreSQL), so that consumers of one queue
    * can claim different rows in parallel; SQLite serializes writers instead.
    */
   readonly supportsSkipLocked: boolean;
-  /** Wake-ups for waiters: LISTEN/NOTIFY on PostgreSQL, COMMIT hooks and `PRAGMA data_version` on SQLite. */
-  readonly wakeups: Wakeups;
-  /**
-   * The clock leases, TTLs and heartbeats are judged on, unless the store was given a `clock`:
-   * on PostgreSQL the server's (the host clock corrected by the offset measured at every
-   * transaction start), on SQLite the host's (one host by nature).
-   */
-  readonly clock: { now(): number };
+}
+
+/**
+ * How statements reach the database (Kysely's `Driver`): the Kysely instance, write and read
+ * transactions with their retries, joining a host's transaction, what a driver error means, the
+ * counters, and closing.
+ */
+export interface DialectDriver {
+  readonly db: Kysely<Database>;
+  readonly stats: DialectStats;
 
   /**
    * Runs `fn` in a transaction that holds write intent from its first statement
@@ -152,13 +158,6 @@ export interface StoreDialect {
   readTransaction<T>(fn: WriteTransactionFn<T>): Promise<T>;
 
   /**
-   * Serializes writers on `key` until the surrounding write transaction ends
-   * (PostgreSQL: a transaction-scoped advisory lock; SQLite: already serialized by `BEGIN IMMEDIATE`).
-   * Take it before reading the rows the decision depends on.
-   */
-  lockKey(trx: Transaction<Database>, key: string): Promise<void>;
-
-  /**
    * For `store.withTransaction(trx)`: checks that `trx` is an open transaction this store can
    * join (else `ForeignTransactionError`) and returns the Kysely taskfence runs its statements on
    * inside it, and whether the transaction is still open.
@@ -168,6 +167,38 @@ export interface StoreDialect {
   /** Classifies a driver error. */
   classifyError(error: unknown): ErrorKind;
 
+  /** PostgreSQL pool usage (clients total, idle, and callers waiting for one); absent on SQLite. */
+  connectionStats?(): { total: number; idle: number; waiting: number };
+
+  close(): Promise<void>;
+}
+
+/**
+ * What every lease is built on: serializing writers on a key, waking waiters when a key's
+ * holders change, and the clock expiries are judged on.
+ */
+export interface DialectCoordination {
+  /**
+   * Serializes writers on `key` until the surrounding write transaction ends
+   * (PostgreSQL: a transaction-scoped advisory lock; SQLite: already serialized by `BEGIN IMMEDIATE`).
+   * Take it before reading the rows the decision depends on. Keys come from `src/protocol.ts`.
+   */
+  lockKey(trx: Transaction<Database>, key: string): Promise<void>;
+  /** Wake-ups for waiters: LISTEN/NOTIFY on PostgreSQL, COMMIT hooks and `PRAGMA data_version` on SQLite. */
+  readonly wakeups: Wakeups;
+  /**
+   * The clock leases, TTLs and heartbeats are judged on, unless the store was given a `clock`:
+   * on PostgreSQL the server's (the host clock corrected by the offset measured at every
+   * transaction start), on SQLite the host's (one host by nature).
+   */
+  readonly clock: { now(): number };
+}
+
+/**
+ * The schema and its migrations (Kysely's `Introspector`, plus the migration lock Kysely puts on
+ * its adapter): locking out other migrators, reading what the schema holds, and its version.
+ */
+export interface DialectSchema {
   /**
    * Runs `fn` in a write transaction that holds the database-wide migration lock until it ends.
    * PostgreSQL: a transaction-scoped advisory lock on the migration key (which names the schema),
@@ -198,9 +229,6 @@ export interface StoreDialect {
   /** Is constraint `name` on `table` validated (SQLite: always, it has no NOT VALID)? Null when it does not exist. */
   constraintValidated(db: Kysely<Database>, table: string, name: string): Promise<boolean | null>;
 
-  /** PostgreSQL pool usage (clients total, idle, and callers waiting for one); absent on SQLite. */
-  connectionStats?(): { total: number; idle: number; waiting: number };
-
   /** A normalized description of the schema, comparable across dialects. */
   describeSchema(): Promise<SchemaDescription>;
 
@@ -214,9 +242,15 @@ export interface StoreDialect {
 
   /** `PRAGMA user_version` on SQLite, `null` on PostgreSQL; on `db` (e.g. an open transaction) if given. */
   readUserVersion(db?: Kysely<Database>): Promise<number | null>;
-
-  close(): Promise<void>;
 }
+
+/**
+ * The one place dialect differences live: the four small interfaces above, together.
+ * Repositories receive a `StoreDialect` and use only its members; they never ask which dialect
+ * they run on. A dialect is configured once, when it is opened (`openSqliteDialect`,
+ * `openPostgresDialect`); after that only its `stats` counters move.
+ */
+export interface StoreDialect extends DialectCapabilities, DialectDriver, DialectCoordination, DialectSchema {}
 
 export interface MigrationLockOptions {
   /** How long to wait for another migrator to release the lock, in ms. */

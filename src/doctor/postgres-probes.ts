@@ -16,7 +16,7 @@ import {
   schemaNotCreated,
   taskfenceSchema,
 } from './probe-support.js';
-import { doctorProbeLockKey } from '../repositories/shared/lock-keys.js';
+import { doctorProbeLockKey } from '../protocol.js';
 import { replicationCheck } from './replication.js';
 
 export interface PostgresProbeOptions {

@@ -3,7 +3,7 @@ import type { DecisionGateRow, GateStatus } from '../schema/database.js';
 import type { StoreContext } from './context.js';
 import { requireRunningRunIn } from './shared/running-run.js';
 import { optionalId, optionalInput, requireId, requireInput, requirePositiveMs, requireText } from './validate.js';
-import { dispatchTaskLockKey } from './shared/lock-keys.js';
+import { dispatchTaskLockKey } from '../protocol.js';
 import {
   FAILED_DEPENDENCY_REASON,
   GATE_REASON,

@@ -4,6 +4,7 @@ import { AlreadyExistsError, IdempotencyKeyConflictError, NotFoundError, type Ta
 import type { StoreDialect } from '../dialects/types.js';
 import type { Database } from '../schema/database.js';
 import type { StoreContext } from './context.js';
+import { explainAfterRollback } from './shared/misses.js';
 import { requireId } from './validate.js';
 
 /*
@@ -37,7 +38,8 @@ type ReferencedTable = 'companies' | 'workspaces' | 'agents' | 'projects' | 'tas
 /**
  * Runs a create (a whole write transaction), turning its constraint failures into answers:
  * - a foreign-key violation becomes `NotFoundError` for the first missing reference (the database
- *   cannot say which one; the check runs after the rollback, so the happy path pays nothing);
+ *   cannot say which one; the check runs after the rollback, `explainAfterRollback`, so the happy
+ *   path pays nothing);
  * - a lost race on its own id (two concurrent creates of one id both see no row on PostgreSQL
  *   READ COMMITTED) runs the create once more, which finds the winner's row and answers as a
  *   retry would.
@@ -54,11 +56,12 @@ export async function createOnce<T>(
 ): Promise<T> {
   for (let round = 1; ; round++) {
     try {
-      return await attempt();
+      return await explainAfterRollback(dialect, 'foreign_key_violation', attempt, async (db, error) => {
+        await requireReferences(db, references);
+        throw error;
+      });
     } catch (error) {
-      const kind = dialect.classifyError(error);
-      if (kind === 'foreign_key_violation') await requireReferences(dialect.db, references);
-      if (kind !== 'unique_violation' || round >= rounds) throw error;
+      if (dialect.classifyError(error) !== 'unique_violation' || round >= rounds) throw error;
     }
   }
 }

@@ -16,7 +16,7 @@ import { tableIn } from '../query/schema.js';
 import { keyedCall, keyedWrite, type IdempotencyOptions } from './idempotent.js';
 import { claimTaskLeaseWith, mapMissing, readTaskLease } from './shared/task-lease-claim.js';
 import { anyLivePathLease } from './shared/workspace-exclusion.js';
-import { pathsLockKey } from './shared/lock-keys.js';
+import { pathsLockKey } from '../protocol.js';
 import { auditLeaseActs, auditsLeaseAct, grantedActs as granted, type LeaseActRecord } from './shared/audit.js';
 import {
   DEFAULT_TASK_LEASE_TTL_MS,
@@ -346,7 +346,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       return mapMissing(ctx, 'workspace', workspaceId, () =>
         keyedWrite(ctx, call, async (trx): Promise<WorkspaceLockClaim> => {
           // One exclusion rule per workspace: the lock is the whole-workspace path key, so it is
-          // claimed under the workspace's paths key (lock-keys.ts, level 7) and a live path lease blocks it.
+          // claimed under the workspace's paths key (protocol.ts, level 7) and a live path lease blocks it.
           await dialect.lockKey(trx, pathsLockKey(workspaceId));
           const now = ctx.clock.now();
           const expiresAt = now + ttlMs;

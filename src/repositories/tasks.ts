@@ -25,7 +25,7 @@ import {
   INITIAL_TASK_STATUSES,
   type InitialTaskStatus,
 } from './shared/lifecycle.js';
-import { dispatchTaskLockKey, runTargetLockKey } from './shared/lock-keys.js';
+import { dispatchTaskLockKey, runTargetLockKey } from '../protocol.js';
 import { toTask, type Task } from './shared/records.js';
 import { findRunningRun } from './shared/running-run.js';
 import type { StoreContext } from './context.js';

@@ -4,7 +4,7 @@ import {
   resolveOrchestrationTargetKey,
   resolveOrchestrationTargetKeyAsync,
 } from '../../src/index.js';
-import { runTargetLockKey } from '../../src/repositories/shared/lock-keys.js';
+import { runTargetLockKey } from '../../src/protocol.js';
 
 const worktrees = new Map([
   ['feature-x', 'wt-7f3a'],

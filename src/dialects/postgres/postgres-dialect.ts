@@ -43,6 +43,7 @@ import { PostgresWakeups } from './postgres-wakeups.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
   queryLogger,
+  type DialectObservers,
   type DialectOptions,
   type DialectStats,
   type ErrorKind,
@@ -53,7 +54,7 @@ import {
   type WriteTransactionFn,
   type WriteTransactionOptions,
 } from '../types.js';
-import { MIGRATION_LOCK_PREFIX, migrationLockKey } from '../../repositories/shared/lock-keys.js';
+import { MIGRATION_LOCK_PREFIX, migrationLockKey, schemaLockKey } from '../../protocol.js';
 
 /** The migration lock's key: one per schema, so two schemas in one database migrate independently. */
 const MIGRATION_KEY = sql`hashtextextended(${sql.lit(MIGRATION_LOCK_PREFIX)} || current_schema(), 0)`;
@@ -160,10 +161,15 @@ async function checkedListenConfig(
   return config;
 }
 
-/** Opens a pg pool and wraps it as a `StoreDialect`; fails with `DatabaseUnavailableError` if the server does not answer. */
+/**
+ * Opens a pg pool and wraps it as a `StoreDialect`, configured once: `observers` hear of its
+ * retries and lost idle connections from the start. Fails with `DatabaseUnavailableError` if the
+ * server does not answer.
+ */
 export async function openPostgresDialect(
   connectionString: string,
   options: DialectOptions = {},
+  observers: DialectObservers = {},
 ): Promise<StoreDialect> {
   // A host list (hosts.ts) routes every connection of taskfence's own pool to the acceptable host.
   const hostList = options.pool ? undefined : parsePostgresHostList(connectionString);
@@ -173,7 +179,7 @@ export async function openPostgresDialect(
     : postgresClientConfig(hostList?.connectionString ?? connectionString, options);
   const router = hostList ? new HostRouter(hostList, config) : undefined;
   const target = options.pool ? 'postgres (host pool)' : redactDatabaseUrl(connectionString);
-  const stats: DialectStats = { retries: 0 };
+  const stats: DialectStats = { retries: 0, ...observers };
   // An idle client that loses its server must not crash the process: pg-pool emits that on the
   // pool and throws when nobody listens. It is reported (`connection.lost`), and the pool drops
   // the client. Checked-out clients get the driver's own listener. On a host's pool the listener
@@ -234,55 +240,70 @@ export async function openPostgresDialect(
     plugins: schema === undefined ? [] : [new TaskfenceSchemaPlugin(schema)],
     log: queryLogger(options.onQuery),
   });
-  const dialect = new PostgresStoreDialect(
+  return new PostgresStoreDialect({
     db,
-    config,
-    options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
-    offset,
-    new PostgresWakeups(
-      listenConfig,
-      options.wakeFallbackMs ?? DEFAULT_WAKE_FALLBACK_MS,
-      options.wakeNotifications ?? true,
+    clientConfig: config,
+    writeDeadlineMs: options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
+    clock: offset,
+    wakeups: new PostgresWakeups({
+      clientConfig: listenConfig,
+      fallbackMs: options.wakeFallbackMs ?? DEFAULT_WAKE_FALLBACK_MS,
+      enabled: options.wakeNotifications ?? true,
       schema,
       // The LISTEN connection follows the host list too, unless listenUrl names its own server.
-      router && options.listenUrl === undefined ? router.clientClass() : pg.Client,
-    ),
+      Client: router && options.listenUrl === undefined ? router.clientClass() : pg.Client,
+    }),
     stats,
     target,
     schema,
-    router ? router.clientClass() : pg.Client,
-  );
-  const counted = options.pool ?? pool;
-  dialect.connectionStats = () => ({
-    total: counted.totalCount,
-    idle: counted.idleCount,
-    waiting: counted.waitingCount,
+    sessionClient: router ? router.clientClass() : pg.Client,
+    pool: options.pool ?? pool,
   });
-  return dialect;
+}
+
+/** What a `PostgresStoreDialect` is built from: everything `openPostgresDialect` decided, fixed from then on. */
+interface PostgresDialectConfig {
+  readonly db: Kysely<Schema>;
+  /** The pool's client configuration, for dedicated connections (the migration lock, the schema version read). */
+  readonly clientConfig: pg.ClientConfig;
+  readonly writeDeadlineMs: number;
+  /** The database's clock (host clock + measured offset): what leases and heartbeats are judged on. */
+  readonly clock: ServerClockOffset;
+  readonly wakeups: PostgresWakeups;
+  /** The counters, with the observers the dialect was opened with (the pool's idle-error listener reports to them too). */
+  readonly stats: DialectStats;
+  /** The server, redacted, for the typed errors. */
+  readonly target: string;
+  /** The configured schema; lock keys and introspection are confined to it. */
+  readonly schema: string | undefined;
+  /** The client class of taskfence's own sessions (the migration lock's guard): the host list's, if any. */
+  readonly sessionClient: typeof pg.Client;
+  /** The pool `connectionStats` counts: the host's, or taskfence's own. */
+  readonly pool: pg.Pool;
 }
 
 class PostgresStoreDialect implements StoreDialect {
   readonly kind = 'postgres' as const;
   readonly columnTypes = POSTGRES_COLUMN_TYPES;
   readonly supportsSkipLocked = true;
-  connectionStats?: () => { total: number; idle: number; waiting: number };
+  readonly db: Kysely<Schema>;
+  readonly clock: ServerClockOffset;
+  readonly wakeups: PostgresWakeups;
+  readonly stats: DialectStats;
+  readonly #config: PostgresDialectConfig;
 
-  constructor(
-    readonly db: Kysely<Schema>,
-    /** The pool's client configuration, for dedicated connections (the migration lock). */
-    readonly config: pg.ClientConfig,
-    private readonly writeDeadlineMs: number,
-    /** The database's clock (host clock + measured offset): what leases and heartbeats are judged on. */
-    readonly clock: ServerClockOffset,
-    readonly wakeups: PostgresWakeups,
-    readonly stats: DialectStats,
-    /** The server, redacted, for the typed errors. */
-    private readonly target: string,
-    /** The configured schema; lock keys and introspection are confined to it. */
-    private readonly schema: string | undefined,
-    /** The client class of taskfence's own sessions (the migration lock's guard): the host list's, if any. */
-    private readonly sessionClient: typeof pg.Client = pg.Client,
-  ) {}
+  constructor(config: PostgresDialectConfig) {
+    this.#config = Object.freeze({ ...config });
+    this.db = config.db;
+    this.clock = config.clock;
+    this.wakeups = config.wakeups;
+    this.stats = config.stats;
+  }
+
+  connectionStats(): { total: number; idle: number; waiting: number } {
+    const { pool } = this.#config;
+    return { total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount };
+  }
 
   /**
    * Always `BEGIN ISOLATION LEVEL READ COMMITTED`, whatever the database's
@@ -304,7 +325,7 @@ class PostgresStoreDialect implements StoreDialect {
       () => this.db.transaction().setIsolationLevel(WRITE_ISOLATION).execute(run),
       (e) => this.classifyError(e),
       RETRYABLE,
-      options?.deadlineMs ?? this.writeDeadlineMs,
+      options?.deadlineMs ?? this.#config.writeDeadlineMs,
       this.stats,
     );
   }
@@ -314,14 +335,14 @@ class PostgresStoreDialect implements StoreDialect {
       () => this.db.transaction().setIsolationLevel(READ_ISOLATION).setAccessMode('read only').execute(fn),
       (e) => this.classifyError(e),
       RETRYABLE,
-      this.writeDeadlineMs,
+      this.#config.writeDeadlineMs,
       this.stats,
     );
   }
 
   async lockKey(trx: Transaction<Schema>, key: string): Promise<void> {
     // With a configured schema, two installs in one database never share a key.
-    const scoped = this.schema === undefined ? key : `${this.schema}:${key}`;
+    const scoped = schemaLockKey(this.#config.schema, key);
     await sql`select pg_advisory_xact_lock(hashtextextended(${scoped}, 0))`.execute(trx);
   }
 
@@ -340,7 +361,7 @@ class PostgresStoreDialect implements StoreDialect {
     // The host's plugins (CamelCasePlugin, …) must not rewrite taskfence's statements.
     const db = trx.withoutPlugins().withPlugin(int8AsNumbers);
     return {
-      db: this.schema === undefined ? db : db.withPlugin(new TaskfenceSchemaPlugin(this.schema)),
+      db: this.#config.schema === undefined ? db : db.withPlugin(new TaskfenceSchemaPlugin(this.#config.schema)),
       isActive: () => true,
       verify: async () => {
         const { rows } = await sql<{
@@ -376,7 +397,7 @@ class PostgresStoreDialect implements StoreDialect {
       async (trx) => {
         const tryLock = sql<{
           locked: boolean;
-        }>`select pg_try_advisory_xact_lock(${migrationKey(this.schema)}) as locked`;
+        }>`select pg_try_advisory_xact_lock(${migrationKey(this.#config.schema)}) as locked`;
         await this.#pollMigrationLock(async () => (await tryLock.execute(trx)).rows[0]?.locked === true, options);
         if (options.ddlLockTimeoutMs !== undefined) {
           await sql`select set_config('lock_timeout', ${String(options.ddlLockTimeoutMs)}, true)`.execute(trx);
@@ -398,14 +419,17 @@ class PostgresStoreDialect implements StoreDialect {
    * recorded. A lost guard connection releases the lock with its transaction.
    */
   async withMigrationSession<T>(fn: (db: Kysely<Schema>) => Promise<T>, options: MigrationLockOptions): Promise<T> {
-    const guard = new this.sessionClient({ ...this.config, application_name: 'taskfence-migrate' });
+    const guard = new this.#config.sessionClient({
+      ...this.#config.clientConfig,
+      application_name: 'taskfence-migrate',
+    });
     guard.on('error', () => {});
     const query = async (text: string) => {
       try {
         return await guard.query<{ locked?: boolean }>(text);
       } catch (error) {
         throw this.classifyError(error) === 'connection_lost'
-          ? new DatabaseUnavailableError(this.target, error, 'migration lock')
+          ? new DatabaseUnavailableError(this.#config.target, error, 'migration lock')
           : error;
       }
     };
@@ -413,14 +437,14 @@ class PostgresStoreDialect implements StoreDialect {
       await guard.connect();
     } catch (error) {
       await guard.end().catch(() => {});
-      throw new DatabaseUnavailableError(this.target, error, 'connect');
+      throw new DatabaseUnavailableError(this.#config.target, error, 'connect');
     }
     try {
       await query('begin isolation level read committed');
       await query('set local idle_in_transaction_session_timeout = 0');
       const tryLock = sql<{
         locked: boolean;
-      }>`select pg_try_advisory_xact_lock(${migrationKey(this.schema)}) as locked`.compile(this.db).sql;
+      }>`select pg_try_advisory_xact_lock(${migrationKey(this.#config.schema)}) as locked`.compile(this.db).sql;
       await this.#pollMigrationLock(async () => (await query(tryLock)).rows[0]?.locked === true, options);
       const result = await this.db.connection().execute(async (conn) => {
         try {
@@ -465,7 +489,7 @@ class PostgresStoreDialect implements StoreDialect {
     const { rows } = await sql<{ valid: boolean }>`
       select i.indisvalid as valid from pg_index i
       join pg_class c on c.oid = i.indexrelid join pg_namespace n on n.oid = c.relnamespace
-      where c.relname = ${name} and n.nspname = ${this.schema ?? sql`current_schema()`}`.execute(db);
+      where c.relname = ${name} and n.nspname = ${this.#config.schema ?? sql`current_schema()`}`.execute(db);
     const row = rows[0];
     return row === undefined ? 'missing' : row.valid ? 'valid' : 'invalid';
   }
@@ -474,7 +498,7 @@ class PostgresStoreDialect implements StoreDialect {
     const { rows } = await sql<{ validated: boolean }>`
       select k.convalidated as validated from pg_constraint k
       join pg_class c on c.oid = k.conrelid join pg_namespace n on n.oid = c.relnamespace
-      where k.conname = ${name} and c.relname = ${table} and n.nspname = ${this.schema ?? sql`current_schema()`}`.execute(
+      where k.conname = ${name} and c.relname = ${table} and n.nspname = ${this.#config.schema ?? sql`current_schema()`}`.execute(
       db,
     );
     return rows[0]?.validated ?? null;
@@ -492,7 +516,7 @@ class PostgresStoreDialect implements StoreDialect {
       from pg_locks l join pg_stat_activity a on a.pid = l.pid
       where l.locktype = 'advisory' and l.granted and l.objsubid = 1
         and l.database = (select oid from pg_database where datname = current_database())
-        and ((l.classid::bigint << 32) | l.objid::bigint) = ${migrationKey(this.schema)}
+        and ((l.classid::bigint << 32) | l.objid::bigint) = ${migrationKey(this.#config.schema)}
       limit 1`.execute(this.db);
     const row = rows[0];
     if (!row) return null;
@@ -505,20 +529,22 @@ class PostgresStoreDialect implements StoreDialect {
   }
 
   describeSchema(): Promise<SchemaDescription> {
-    return describePostgresSchema(this.db, this.schema);
+    return describePostgresSchema(this.db, this.#config.schema);
   }
 
   async readSchemaVersion(): Promise<number> {
-    const client = new pg.Client(this.config);
+    const client = new pg.Client(this.#config.clientConfig);
     client.on('error', () => {});
     try {
       await client.connect();
     } catch (error) {
       await client.end().catch(() => {});
-      throw new DatabaseUnavailableError(this.target, error, 'connect', true);
+      throw new DatabaseUnavailableError(this.#config.target, error, 'connect', true);
     }
     const table =
-      this.schema === undefined ? 'taskfence_migrations' : `${quoteIdentifier(this.schema)}.taskfence_migrations`;
+      this.#config.schema === undefined
+        ? 'taskfence_migrations'
+        : `${quoteIdentifier(this.#config.schema)}.taskfence_migrations`;
     try {
       const { rows } = await client.query<{ version: number | null }>(`select max(version) as version from ${table}`);
       return Number(rows[0]?.version ?? 0);
@@ -527,7 +553,8 @@ class PostgresStoreDialect implements StoreDialect {
       // No history table (or no schema yet): a database taskfence never migrated.
       if (code === '42P01' || code === '3F000') return 0;
       const kind = classifyPostgresError(error);
-      if (kind === 'connection_lost') throw new DatabaseUnavailableError(this.target, error, 'the schema version read');
+      if (kind === 'connection_lost')
+        throw new DatabaseUnavailableError(this.#config.target, error, 'the schema version read');
       throw error;
     } finally {
       await client.end().catch(() => {});

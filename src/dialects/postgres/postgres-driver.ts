@@ -160,15 +160,15 @@ export class FaultTolerantPostgresDriver implements Driver {
         if (driverCodeOf(error) !== undefined) this.#endedBy.set(client, error);
       });
     }
-    return new FaultTolerantPostgresConnection(
+    return new FaultTolerantPostgresConnection({
       client,
-      this.#target,
-      clientQueryTimeoutMs(this.#limits.statementTimeoutMs),
-      this.#offset,
-      () => this.#endedBy.get(client),
-      () => this.#inRecovery(client),
-      this.#hosts,
-    );
+      target: this.#target,
+      queryTimeoutMs: clientQueryTimeoutMs(this.#limits.statementTimeoutMs),
+      offset: this.#offset,
+      endedBy: () => this.#endedBy.get(client),
+      inRecovery: () => this.#inRecovery(client),
+      hosts: this.#hosts,
+    });
   }
 
   /** Whether the server is in recovery (a standby), asked on another connection; null if it cannot be asked. */
@@ -241,23 +241,27 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
   readonly #inRecovery: () => Promise<boolean | null>;
   readonly #hosts: HostRouter | undefined;
 
-  constructor(
-    client: pg.PoolClient,
-    target: string,
-    queryTimeoutMs: number,
-    offset: ServerClockOffset,
-    endedBy: () => Error | undefined,
-    inRecovery: () => Promise<boolean | null>,
-    hosts?: HostRouter,
-  ) {
-    this.#offset = offset;
-    this.#endedBy = endedBy;
-    this.#inRecovery = inRecovery;
-    this.#hosts = hosts;
-    this.#client = client;
-    this.#target = target;
-    this.#defaultQueryTimeoutMs = queryTimeoutMs;
-    this.#queryTimeoutMs = queryTimeoutMs;
+  constructor(options: {
+    readonly client: pg.PoolClient;
+    /** The server, redacted, for the typed errors. */
+    readonly target: string;
+    /** The client-side query timeout (`clientQueryTimeoutMs`); 0: none. */
+    readonly queryTimeoutMs: number;
+    readonly offset: ServerClockOffset;
+    /** The error the server ended this client's session with, if it did. */
+    readonly endedBy: () => Error | undefined;
+    /** Whether the server is in recovery, asked on another connection (a refused write's cause). */
+    readonly inRecovery: () => Promise<boolean | null>;
+    readonly hosts: HostRouter | undefined;
+  }) {
+    this.#offset = options.offset;
+    this.#endedBy = options.endedBy;
+    this.#inRecovery = options.inRecovery;
+    this.#hosts = options.hosts;
+    this.#client = options.client;
+    this.#target = options.target;
+    this.#defaultQueryTimeoutMs = options.queryTimeoutMs;
+    this.#queryTimeoutMs = options.queryTimeoutMs;
   }
 
   // Transaction control goes through `executeQuery` (which Kysely wraps for `onQuery`), so every statement is reported.

@@ -2,9 +2,8 @@ import pg from 'pg';
 import { sql, type Transaction } from 'kysely';
 import type { Database } from '../../schema/database.js';
 import { Backoff } from '../backoff.js';
+import { schemaTopic, WAKE_CHANNEL } from '../../protocol.js';
 import { DEFAULT_WAKE_FALLBACK_MS, WaiterRegistry, type Wakeups } from '../wakeups.js';
-
-const CHANNEL = 'taskfence_wake';
 
 /**
  * PostgreSQL: `pg_notify` inside the writer's transaction (delivered at commit), and one
@@ -21,27 +20,37 @@ export class PostgresWakeups implements Wakeups {
   readonly #backoff = new Backoff(50, 5_000);
 
   /** Installs in different schemas of one database share the channel: topics carry the schema. */
-  readonly #prefix: string;
+  readonly #schema: string | undefined;
 
-  constructor(
-    config: pg.ClientConfig,
-    readonly fallbackMs = DEFAULT_WAKE_FALLBACK_MS,
-    readonly enabled = true,
-    schema?: string,
-    /** The client class of the LISTEN connection: a host list's routed client follows a failover. */
-    private readonly Client: typeof pg.Client = pg.Client,
-  ) {
-    this.#config = { ...config, application_name: 'taskfence-listen' };
-    this.#prefix = schema === undefined ? '' : `${schema}/`;
+  readonly fallbackMs: number;
+  /** False: notifications are off, and waiters only poll every `fallbackMs` (tests). */
+  readonly enabled: boolean;
+  /** The client class of the LISTEN connection: a host list's routed client follows a failover. */
+  readonly #Client: typeof pg.Client;
+
+  constructor(options: {
+    /** The client configuration the LISTEN connection is opened with. */
+    readonly clientConfig: pg.ClientConfig;
+    readonly fallbackMs?: number;
+    readonly enabled?: boolean;
+    /** The configured schema, if any. */
+    readonly schema?: string | undefined;
+    readonly Client?: typeof pg.Client;
+  }) {
+    this.#config = { ...options.clientConfig, application_name: 'taskfence-listen' };
+    this.fallbackMs = options.fallbackMs ?? DEFAULT_WAKE_FALLBACK_MS;
+    this.enabled = options.enabled ?? true;
+    this.#schema = options.schema;
+    this.#Client = options.Client ?? pg.Client;
   }
 
   async notify(trx: Transaction<Database>, topic: string): Promise<void> {
     if (!this.enabled) return;
-    await sql`select pg_notify(${CHANNEL}, ${this.#prefix + topic})`.execute(trx);
+    await sql`select pg_notify(${WAKE_CHANNEL}, ${schemaTopic(this.#schema, topic)})`.execute(trx);
   }
 
   subscribe(topic: string, fallbackMs = this.fallbackMs) {
-    return this.#registry.subscribe(this.#prefix + topic, fallbackMs, () => {
+    return this.#registry.subscribe(schemaTopic(this.#schema, topic), fallbackMs, () => {
       if (this.enabled) this.#ensureListening();
     });
   }
@@ -52,16 +61,16 @@ export class PostgresWakeups implements Wakeups {
   }
 
   async #connect(): Promise<void> {
-    const client = new this.Client(this.#config);
+    const client = new this.#Client(this.#config);
     // A fault on the listener must never crash the host: drop it and reconnect.
     client.on('error', () => this.#lost(client));
     client.on('end', () => this.#lost(client));
     client.on('notification', (message) => {
-      if (message.channel === CHANNEL) this.#registry.wake(message.payload);
+      if (message.channel === WAKE_CHANNEL) this.#registry.wake(message.payload);
     });
     try {
       await client.connect();
-      await client.query(`listen ${CHANNEL}`);
+      await client.query(`listen ${WAKE_CHANNEL}`);
       if (this.#closed) {
         await client.end().catch(() => {});
         return;

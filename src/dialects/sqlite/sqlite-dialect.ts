@@ -31,6 +31,7 @@ import {
   DEFAULT_WRITE_DEADLINE_MS,
   EXECUTE_COMPILED_SYNC,
   type HeldConnectionKysely,
+  type DialectObservers,
   type DialectOptions,
   type DialectStats,
   type ErrorKind,
@@ -91,8 +92,15 @@ function mayBeForeign(raw: Database.Database): boolean {
   }
 }
 
-/** Opens one better-sqlite3 connection in WAL mode and wraps it as a `StoreDialect`. */
-export async function openSqliteDialect(filename: string, options: DialectOptions = {}): Promise<StoreDialect> {
+/**
+ * Opens one better-sqlite3 connection in WAL mode and wraps it as a `StoreDialect`, configured
+ * once: `observers` hear of its retries from the start.
+ */
+export async function openSqliteDialect(
+  filename: string,
+  options: DialectOptions = {},
+  observers: DialectObservers = {},
+): Promise<StoreDialect> {
   const BetterSqlite3 = await loadBetterSqlite3(`sqlite:${filename}`);
   let raw: Database.Database;
   try {
@@ -108,14 +116,14 @@ export async function openSqliteDialect(filename: string, options: DialectOption
   // one new file at once retry it instead of failing. A file that may be another application's
   // (tables or a user_version, but no taskfence history) keeps its journal mode: `migrate`
   // switches it once it has decided to migrate, so a refusal changes nothing.
-  const stats: DialectStats = { retries: 0 };
+  const walSwitch: DialectStats = { retries: 0 };
   const keepJournalMode = !options.readOnly && mayBeForeign(raw);
   await retryTransient(
     async () => (options.readOnly || keepJournalMode ? undefined : raw.pragma('journal_mode = WAL')),
     (e) => ((e as { code?: string }).code?.startsWith('SQLITE_BUSY') ? 'busy' : 'unknown'),
     RETRYABLE,
     options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
-    stats,
+    walSwitch,
   ).catch((error) => {
     raw.close();
     const typed = translateSqliteError(error, `sqlite:${filename}`, 'pragma journal_mode = WAL');
@@ -138,70 +146,80 @@ export async function openSqliteDialect(filename: string, options: DialectOption
       createQueryCompiler: () => new SqliteQueryCompiler(),
     },
   });
-  return new SqliteDialect(
+  return new SqliteDialect({
     raw,
-    new GuardedKysely<Schema>(driver, config(driver)),
+    db: new GuardedKysely<Schema>(driver, config(driver)),
     driver,
-    new PinnedKysely(driver, config(new PinnedSqliteDriver(driver))),
-    options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
-    options.hostClock,
-    {
-      ...(options.wakeFallbackMs !== undefined ? { fallbackMs: options.wakeFallbackMs } : {}),
-      ...(options.wakeNotifications !== undefined ? { enabled: options.wakeNotifications } : {}),
-    },
-  );
+    pinned: new PinnedKysely(driver, config(new PinnedSqliteDriver(driver))),
+    writeDeadlineMs: options.writeDeadlineMs ?? DEFAULT_WRITE_DEADLINE_MS,
+    clock: options.hostClock ?? { now: () => Date.now() },
+    wakeups: new SqliteWakeups({
+      dataVersion: () => raw.pragma('data_version', { simple: true }) as number,
+      fallbackMs: options.wakeFallbackMs ?? DEFAULT_WAKE_FALLBACK_MS,
+      enabled: options.wakeNotifications ?? true,
+    }),
+    observers,
+  });
+}
+
+/** What a `SqliteDialect` is built from: everything `openSqliteDialect` decided, fixed from then on. */
+interface SqliteDialectConfig {
+  /** The store's one better-sqlite3 connection. */
+  readonly raw: Database.Database;
+  /** `store.db`: Kysely on the driver, its transactions marked as holding the connection. */
+  readonly db: Kysely<Schema>;
+  readonly driver: ImmediateSqliteDriver;
+  /** Runs on the connection a write transaction holds; handed to `fn` as its transaction. */
+  readonly pinned: Kysely<Schema>;
+  readonly writeDeadlineMs: number;
+  /** One host by nature: the host's clock. */
+  readonly clock: { now(): number };
+  readonly wakeups: SqliteWakeups;
+  readonly observers: DialectObservers;
 }
 
 class SqliteDialect implements StoreDialect {
   readonly kind = 'sqlite' as const;
   readonly columnTypes = SQLITE_COLUMN_TYPES;
-  readonly stats: DialectStats = { retries: 0 };
   readonly supportsSkipLocked = false;
-  /** One host by nature: the host's clock. */
+  readonly db: Kysely<Schema>;
+  readonly stats: DialectStats;
   readonly clock: { now(): number };
   readonly wakeups: SqliteWakeups;
+  readonly #config: SqliteDialectConfig;
 
-  constructor(
-    private readonly raw: Database.Database,
-    readonly db: Kysely<Schema>,
-    private readonly driver: ImmediateSqliteDriver,
-    /** Runs on the connection a write transaction holds; handed to `fn` as its transaction. */
-    private readonly pinned: Kysely<Schema>,
-    private readonly writeDeadlineMs: number,
-    hostClock: { now(): number } = { now: () => Date.now() },
-    wake: { fallbackMs?: number; enabled?: boolean } = {},
-  ) {
-    this.clock = hostClock;
-    this.wakeups = new SqliteWakeups(
-      () => raw.pragma('data_version', { simple: true }) as number,
-      wake.fallbackMs ?? DEFAULT_WAKE_FALLBACK_MS,
-      wake.enabled ?? true,
-    );
+  constructor(config: SqliteDialectConfig) {
+    this.#config = Object.freeze({ ...config });
+    this.db = config.db;
+    this.clock = config.clock;
+    this.wakeups = config.wakeups;
+    this.stats = { retries: 0, ...config.observers };
   }
 
   /** One attempt: hold the connection, BEGIN (IMMEDIATE for writes), run `fn` on the pinned Kysely, COMMIT (or ROLLBACK). */
   async #immediate<T>(fn: WriteTransactionFn<T>, begin: CompiledQuery = BEGIN_IMMEDIATE, hostCode = false): Promise<T> {
-    if (!this.driver.tryAcquire()) {
-      this.driver.assertNotHeldByCaller('A taskfence call');
-      await this.driver.acquireConnection();
+    const { driver, pinned } = this.#config;
+    if (!driver.tryAcquire()) {
+      driver.assertNotHeldByCaller('A taskfence call');
+      await driver.acquireConnection();
     }
-    const connection = this.driver.connection;
+    const connection = driver.connection;
     try {
       connection.executeSync(begin);
       try {
-        const trx = this.pinned as unknown as Transaction<Schema>;
-        const result = await (hostCode ? holdingConnection(this.driver, () => fn(trx)) : fn(trx));
+        const trx = pinned as unknown as Transaction<Schema>;
+        const result = await (hostCode ? holdingConnection(driver, () => fn(trx)) : fn(trx));
         connection.executeSync(COMMIT);
         this.wakeups.afterTransaction(true);
         return result;
       } catch (error) {
         // SQLite may already have rolled back by itself (SQLITE_BUSY, SQLITE_FULL, …).
-        if (this.driver.inTransaction) connection.executeSync(ROLLBACK);
+        if (driver.inTransaction) connection.executeSync(ROLLBACK);
         this.wakeups.afterTransaction(false);
         throw error;
       }
     } finally {
-      this.driver.release();
+      driver.release();
     }
   }
 
@@ -210,7 +228,7 @@ class SqliteDialect implements StoreDialect {
       () => this.#immediate(fn, BEGIN_IMMEDIATE, options?.hostCode),
       (e) => this.classifyError(e),
       RETRYABLE,
-      options?.deadlineMs ?? this.writeDeadlineMs,
+      options?.deadlineMs ?? this.#config.writeDeadlineMs,
       this.stats,
     );
   }
@@ -221,7 +239,7 @@ class SqliteDialect implements StoreDialect {
       () => this.#immediate(fn, BEGIN_DEFERRED),
       (e) => this.classifyError(e),
       RETRYABLE,
-      this.writeDeadlineMs,
+      this.#config.writeDeadlineMs,
       this.stats,
     );
   }
@@ -235,16 +253,16 @@ class SqliteDialect implements StoreDialect {
     const adapter = (trx as Partial<Transaction<Schema>> | null)?.getExecutor?.().adapter;
     // The store's own write transaction (store.transaction's tx.db) runs on `pinned`; a
     // transaction of store.db.transaction() is a Kysely transaction sharing store.db's adapter.
-    const own = adapter !== undefined && adapter === this.pinned.getExecutor().adapter;
+    const own = adapter !== undefined && adapter === this.#config.pinned.getExecutor().adapter;
     if (!own && !(adapter !== undefined && adapter === this.db.getExecutor().adapter && trx.isTransaction)) {
       throw new ForeignTransactionError(
         'on SQLite taskfence can only join a transaction of its own connection (the tx.db of store.transaction, or the trx of store.db.transaction())',
       );
     }
-    const mark = this.driver.heldByCaller();
+    const mark = this.#config.driver.heldByCaller();
     if (!mark)
       throw new ForeignTransactionError('call it inside the transaction callback, while the transaction is open');
-    return { db: own ? (this.pinned as unknown as Transaction<Schema>) : trx, isActive: () => mark.active };
+    return { db: own ? (this.#config.pinned as unknown as Transaction<Schema>) : trx, isActive: () => mark.active };
   }
 
   classifyError(error: unknown): ErrorKind {
@@ -325,9 +343,9 @@ class SqliteDialect implements StoreDialect {
 
   async close(): Promise<void> {
     await this.wakeups.close();
-    await this.pinned.destroy();
+    await this.#config.pinned.destroy();
     await this.db.destroy();
-    if (this.raw.open) this.raw.close();
+    if (this.#config.raw.open) this.#config.raw.close();
   }
 }
 

@@ -14,13 +14,23 @@ export class SqliteWakeups implements Wakeups {
   #timer: NodeJS.Timeout | undefined;
   #last = -1;
 
-  constructor(
-    dataVersion: () => number,
-    readonly fallbackMs = DEFAULT_WAKE_FALLBACK_MS,
-    readonly enabled = true,
-    readonly pollMs = 5,
-  ) {
-    this.#dataVersion = dataVersion;
+  readonly fallbackMs: number;
+  /** False: notifications are off, and waiters only poll every `fallbackMs` (tests). */
+  readonly enabled: boolean;
+  /** How often `PRAGMA data_version` is read while someone waits. */
+  readonly pollMs: number;
+
+  constructor(options: {
+    /** Reads `PRAGMA data_version` on the store's connection. */
+    readonly dataVersion: () => number;
+    readonly fallbackMs?: number;
+    readonly enabled?: boolean;
+    readonly pollMs?: number;
+  }) {
+    this.#dataVersion = options.dataVersion;
+    this.fallbackMs = options.fallbackMs ?? DEFAULT_WAKE_FALLBACK_MS;
+    this.enabled = options.enabled ?? true;
+    this.pollMs = options.pollMs ?? 5;
   }
 
   async notify(_trx: Transaction<Database>, topic: string): Promise<void> {

@@ -16,9 +16,10 @@ import type { StoreContext } from '../context.js';
 import type { LeaseFence } from '../shared/fence.js';
 import { requireLease, type Lease } from '../shared/lease.js';
 import { endedReason, GateOpenError, moveInFlightTask, requireNoOpenGate } from '../shared/lifecycle.js';
-import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../shared/lock-keys.js';
+import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../../protocol.js';
 import { toTask } from '../shared/records.js';
 import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
+import { explainAfterRollback } from '../shared/misses.js';
 import { CoordinatorRunNotRunningError, findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
 import { createOnce, keyedCall, keyedWrite, requireSameCreate } from '../idempotent.js';
@@ -272,19 +273,19 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     return row ? toDispatch(row) : null;
   }
 
-  /** Runs a write that inserts a dispatch; the one-active-per-terminal index's violation becomes `TerminalBusyError`. */
-  async function onFreeTerminal<T>(terminalHandles: readonly string[], write: () => Promise<T>): Promise<T> {
-    try {
-      return await write();
-    } catch (error) {
-      if (dialect.classifyError(error) !== 'unique_violation') throw error;
-      // The transaction is over (rolled back): name the dispatch that won the terminal.
+  /**
+   * Runs a write that inserts a dispatch; the one-active-per-terminal index's violation becomes
+   * `TerminalBusyError`, naming the dispatch that won the terminal, read after the rollback
+   * (`explainAfterRollback`).
+   */
+  function onFreeTerminal<T>(terminalHandles: readonly string[], write: () => Promise<T>): Promise<T> {
+    return explainAfterRollback(dialect, 'unique_violation', write, async (db) => {
       for (const handle of terminalHandles) {
         const active = await newestActiveFor(db, handle);
         if (active) throw new TerminalBusyError(handle, active.id);
       }
       throw new TerminalBusyError(terminalHandles[0]!, null);
-    }
+    });
   }
 
   /** Checks `ttlMs`. */

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Transaction } from 'kysely';
 import { InvalidArgumentError, UnknownRecipientError } from '../../errors.js';
 import type { Database, MessageRow } from '../../schema/database.js';
+import { inboxTopic } from '../../protocol.js';
 import { clampTimerMs } from '../../timers.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
 import type { StoreContext } from '../context.js';
@@ -63,9 +64,6 @@ function toReceived(row: MessageRow): ReceivedMessage {
 
 /** Oldest first: the send order. */
 const bySeq = (a: MessageRow, b: MessageRow) => Number(a.seq) - Number(b.seq);
-
-/** The wake-up topic of an inbox: announced when a message to it commits. */
-const inboxTopic = (handle: string) => `inbox:${handle}`;
 
 /** A hand-out's lease: the default, or any duration `requirePositiveMs` allows. */
 function visibilityOf(value: unknown): number {

@@ -1,7 +1,7 @@
 /**
  * Cleanup: admission (the barrier and the inventory), claims, and the fence every claim holder's
  * write passes (complete / fail / release / renew). Snapshot writes take the snapshot's key, then
- * the resource's (lock-keys.ts, levels 4 and 5).
+ * the resource's (protocol.ts, levels 4 and 5).
  */
 import type { Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError, type TaskfenceError } from '../../errors.js';
@@ -9,7 +9,7 @@ import type { CleanupKind, CleanupSnapshotState, Database } from '../../schema/d
 import type { StoreContext } from '../context.js';
 import { CleanupBarrierError, lockBarriers } from '../shared/barrier.js';
 import { keyedWrite, RefusalAfterWrites, type IdempotentCall } from '../idempotent.js';
-import { ownedResourceLockKey, snapshotLockKey } from '../shared/lock-keys.js';
+import { ownedResourceLockKey, snapshotLockKey } from '../../protocol.js';
 import {
   CleanupAlreadyCompletedError,
   CleanupClaimLostError,

@@ -1,7 +1,7 @@
 /**
  * Owner changes: the two transfers and subtask detachment. Each is a compare-and-swap on
  * (expected owner, expected generation) that bumps the generation, taken behind the cleanup
- * barrier of the task the resource moves to and under the resource's key (lock-keys.ts, levels
+ * barrier of the task the resource moves to and under the resource's key (protocol.ts, levels
  * 3 and 5), so the diagnosis after a failed CAS is consistent.
  */
 import type { Transaction } from 'kysely';
@@ -11,7 +11,7 @@ import type { StoreContext } from '../context.js';
 import { CleanupBarrierError, lockBarriers, refuseIfAdmitted } from '../shared/barrier.js';
 import { keyedWrite, type IdempotentCall } from '../idempotent.js';
 import { activeGroupOf } from '../shared/groups.js';
-import { ownedResourceLockKey } from '../shared/lock-keys.js';
+import { ownedResourceLockKey } from '../../protocol.js';
 import {
   CleanupInProgressError,
   OwnershipChangedError,
@@ -26,7 +26,10 @@ import { auditLeaseActs } from '../shared/audit.js';
 
 type Trx = Transaction<Database>;
 
-/** Why a transfer CAS did not match; throws the matching typed error (called under the resource key). */
+/**
+ * Why a transfer CAS did not match; throws the matching typed error. Called under the resource
+ * key: the miss is explained holding the keys (shared/misses.ts).
+ */
 async function explainTransferMiss(
   trx: Trx,
   kind: OwnedResourceKind,

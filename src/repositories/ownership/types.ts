@@ -13,7 +13,7 @@
  * - the task cleanup barrier (`task_cleanup_admissions`, see `shared/barrier.ts`) serializes
  *   cleanup admission with detachment and with ownership arriving at a task.
  *
- * The keys each operation locks, and in which order, are in `shared/lock-keys.ts`.
+ * The keys each operation locks, and in which order, are in `src/protocol.ts`.
  */
 import type { CleanupKind, CleanupSnapshotState, GroupMemberRole } from '../../schema/database.js';
 import type { OwnedResourceKind } from './errors.js';

@@ -1,6 +1,6 @@
 /**
  * The all-or-nothing acquisition every lease path goes through (`tryAcquirePaths`,
- * `acquirePaths`, `claimTask`): under the workspace's key (lock-keys.ts, level 7) it locks the
+ * `acquirePaths`, `claimTask`): under the workspace's key (protocol.ts, level 7) it locks the
  * workspace's token row, checks for conflicting live leases and, only if there are none, takes
  * the next fencing token and inserts the whole set under it.
  */
@@ -9,7 +9,7 @@ import { NotFoundError } from '../../errors.js';
 import { decodePathLeaseKey, encodePathLeaseKey } from '../../domain/write-paths.js';
 import type { Database, PathLeaseRow } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
-import { pathsLockKey } from '../shared/lock-keys.js';
+import { pathsLockKey } from '../../protocol.js';
 import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import { liveWorkspaceLock } from '../shared/workspace-exclusion.js';
 import {

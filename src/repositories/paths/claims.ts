@@ -16,9 +16,8 @@ import {
   requireTaskDispatchLease,
   TaskTransitionRefusedError,
 } from '../shared/lifecycle.js';
-import { dispatchTaskLockKey, pathsLockKey } from '../shared/lock-keys.js';
+import { dispatchTaskLockKey, pathsLockKey, pathsTopic } from '../../protocol.js';
 import { acquireKeys } from './acquire.js';
-import { pathsTopic } from './statements.js';
 import {
   PathClaimRefusedError,
   PathLeaseLostError,

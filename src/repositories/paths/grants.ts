@@ -11,12 +11,11 @@ import type { Database } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
 import { readLeaseRowLocked, type LeaseFence } from '../shared/fence.js';
 import { requireLease, type LeaseLostReason } from '../shared/lease.js';
-import { pathsLockKey } from '../shared/lock-keys.js';
+import { pathsLockKey, pathsTopic } from '../../protocol.js';
 import { auditLeaseActs } from '../shared/audit.js';
 import { keyedWrite, type IdempotentCall } from '../idempotent.js';
 import { optionalId } from '../validate.js';
 import { findConflicts } from './acquire.js';
-import { pathsTopic } from './statements.js';
 import { PathLeaseLostError, type PathLeaseGrant } from './types.js';
 
 type Trx = Transaction<Database>;

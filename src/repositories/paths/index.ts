@@ -8,7 +8,7 @@ import { leaseKeys, WHOLE_WORKSPACE_KEY, decodePathLeaseKey } from '../../domain
 import type { PathLeaseRow } from '../../schema/database.js';
 import { clampTimerMs } from '../../timers.js';
 import type { StoreContext } from '../context.js';
-import { pathsLockKey } from '../shared/lock-keys.js';
+import { pathsLockKey, pathsTopic } from '../../protocol.js';
 import { requireLease } from '../shared/lease.js';
 import {
   optionalId,
@@ -23,7 +23,7 @@ import { keyedCall, keyedWrite, type IdempotencyOptions } from '../idempotent.js
 import { acquireKeys } from './acquire.js';
 import { CLAIM_REFUSALS, claimTask, SUBMIT_REFUSALS, submitTaskResult } from './claims.js';
 import { GRANT_REFUSALS, isGrant, releaseGrant, renewGrant, requirePathGrant } from './grants.js';
-import { chunked, descendantRanges, pathsTopic, RANGE_CHUNK, RELEASE, RENEW, toPathLease } from './statements.js';
+import { chunked, descendantRanges, RANGE_CHUNK, RELEASE, RENEW, toPathLease } from './statements.js';
 import {
   DEFAULT_PATH_LEASE_TTL_MS,
   PathLeaseTimeoutError,

@@ -26,9 +26,6 @@ export function chunked<T>(list: readonly T[], size: number): (readonly T[])[] {
   return out.length > 0 ? out : [[]];
 }
 
-/** The wake-up topic of a workspace's path leases: announced when leases in it are released. */
-export const pathsTopic = (workspaceId: string) => `paths:${workspaceId}`;
-
 /** The bytewise ranges of `keys` and everything below them (one index range per key). */
 export function descendantRanges(keys: readonly string[]): { froms: string[]; tos: string[] } {
   const ranges = keys.map(storedPathDescendantRange);

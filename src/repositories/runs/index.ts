@@ -19,8 +19,9 @@ import {
   requirePositiveMs,
   requireText,
 } from '../validate.js';
-import { runTargetLockKey } from '../shared/lock-keys.js';
+import { runTargetLockKey } from '../../protocol.js';
 import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
+import { explainAfterRollback } from '../shared/misses.js';
 import {
   coordinatorRunLease,
   CoordinatorRunNotRunningError,
@@ -62,7 +63,10 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
     return row ? toCoordinatorRun(row) : null;
   }
 
-  /** After a conditional UPDATE matched nothing: why (read in its transaction, so a keyed call stores it). */
+  /**
+   * After a conditional UPDATE matched nothing: why, read in its transaction (holding the keys,
+   * shared/misses.ts), so a keyed call stores it.
+   */
   async function notRunning(trx: Parameters<typeof SELECT_RUN.first>[0], runId: string): Promise<never> {
     const run = await SELECT_RUN.first(trx, { id: runId });
     if (!run) throw new NotFoundError('coordinator run', runId);
@@ -112,8 +116,8 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
         const id = chosenId ?? ctx.newId();
         const handle = chosenHandle ?? ctx.newHandle('coordinator');
         const now = ctx.clock.now();
-        try {
-          return await dialect.writeTransaction(async (trx): Promise<StartedCoordinatorRun> => {
+        const write = () =>
+          dialect.writeTransaction(async (trx): Promise<StartedCoordinatorRun> => {
             if (chosenId !== null) {
               const existing = ownRun(await SELECT_RUN.first(trx, { id: chosenId }));
               if (existing) return existing;
@@ -148,26 +152,33 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
               adoptedTaskCount,
             };
           });
-        } catch (error) {
-          if (dialect.classifyError(error) !== 'unique_violation') throw error;
-          // The transaction is over (rolled back): read what won, outside it.
-          if (chosenId !== null) {
-            const existing = ownRun(await SELECT_RUN.first(db, { id: chosenId }));
-            if (existing) return existing;
-          }
-          const running = await findRunningRun(db, targetKey);
-          if (running) throw new CoordinatorRunConflictError(targetKey, running.id, running.coordinator_handle);
-          if (chosenHandle !== null) {
-            const owner = await db
-              .selectFrom('coordinator_runs')
-              .select('id')
-              .where('coordinator_handle', '=', chosenHandle)
-              .executeTakeFirst();
-            if (owner) throw new CoordinatorHandleTakenError(chosenHandle, owner.id);
-          }
-          // The winner stopped before we looked (or a random handle collided): try again.
-          if (attempt >= START_ATTEMPTS) throw error;
-        }
+        // A unique violation (a running run on the target, or the handle taken) is explained after
+        // the rollback, on a fresh read: undefined means nothing explains it, so try again.
+        const started = await explainAfterRollback<StartedCoordinatorRun | undefined>(
+          dialect,
+          'unique_violation',
+          write,
+          async (fresh, error) => {
+            if (chosenId !== null) {
+              const existing = ownRun(await SELECT_RUN.first(fresh, { id: chosenId }));
+              if (existing) return existing;
+            }
+            const running = await findRunningRun(fresh, targetKey);
+            if (running) throw new CoordinatorRunConflictError(targetKey, running.id, running.coordinator_handle);
+            if (chosenHandle !== null) {
+              const owner = await fresh
+                .selectFrom('coordinator_runs')
+                .select('id')
+                .where('coordinator_handle', '=', chosenHandle)
+                .executeTakeFirst();
+              if (owner) throw new CoordinatorHandleTakenError(chosenHandle, owner.id);
+            }
+            // The winner stopped before we looked (or a random handle collided): try again.
+            if (attempt >= START_ATTEMPTS) throw error;
+            return undefined;
+          },
+        );
+        if (started) return started;
       }
     },
 

@@ -1,7 +1,7 @@
 /**
  * `store.semaphores` (issue 21): counting semaphores. The guarantees are stated on
  * `SemaphoreRepository` (types.ts). Every acquisition runs in one write transaction under the
- * semaphore's key (lock-keys.ts, level 8: PostgreSQL advisory lock; SQLite `BEGIN IMMEDIATE`),
+ * semaphore's key (protocol.ts, level 8: PostgreSQL advisory lock; SQLite `BEGIN IMMEDIATE`),
  * which reclaims the expired slots, counts the live ones and grants a slot only below the limit.
  */
 import { sql, type Transaction } from 'kysely';
@@ -10,7 +10,7 @@ import { clampTimerMs } from '../../timers.js';
 import type { StoreContext } from '../context.js';
 import { readLeaseRowLocked, type LeaseFence } from '../shared/fence.js';
 import { requireLease, type LeaseLostReason } from '../shared/lease.js';
-import { semaphoreLockKey } from '../shared/lock-keys.js';
+import { semaphoreLockKey, semaphoreTopic } from '../../protocol.js';
 import { auditLeaseActs, auditsLeaseAct, type LeaseActRecord } from '../shared/audit.js';
 import { keyedCall, keyedWrite, type IdempotencyOptions } from '../idempotent.js';
 import {
@@ -35,9 +35,6 @@ import {
 } from './types.js';
 
 type Trx = Transaction<Database>;
-
-/** The wake-up topic of a semaphore: announced when one of its slots is released. */
-export const semaphoreTopic = (name: string) => `semaphore:${name}`;
 
 const toHolder = (row: { holder: string; token: number; expires_at: number }): SemaphoreHolder => ({
   holder: row.holder,

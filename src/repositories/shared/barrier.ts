@@ -10,7 +10,7 @@ import { TaskfenceError } from '../../errors.js';
 import { elements, prepared } from '../../query/prepared.js';
 import type { CleanupKind, Database } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
-import { barrierLockKey } from './lock-keys.js';
+import { barrierLockKey } from '../../protocol.js';
 
 /** Cleanup (archive/delete) was already admitted for a task the operation involves, so it is refused. */
 export class CleanupBarrierError extends TaskfenceError {
@@ -45,7 +45,7 @@ export async function findAdmission(trx: Transaction<Database>, taskIds: readonl
 
 /**
  * Takes the cleanup barriers of `taskIds` (`barrierLockKey`), each once, in sorted order: two
- * transactions locking overlapping sets cannot deadlock on each other (see lock-keys.ts).
+ * transactions locking overlapping sets cannot deadlock on each other (see src/protocol.ts).
  */
 export async function lockBarriers(
   ctx: StoreContext,

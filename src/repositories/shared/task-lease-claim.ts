@@ -11,6 +11,7 @@ import type { StoreContext } from '../context.js';
 import { keyedCall, keyedWrite, type RefusalClass } from '../idempotent.js';
 import type { TaskLeaseClaim } from './leases.js';
 import { auditLeaseActs, auditsLeaseAct, grantedActs } from './audit.js';
+import { explainAfterRollback } from './misses.js';
 
 // A claim is one upsert: the row is never deleted, so `token + 1` is higher than every token
 // granted before; no row back ⇒ someone holds a live lease.
@@ -86,12 +87,12 @@ export function readTaskLease(trx: Kysely<Database>, taskId: string) {
     .executeTakeFirst();
 }
 
-/** Maps a foreign-key failure of a claim (no such workspace / task) to `NotFoundError`. */
-export async function mapMissing<T>(ctx: StoreContext, entity: string, id: string, fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (error) {
-    if (ctx.dialect.classifyError(error) === 'foreign_key_violation') throw new NotFoundError(entity, id);
-    throw error;
-  }
+/**
+ * Maps a foreign-key failure of a claim (no such workspace / task) to `NotFoundError`, after the
+ * rollback (`explainAfterRollback`); the claim's one reference names the missing row, so nothing is read.
+ */
+export function mapMissing<T>(ctx: StoreContext, entity: string, id: string, fn: () => Promise<T>): Promise<T> {
+  return explainAfterRollback(ctx.dialect, 'foreign_key_violation', fn, async () => {
+    throw new NotFoundError(entity, id);
+  });
 }

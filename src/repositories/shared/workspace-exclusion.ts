@@ -2,7 +2,7 @@
  * One exclusion rule per workspace (issue 21): the exclusive workspace lock is the
  * whole-workspace path key `""`. Path acquisitions (`store.paths`) treat a live lock as a
  * conflict, and `claimWorkspaceLock` (`store.locks`, so `dispatchRun`) treats a live path lease as
- * the holder; both run under the workspace's paths key (lock-keys.ts, level 7), so neither can
+ * the holder; both run under the workspace's paths key (protocol.ts, level 7), so neither can
  * commit between the other's check and write.
  */
 import type { Transaction } from 'kysely';

@@ -1,12 +1,16 @@
 /**
- * Every advisory-lock key taskfence takes, in one place.
+ * The strings two taskfence processes must agree on to work together, in one place: the
+ * advisory-lock keys and the wake-up topics. Both are part of the deployed protocol: two
+ * processes of different versions serialize only if they build the same key, and wake each other
+ * only if they announce and listen on the same topic, so the values below never change. This file
+ * imports nothing, so every layer can build from it: the dialects (the migration key, the
+ * channel), the repositories, the doctor and the benchmarks.
  *
- * A key is a string; `StoreDialect.lockKey` turns it into a transaction-scoped lock (PostgreSQL:
- * `pg_advisory_xact_lock(hashtextextended(<schema>:<key>, 0))`, prefixed with the configured
- * schema when there is one; SQLite: a no-op, because `BEGIN IMMEDIATE` already serializes every
- * writer). The key strings are part of the deployed protocol: two processes of different
- * versions serialize only if they build the same string, so the values below never change. New
- * keys take the `taskfence:` prefix; the older `ownership:` and `paths:` namespaces keep theirs.
+ * Lock keys. A key is a string; `StoreDialect.lockKey` turns it into a transaction-scoped lock
+ * (PostgreSQL: `pg_advisory_xact_lock(hashtextextended(<schema>:<key>, 0))`, prefixed with the
+ * configured schema when there is one (`schemaLockKey`); SQLite: a no-op, because `BEGIN
+ * IMMEDIATE` already serializes every writer). New keys take the `taskfence:` prefix; the older
+ * `ownership:` and `paths:` namespaces keep theirs.
  *
  * Lock order. A transaction takes keys in the order of this list, never back up it:
  *
@@ -84,3 +88,32 @@ export const migrationLockKey = (schema: string): string => `${MIGRATION_LOCK_PR
 
 /** The key `taskfence doctor` probes advisory locks with. */
 export const doctorProbeLockKey = (probe: string): string => `${LOCK_KEY_PREFIX}doctor:${probe}`;
+
+/**
+ * The key PostgreSQL hashes for `key` in an install confined to `schema` (none: the key as is),
+ * so two installs in one database never contend.
+ */
+export const schemaLockKey = (schema: string | undefined, key: string): string =>
+  schema === undefined ? key : `${schema}:${key}`;
+
+/*
+ * Wake-up topics. A writer announces a topic when its transaction commits, and waiters on it
+ * re-check at once (`Wakeups`, src/dialects/wakeups.ts). PostgreSQL carries them as the payload
+ * of one NOTIFY channel, prefixed with the configured schema (`schemaTopic`).
+ */
+
+/** The one PostgreSQL NOTIFY channel every wake-up travels on. */
+export const WAKE_CHANNEL = 'taskfence_wake';
+
+/** The wake-up topic of a workspace's path leases: announced when leases in it are released. */
+export const pathsTopic = (workspaceId: string): string => `paths:${workspaceId}`;
+
+/** The wake-up topic of a semaphore: announced when one of its slots is released. */
+export const semaphoreTopic = (name: string): string => `semaphore:${name}`;
+
+/** The wake-up topic of an inbox: announced when a message to it commits. */
+export const inboxTopic = (handle: string): string => `inbox:${handle}`;
+
+/** The NOTIFY payload of `topic` in an install confined to `schema` (none: the topic as is). */
+export const schemaTopic = (schema: string | undefined, topic: string): string =>
+  schema === undefined ? topic : `${schema}/${topic}`;
