@@ -144,6 +144,7 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
     columnTypes: dialect.columnTypes,
     stats: dialect.stats,
     supportsSkipLocked: dialect.supportsSkipLocked,
+    insertReturnsSeq: dialect.insertReturnsSeq,
     clock: dialect.clock,
     // Waiting calls (acquirePaths with a wait, waitForMessages) wait while this transaction holds
     // its locks: see the README (Embedding).

@@ -159,6 +159,12 @@ export interface StoreDialect {
   lockKey(trx: Transaction<Database>, key: string): Promise<void>;
 
   /**
+   * Whether `INSERT … RETURNING` shows the `seq` the insert assigned (PostgreSQL: a sequence
+   * default). SQLite assigns it in an `AFTER INSERT` trigger that RETURNING does not see.
+   */
+  readonly insertReturnsSeq: boolean;
+
+  /**
    * For `store.withTransaction(trx)`: checks that `trx` is an open transaction this store can
    * join (else `ForeignTransactionError`) and returns the Kysely taskfence runs its statements on
    * inside it, and whether the transaction is still open.

@@ -265,6 +265,7 @@ class PostgresStoreDialect implements StoreDialect {
   readonly kind = 'postgres' as const;
   readonly columnTypes = POSTGRES_COLUMN_TYPES;
   readonly supportsSkipLocked = true;
+  readonly insertReturnsSeq = true;
   connectionStats?: () => { total: number; idle: number; waiting: number };
 
   constructor(

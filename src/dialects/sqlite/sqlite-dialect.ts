@@ -157,6 +157,7 @@ class SqliteDialect implements StoreDialect {
   readonly columnTypes = SQLITE_COLUMN_TYPES;
   readonly stats: DialectStats = { retries: 0 };
   readonly supportsSkipLocked = false;
+  readonly insertReturnsSeq = false;
   /** One host by nature: the host's clock. */
   readonly clock: { now(): number };
   readonly wakeups: SqliteWakeups;

@@ -129,8 +129,8 @@ async function checkReport(trx: Trx, row: DispatchContextRow, lease: Lease<'disp
 }
 
 /**
- * A `dispatch_contexts` insert with its seq read back (SQLite assigns it in a trigger that
- * RETURNING does not see). The caller already moved the task to `dispatched` (its row is locked).
+ * A `dispatch_contexts` insert with its seq: RETURNING on PostgreSQL (a sequence default), read
+ * back on SQLite (a trigger assigns it, which RETURNING does not see). The caller already moved the task to `dispatched` (its row is locked).
  * A new dispatch supersedes the task's earlier path claim (`paths.claimTask`): a claim made
  * under an earlier dispatch is not this one's, so that worker's `submitTaskResult` is refused.
  */
@@ -140,12 +140,13 @@ async function insertDispatch(
   values: Omit<DispatchContextRow, 'seq'>,
 ): Promise<DispatchContextRow> {
   await trx.deleteFrom('path_lease_claims').where('task_id', '=', values.task_id).execute();
-  await trx.insertInto('dispatch_contexts').values(values).execute();
-  const row = await trx
-    .selectFrom('dispatch_contexts')
-    .selectAll()
-    .where('id', '=', values.id)
-    .executeTakeFirstOrThrow();
+  const insert = trx.insertInto('dispatch_contexts').values(values);
+  let row: DispatchContextRow;
+  if (ctx.dialect.insertReturnsSeq) row = await insert.returningAll().executeTakeFirstOrThrow();
+  else {
+    await insert.execute();
+    row = await trx.selectFrom('dispatch_contexts').selectAll().where('id', '=', values.id).executeTakeFirstOrThrow();
+  }
   await auditLeaseActs(ctx, trx, values.created_at, [
     dispatchAct('granted', row, { taskId: row.task_id, expiresAt: Number(row.lease_expires_at) }),
   ]);
@@ -311,7 +312,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     const deps = tableIn(trx, 'task_dependencies');
     let query = trx
       .selectFrom('tasks')
-      .select(['id', 'coordinator_run_id'])
+      .select('id')
       .where('coordinator_run_id', '=', p.runId)
       .where('status', '=', 'ready')
       .where(
@@ -325,16 +326,17 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           : query.where('assignee_agent_id', '=', p.filter.assigneeAgentId);
     if (p.filter.minPriority !== undefined) query = query.where('priority', '>=', p.filter.minPriority);
     query = query.orderBy('priority', 'desc').orderBy('seq').limit(1);
-    const pick = await (dialect.supportsSkipLocked ? query.forUpdate().skipLocked() : query).executeTakeFirst();
-    if (!pick) return null;
     const now = ctx.clock.now();
-    const claimed = await trx
+    // One statement: the pick (row-locked, skipping rows other claimers hold, on PostgreSQL) is
+    // the subquery of the conditional UPDATE that claims it, which re-checks `ready`.
+    const pick = await trx
       .updateTable('tasks')
       .set({ status: 'dispatched', updated_at: now })
-      .where('id', '=', pick.id)
+      .where('id', '=', dialect.supportsSkipLocked ? query.forUpdate().skipLocked() : query)
       .where('status', '=', 'ready')
+      .returning(['id', 'coordinator_run_id'])
       .executeTakeFirst();
-    if (claimed.numUpdatedRows === 0n) return null;
+    if (!pick) return null;
     return insertDispatch(ctx, trx, {
       id: ctx.newId(),
       task_id: pick.id,
@@ -351,10 +353,49 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     });
   }
 
-  /** Checks `dispatchNext`'s common input and the agent reference. */
+  /** Checks the agent reference. */
   async function requireAgent(trx: Trx, agentId: string | null): Promise<void> {
     if (agentId !== null && !(await trx.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst()))
       throw new NotFoundError('agent', agentId);
+  }
+
+  /**
+   * The guards of `dispatchNext` in one read: the run is running (else `NotFoundError` or
+   * `CoordinatorRunNotRunningError`), the agent, when given, exists (`NotFoundError`), and the
+   * terminal, when given, has no active dispatch (`TerminalBusyError` naming its newest one).
+   * Plain reads, no locks, refused in that order, as the three separate reads were.
+   */
+  async function requireDispatchable(
+    trx: Trx,
+    runId: string,
+    agentId: string | null,
+    terminalHandle: string | null,
+  ): Promise<void> {
+    const row = await trx
+      .selectFrom('coordinator_runs')
+      .select('coordinator_runs.status')
+      .$if(agentId !== null, (qb) =>
+        qb.select((eb) => eb.selectFrom('agents').select('agents.id').where('agents.id', '=', agentId!).as('agent_id')),
+      )
+      .$if(terminalHandle !== null, (qb) =>
+        qb.select((eb) =>
+          eb
+            .selectFrom('dispatch_contexts')
+            .select('dispatch_contexts.id')
+            .where('dispatch_contexts.terminal_handle', '=', terminalHandle!)
+            .where('dispatch_contexts.status', '=', 'active')
+            .orderBy('dispatch_contexts.seq', 'desc')
+            .limit(1)
+            .as('busy_id'),
+        ),
+      )
+      .where('coordinator_runs.id', '=', runId)
+      .executeTakeFirst();
+    if (!row) throw new NotFoundError('coordinator run', runId);
+    if (row.status !== 'running') throw new CoordinatorRunNotRunningError(runId, row.status);
+    if (agentId !== null && (row.agent_id ?? null) === null) throw new NotFoundError('agent', agentId);
+    const busy = row.busy_id ?? null;
+    if (terminalHandle !== null && busy !== null) throw new TerminalBusyError(terminalHandle, busy);
   }
 
   /** Reads a dispatch for a report, under its task's key, and checks the report may be made. */
@@ -567,10 +608,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       );
       const row = await onFreeTerminal([terminalHandle], () =>
         keyedWrite(ctx, call, async (trx) => {
-          await requireRunningRunIn(trx, runId);
-          await requireAgent(trx, agentId);
-          const busy = await newestActiveFor(trx, terminalHandle);
-          if (busy) throw new TerminalBusyError(terminalHandle, busy.id);
+          await requireDispatchable(trx, runId, agentId, terminalHandle);
           return claimNextIn(trx, { runId, terminalHandle, agentId, filter, ttlMs, traceContext });
         }),
       );
@@ -599,8 +637,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       );
       const rows = await onFreeTerminal(handles, () =>
         keyedWrite(ctx, call, async (trx) => {
-          await requireRunningRunIn(trx, runId);
-          await requireAgent(trx, agentId);
+          await requireDispatchable(trx, runId, agentId, null);
           const made: DispatchContextRow[] = [];
           for (const terminalHandle of handles) {
             if (made.length >= limit) break;
