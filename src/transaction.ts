@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { sql, type Kysely, type KyselyPlugin, type Transaction } from 'kysely';
+import { sql, type Expression, type Kysely, type KyselyPlugin, type Transaction } from 'kysely';
 import type { StoreDialect, WriteTransactionFn } from './dialects/types.js';
 import { ForeignTransactionError, InvalidArgumentError, TransactionEndedError } from './errors.js';
 import type { EventHub } from './events.js';
@@ -152,6 +152,7 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
     writeTransaction: <T>(fn: WriteTransactionFn<T>) => binding.run(fn),
     readTransaction: <T>(fn: WriteTransactionFn<T>) => binding.run(fn),
     lockKey: (trx: Transaction<Database>, key: string) => dialect.lockKey(trx, key),
+    lockKeyExpression: (key: Expression<string>) => dialect.lockKeyExpression(key),
     classifyError: (error: unknown) => dialect.classifyError(error),
     joinTransaction: (trx: Transaction<Database>) => dialect.joinTransaction(trx),
     withMigrationLock: () =>

@@ -6,6 +6,8 @@ import {
   PostgresIntrospector,
   PostgresQueryCompiler,
   sql,
+  type Expression,
+  type RawBuilder,
   type Transaction,
 } from 'kysely';
 import type { Database as Schema } from '../../schema/database.js';
@@ -324,6 +326,12 @@ class PostgresStoreDialect implements StoreDialect {
     // With a configured schema, two installs in one database never share a key.
     const scoped = this.schema === undefined ? key : `${this.schema}:${key}`;
     await sql`select pg_advisory_xact_lock(hashtextextended(${scoped}, 0))`.execute(trx);
+  }
+
+  lockKeyExpression(key: Expression<string>): RawBuilder<unknown> {
+    // The same key string as `lockKey` builds: the schema prefix, then the key.
+    const scoped = this.schema === undefined ? key : sql`${`${this.schema}:`}::text || ${key}`;
+    return sql`pg_advisory_xact_lock(hashtextextended(${scoped}, 0))`;
   }
 
   /**

@@ -11,6 +11,7 @@ import {
   sql,
   type Driver,
   type QueryResult,
+  type Expression,
   type Transaction,
 } from 'kysely';
 import type { Database as Schema } from '../../schema/database.js';
@@ -230,6 +231,10 @@ class SqliteDialect implements StoreDialect {
   lockKey(_trx: Transaction<Schema>, _key: string): Promise<void> {
     // BEGIN IMMEDIATE already serializes every writer on the file.
     return RESOLVED;
+  }
+
+  lockKeyExpression(_key: Expression<string>): null {
+    return null;
   }
 
   joinTransaction(trx: Transaction<Schema>): JoinedTransaction {

@@ -15,7 +15,7 @@ import type {
 import type { StoreContext } from '../context.js';
 import type { LeaseFence } from '../shared/fence.js';
 import { requireLease, type Lease } from '../shared/lease.js';
-import { endedReason, GateOpenError, moveInFlightTask, requireNoOpenGate } from '../shared/lifecycle.js';
+import { endedReason, GateOpenError, moveInFlightTask, moveInFlightTaskRow } from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../shared/lock-keys.js';
 import { toTask } from '../shared/records.js';
 import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
@@ -398,22 +398,39 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     if (terminalHandle !== null && busy !== null) throw new TerminalBusyError(terminalHandle, busy);
   }
 
-  /** Reads a dispatch for a report, under its task's key, and checks the report may be made. */
-  async function reportable(trx: Trx, dispatchId: string, lease: Lease<'dispatch'> | undefined) {
-    const first = await trx
-      .selectFrom('dispatch_contexts')
-      .select('task_id')
-      .where('id', '=', dispatchId)
-      .executeTakeFirst();
-    if (!first) throw new NotFoundError('dispatch', dispatchId);
-    await dialect.lockKey(trx, dispatchTaskLockKey(first.task_id));
+  /**
+   * Reads a dispatch for a report, under its task's key, and checks the report may be made.
+   * PostgreSQL: the statement that reads the task id takes the key (`lockKeyExpression`), and the
+   * row is read again once it is held; SQLite's `BEGIN IMMEDIATE` already serializes, so one read.
+   * `withGate`: the same re-read also returns the task's open gate (read under the key), for
+   * `requireNoOpenGate`'s refusal after the report's own checks.
+   */
+  async function reportable(trx: Trx, dispatchId: string, lease: Lease<'dispatch'> | undefined, withGate: boolean) {
+    const taking = dialect.lockKeyExpression(sql<string>`${dispatchTaskLockKey('')} || ${sql.ref('task_id')}`);
+    if (taking !== null) {
+      const first = await trx
+        .selectFrom('dispatch_contexts')
+        .select(['task_id', taking.as('locked')])
+        .where('id', '=', dispatchId)
+        .executeTakeFirst();
+      if (!first) throw new NotFoundError('dispatch', dispatchId);
+    }
+    const gates = tableIn(trx, 'decision_gates');
     const row = await trx
       .selectFrom('dispatch_contexts')
       .selectAll()
+      .$if(withGate, (qb) =>
+        qb.select(
+          sql<string | null>`(select g.id from ${gates} g where g.task_id = ${sql.ref('dispatch_contexts.task_id')}
+            and g.status = 'open' order by g.created_at, g.id limit 1)`.as('open_gate_id'),
+        ),
+      )
       .where('id', '=', dispatchId)
-      .executeTakeFirstOrThrow();
-    await checkReport(trx, row, lease);
-    return row;
+      .executeTakeFirst();
+    if (!row) throw new NotFoundError('dispatch', dispatchId);
+    const { open_gate_id: openGate, ...dispatch } = row;
+    await checkReport(trx, dispatch, lease);
+    return { row: dispatch, openGate: openGate ?? null };
   }
 
   /** Ends an active dispatch as completed or cancelled and moves its task (done with `result`, or ready). */
@@ -424,9 +441,9 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     lease: Lease<'dispatch'> | undefined,
     result: string | null | undefined,
   ) {
-    const row = await reportable(trx, dispatchId, lease);
     // A completion waits for the decision of an open gate on its task; a cancel does not.
-    if (status === 'completed') await requireNoOpenGate(trx, row.task_id);
+    const { row, openGate } = await reportable(trx, dispatchId, lease, status === 'completed');
+    if (openGate !== null) throw new GateOpenError(row.task_id, openGate);
     const now = ctx.clock.now();
     const ended = await trx
       .updateTable('dispatch_contexts')
@@ -436,7 +453,8 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       .returningAll()
       .executeTakeFirstOrThrow();
     await auditLeaseActs(ctx, trx, now, [dispatchAct('released', ended, { status })]);
-    await moveInFlightTask(
+    // The task as the move left it (its last write in this transaction: the finish moves only its dependents).
+    const task = await moveInFlightTaskRow(
       trx,
       ended.task_id,
       status === 'completed' ? 'done' : 'ready',
@@ -444,7 +462,6 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       dialect.supportsSkipLocked,
       result,
     );
-    const task = await trx.selectFrom('tasks').selectAll().where('id', '=', ended.task_id).executeTakeFirstOrThrow();
     return { dispatch: toDispatch(ended), task: toTask(task) };
   }
 
