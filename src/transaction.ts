@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { sql, type Kysely, type KyselyPlugin, type Transaction } from 'kysely';
+import { sql, type Expression, type Kysely, type KyselyPlugin, type Transaction } from 'kysely';
 import type {
   DialectCapabilities,
   DialectCoordination,
@@ -153,9 +153,11 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
     kind: dialect.kind,
     columnTypes: dialect.columnTypes,
     supportsSkipLocked: dialect.supportsSkipLocked,
+    insertReturnsSeq: dialect.insertReturnsSeq,
   };
   const coordination: DialectCoordination = {
     lockKey: (trx: Transaction<Database>, key: string) => dialect.lockKey(trx, key),
+    lockKeyExpression: (key: Expression<string>) => dialect.lockKeyExpression(key),
     // Waiting calls (acquirePaths with a wait, waitForMessages) wait while this transaction holds
     // its locks: see the README (Embedding).
     wakeups: dialect.wakeups,

@@ -1,4 +1,4 @@
-import type { CompiledQuery, Kysely, KyselyConfig, QueryResult, Transaction } from 'kysely';
+import type { CompiledQuery, Expression, Kysely, KyselyConfig, QueryResult, RawBuilder, Transaction } from 'kysely';
 import type pg from 'pg';
 import type { Database } from '../schema/database.js';
 import type { SchemaDescription } from '../schema/describe.js';
@@ -130,6 +130,11 @@ export interface DialectCapabilities {
    * can claim different rows in parallel; SQLite serializes writers instead.
    */
   readonly supportsSkipLocked: boolean;
+  /**
+   * Whether `INSERT … RETURNING` shows the `seq` the insert assigned (PostgreSQL: a sequence
+   * default). SQLite assigns it in an `AFTER INSERT` trigger that RETURNING does not see.
+   */
+  readonly insertReturnsSeq: boolean;
 }
 
 /**
@@ -184,6 +189,13 @@ export interface DialectCoordination {
    * Take it before reading the rows the decision depends on. Keys come from `src/protocol.ts`.
    */
   lockKey(trx: Transaction<Database>, key: string): Promise<void>;
+  /**
+   * `lockKey` as an expression, for the statement that reads the key's column: selected there, it
+   * takes the lock on `key` (a text expression) for the rows the statement returns, saving a round
+   * trip. Null when `lockKey` is a no-op (SQLite): the caller reads without it. Rows the caller
+   * decides on must still be read by a later statement, once the lock is held.
+   */
+  lockKeyExpression(key: Expression<string>): RawBuilder<unknown> | null;
   /** Wake-ups for waiters: LISTEN/NOTIFY on PostgreSQL, COMMIT hooks and `PRAGMA data_version` on SQLite. */
   readonly wakeups: Wakeups;
   /**

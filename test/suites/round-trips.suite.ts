@@ -11,9 +11,9 @@ import { HOT_CALLS, measureRoundTrips, statementCounter, type HotCall } from './
 export const ROUND_TRIP_BUDGET: Record<HotCall, { readonly sqlite: number; readonly postgres: number }> = {
   startCoordinatorRun: { sqlite: 6, postgres: 7 },
   'createTask (with a target)': { sqlite: 5, postgres: 6 },
-  dispatchNext: { sqlite: 9, postgres: 9 },
+  dispatchNext: { sqlite: 7, postgres: 6 },
   heartbeatDispatch: { sqlite: 3, postgres: 3 },
-  completeDispatch: { sqlite: 9, postgres: 11 },
+  completeDispatch: { sqlite: 6, postgres: 8 },
   claimWorkspaceLock: { sqlite: 4, postgres: 5 },
   renewWorkspaceLock: { sqlite: 3, postgres: 3 },
   releaseWorkspaceLock: { sqlite: 3, postgres: 3 },

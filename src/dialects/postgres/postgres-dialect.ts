@@ -6,6 +6,8 @@ import {
   PostgresIntrospector,
   PostgresQueryCompiler,
   sql,
+  type Expression,
+  type RawBuilder,
   type Transaction,
 } from 'kysely';
 import type { Database as Schema } from '../../schema/database.js';
@@ -286,6 +288,7 @@ class PostgresStoreDialect implements StoreDialect {
   readonly kind = 'postgres' as const;
   readonly columnTypes = POSTGRES_COLUMN_TYPES;
   readonly supportsSkipLocked = true;
+  readonly insertReturnsSeq = true;
   readonly db: Kysely<Schema>;
   readonly clock: ServerClockOffset;
   readonly wakeups: PostgresWakeups;
@@ -344,6 +347,13 @@ class PostgresStoreDialect implements StoreDialect {
     // With a configured schema, two installs in one database never share a key.
     const scoped = schemaLockKey(this.#config.schema, key);
     await sql`select pg_advisory_xact_lock(hashtextextended(${scoped}, 0))`.execute(trx);
+  }
+
+  lockKeyExpression(key: Expression<string>): RawBuilder<unknown> {
+    // The same key string as `lockKey` builds (`schemaLockKey`): the schema prefix, then the key.
+    const { schema } = this.#config;
+    const scoped = schema === undefined ? key : sql`${schemaLockKey(schema, '')}::text || ${key}`;
+    return sql`pg_advisory_xact_lock(hashtextextended(${scoped}, 0))`;
   }
 
   /**

@@ -11,6 +11,7 @@ import {
   sql,
   type Driver,
   type QueryResult,
+  type Expression,
   type Transaction,
 } from 'kysely';
 import type { Database as Schema } from '../../schema/database.js';
@@ -182,6 +183,7 @@ class SqliteDialect implements StoreDialect {
   readonly kind = 'sqlite' as const;
   readonly columnTypes = SQLITE_COLUMN_TYPES;
   readonly supportsSkipLocked = false;
+  readonly insertReturnsSeq = false;
   readonly db: Kysely<Schema>;
   readonly stats: DialectStats;
   readonly clock: { now(): number };
@@ -247,6 +249,10 @@ class SqliteDialect implements StoreDialect {
   lockKey(_trx: Transaction<Schema>, _key: string): Promise<void> {
     // BEGIN IMMEDIATE already serializes every writer on the file.
     return RESOLVED;
+  }
+
+  lockKeyExpression(_key: Expression<string>): null {
+    return null;
   }
 
   joinTransaction(trx: Transaction<Schema>): JoinedTransaction {

@@ -15,7 +15,7 @@ import type {
 import type { StoreContext } from '../context.js';
 import type { LeaseFence } from '../shared/fence.js';
 import { requireLease, type Lease } from '../shared/lease.js';
-import { endedReason, GateOpenError, moveInFlightTask, requireNoOpenGate } from '../shared/lifecycle.js';
+import { endedReason, GateOpenError, moveInFlightTask, moveInFlightTaskRow } from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../../protocol.js';
 import { toTask } from '../shared/records.js';
 import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
@@ -130,8 +130,8 @@ async function checkReport(trx: Trx, row: DispatchContextRow, lease: Lease<'disp
 }
 
 /**
- * A `dispatch_contexts` insert with its seq read back (SQLite assigns it in a trigger that
- * RETURNING does not see). The caller already moved the task to `dispatched` (its row is locked).
+ * A `dispatch_contexts` insert with its seq: RETURNING on PostgreSQL (a sequence default), read
+ * back on SQLite (a trigger assigns it, which RETURNING does not see). The caller already moved the task to `dispatched` (its row is locked).
  * A new dispatch supersedes the task's earlier path claim (`paths.claimTask`): a claim made
  * under an earlier dispatch is not this one's, so that worker's `submitTaskResult` is refused.
  */
@@ -141,12 +141,13 @@ async function insertDispatch(
   values: Omit<DispatchContextRow, 'seq'>,
 ): Promise<DispatchContextRow> {
   await trx.deleteFrom('path_lease_claims').where('task_id', '=', values.task_id).execute();
-  await trx.insertInto('dispatch_contexts').values(values).execute();
-  const row = await trx
-    .selectFrom('dispatch_contexts')
-    .selectAll()
-    .where('id', '=', values.id)
-    .executeTakeFirstOrThrow();
+  const insert = trx.insertInto('dispatch_contexts').values(values);
+  let row: DispatchContextRow;
+  if (ctx.dialect.insertReturnsSeq) row = await insert.returningAll().executeTakeFirstOrThrow();
+  else {
+    await insert.execute();
+    row = await trx.selectFrom('dispatch_contexts').selectAll().where('id', '=', values.id).executeTakeFirstOrThrow();
+  }
   await auditLeaseActs(ctx, trx, values.created_at, [
     dispatchAct('granted', row, { taskId: row.task_id, expiresAt: Number(row.lease_expires_at) }),
   ]);
@@ -312,7 +313,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     const deps = tableIn(trx, 'task_dependencies');
     let query = trx
       .selectFrom('tasks')
-      .select(['id', 'coordinator_run_id'])
+      .select('id')
       .where('coordinator_run_id', '=', p.runId)
       .where('status', '=', 'ready')
       .where(
@@ -326,16 +327,17 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           : query.where('assignee_agent_id', '=', p.filter.assigneeAgentId);
     if (p.filter.minPriority !== undefined) query = query.where('priority', '>=', p.filter.minPriority);
     query = query.orderBy('priority', 'desc').orderBy('seq').limit(1);
-    const pick = await (dialect.supportsSkipLocked ? query.forUpdate().skipLocked() : query).executeTakeFirst();
-    if (!pick) return null;
     const now = ctx.clock.now();
-    const claimed = await trx
+    // One statement: the pick (row-locked, skipping rows other claimers hold, on PostgreSQL) is
+    // the subquery of the conditional UPDATE that claims it, which re-checks `ready`.
+    const pick = await trx
       .updateTable('tasks')
       .set({ status: 'dispatched', updated_at: now })
-      .where('id', '=', pick.id)
+      .where('id', '=', dialect.supportsSkipLocked ? query.forUpdate().skipLocked() : query)
       .where('status', '=', 'ready')
+      .returning(['id', 'coordinator_run_id'])
       .executeTakeFirst();
-    if (claimed.numUpdatedRows === 0n) return null;
+    if (!pick) return null;
     return insertDispatch(ctx, trx, {
       id: ctx.newId(),
       task_id: pick.id,
@@ -352,28 +354,84 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     });
   }
 
-  /** Checks `dispatchNext`'s common input and the agent reference. */
+  /** Checks the agent reference. */
   async function requireAgent(trx: Trx, agentId: string | null): Promise<void> {
     if (agentId !== null && !(await trx.selectFrom('agents').select('id').where('id', '=', agentId).executeTakeFirst()))
       throw new NotFoundError('agent', agentId);
   }
 
-  /** Reads a dispatch for a report, under its task's key, and checks the report may be made. */
-  async function reportable(trx: Trx, dispatchId: string, lease: Lease<'dispatch'> | undefined) {
-    const first = await trx
-      .selectFrom('dispatch_contexts')
-      .select('task_id')
-      .where('id', '=', dispatchId)
+  /**
+   * The guards of `dispatchNext` in one read: the run is running (else `NotFoundError` or
+   * `CoordinatorRunNotRunningError`), the agent, when given, exists (`NotFoundError`), and the
+   * terminal, when given, has no active dispatch (`TerminalBusyError` naming its newest one).
+   * Plain reads, no locks, refused in that order, as the three separate reads were.
+   */
+  async function requireDispatchable(
+    trx: Trx,
+    runId: string,
+    agentId: string | null,
+    terminalHandle: string | null,
+  ): Promise<void> {
+    const row = await trx
+      .selectFrom('coordinator_runs')
+      .select('coordinator_runs.status')
+      .$if(agentId !== null, (qb) =>
+        qb.select((eb) => eb.selectFrom('agents').select('agents.id').where('agents.id', '=', agentId!).as('agent_id')),
+      )
+      .$if(terminalHandle !== null, (qb) =>
+        qb.select((eb) =>
+          eb
+            .selectFrom('dispatch_contexts')
+            .select('dispatch_contexts.id')
+            .where('dispatch_contexts.terminal_handle', '=', terminalHandle!)
+            .where('dispatch_contexts.status', '=', 'active')
+            .orderBy('dispatch_contexts.seq', 'desc')
+            .limit(1)
+            .as('busy_id'),
+        ),
+      )
+      .where('coordinator_runs.id', '=', runId)
       .executeTakeFirst();
-    if (!first) throw new NotFoundError('dispatch', dispatchId);
-    await dialect.lockKey(trx, dispatchTaskLockKey(first.task_id));
+    if (!row) throw new NotFoundError('coordinator run', runId);
+    if (row.status !== 'running') throw new CoordinatorRunNotRunningError(runId, row.status);
+    if (agentId !== null && (row.agent_id ?? null) === null) throw new NotFoundError('agent', agentId);
+    const busy = row.busy_id ?? null;
+    if (terminalHandle !== null && busy !== null) throw new TerminalBusyError(terminalHandle, busy);
+  }
+
+  /**
+   * Reads a dispatch for a report, under its task's key, and checks the report may be made.
+   * PostgreSQL: the statement that reads the task id takes the key (`lockKeyExpression`), and the
+   * row is read again once it is held; SQLite's `BEGIN IMMEDIATE` already serializes, so one read.
+   * `withGate`: the same re-read also returns the task's open gate (read under the key), for
+   * `requireNoOpenGate`'s refusal after the report's own checks.
+   */
+  async function reportable(trx: Trx, dispatchId: string, lease: Lease<'dispatch'> | undefined, withGate: boolean) {
+    const taking = dialect.lockKeyExpression(sql<string>`${dispatchTaskLockKey('')} || ${sql.ref('task_id')}`);
+    if (taking !== null) {
+      const first = await trx
+        .selectFrom('dispatch_contexts')
+        .select(['task_id', taking.as('locked')])
+        .where('id', '=', dispatchId)
+        .executeTakeFirst();
+      if (!first) throw new NotFoundError('dispatch', dispatchId);
+    }
+    const gates = tableIn(trx, 'decision_gates');
     const row = await trx
       .selectFrom('dispatch_contexts')
       .selectAll()
+      .$if(withGate, (qb) =>
+        qb.select(
+          sql<string | null>`(select g.id from ${gates} g where g.task_id = ${sql.ref('dispatch_contexts.task_id')}
+            and g.status = 'open' order by g.created_at, g.id limit 1)`.as('open_gate_id'),
+        ),
+      )
       .where('id', '=', dispatchId)
-      .executeTakeFirstOrThrow();
-    await checkReport(trx, row, lease);
-    return row;
+      .executeTakeFirst();
+    if (!row) throw new NotFoundError('dispatch', dispatchId);
+    const { open_gate_id: openGate, ...dispatch } = row;
+    await checkReport(trx, dispatch, lease);
+    return { row: dispatch, openGate: openGate ?? null };
   }
 
   /** Ends an active dispatch as completed or cancelled and moves its task (done with `result`, or ready). */
@@ -384,9 +442,9 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     lease: Lease<'dispatch'> | undefined,
     result: string | null | undefined,
   ) {
-    const row = await reportable(trx, dispatchId, lease);
     // A completion waits for the decision of an open gate on its task; a cancel does not.
-    if (status === 'completed') await requireNoOpenGate(trx, row.task_id);
+    const { row, openGate } = await reportable(trx, dispatchId, lease, status === 'completed');
+    if (openGate !== null) throw new GateOpenError(row.task_id, openGate);
     const now = ctx.clock.now();
     const ended = await trx
       .updateTable('dispatch_contexts')
@@ -396,7 +454,8 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       .returningAll()
       .executeTakeFirstOrThrow();
     await auditLeaseActs(ctx, trx, now, [dispatchAct('released', ended, { status })]);
-    await moveInFlightTask(
+    // The task as the move left it (its last write in this transaction: the finish moves only its dependents).
+    const task = await moveInFlightTaskRow(
       trx,
       ended.task_id,
       status === 'completed' ? 'done' : 'ready',
@@ -404,7 +463,6 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       dialect.supportsSkipLocked,
       result,
     );
-    const task = await trx.selectFrom('tasks').selectAll().where('id', '=', ended.task_id).executeTakeFirstOrThrow();
     return { dispatch: toDispatch(ended), task: toTask(task) };
   }
 
@@ -568,10 +626,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       );
       const row = await onFreeTerminal([terminalHandle], () =>
         keyedWrite(ctx, call, async (trx) => {
-          await requireRunningRunIn(trx, runId);
-          await requireAgent(trx, agentId);
-          const busy = await newestActiveFor(trx, terminalHandle);
-          if (busy) throw new TerminalBusyError(terminalHandle, busy.id);
+          await requireDispatchable(trx, runId, agentId, terminalHandle);
           return claimNextIn(trx, { runId, terminalHandle, agentId, filter, ttlMs, traceContext });
         }),
       );
@@ -600,8 +655,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       );
       const rows = await onFreeTerminal(handles, () =>
         keyedWrite(ctx, call, async (trx) => {
-          await requireRunningRunIn(trx, runId);
-          await requireAgent(trx, agentId);
+          await requireDispatchable(trx, runId, agentId, null);
           const made: DispatchContextRow[] = [];
           for (const terminalHandle of handles) {
             if (made.length >= limit) break;

@@ -11,7 +11,7 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import { TaskfenceError } from '../../errors.js';
 import { tableIn } from '../../query/schema.js';
-import type { Database, DispatchContextRow, DispatchStatus, TaskStatus } from '../../schema/database.js';
+import type { Database, DispatchContextRow, DispatchStatus, TaskRow, TaskStatus } from '../../schema/database.js';
 import { LeaseLostError, type Lease, type LeaseLostReason } from './lease.js';
 import { auditLeaseActs, type LeaseActRecord } from './audit.js';
 import type { StoreContext } from '../context.js';
@@ -364,6 +364,22 @@ export async function moveInFlightTask(
   rowLocks: boolean,
   result?: string | null,
 ): Promise<TaskStatus> {
+  return (await moveInFlightTaskRow(trx, taskId, to, now, rowLocks, result)).status;
+}
+
+/**
+ * `moveInFlightTask`, returning the task's whole row afterwards (from the move's own RETURNING, or
+ * the read that finds it already out of flight): the finish writes only its dependents, so this
+ * is the row as the transaction leaves it.
+ */
+export async function moveInFlightTaskRow(
+  trx: Trx,
+  taskId: string,
+  to: 'done' | 'failed' | 'ready' | 'cancelled',
+  now: number,
+  rowLocks: boolean,
+  result?: string | null,
+): Promise<TaskRow> {
   const gate = to === 'ready' ? await openGateOf(trx, taskId) : null;
   const moved = await trx
     .updateTable('tasks')
@@ -375,14 +391,13 @@ export async function moveInFlightTask(
     })
     .where('id', '=', taskId)
     .where('status', 'in', IN_FLIGHT)
-    .returning('status')
+    .returningAll()
     .executeTakeFirst();
   if (moved) {
     if (to !== 'ready') await propagateFinish(trx, taskId, to, now, rowLocks);
-    return moved.status;
+    return moved;
   }
-  const current = await trx.selectFrom('tasks').select('status').where('id', '=', taskId).executeTakeFirstOrThrow();
-  return current.status;
+  return trx.selectFrom('tasks').selectAll().where('id', '=', taskId).executeTakeFirstOrThrow();
 }
 
 /**
