@@ -882,7 +882,7 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
         statements.length = 0;
         const run = await own.runs.startCoordinatorRun({ targetKey });
         expect(run.adoptedTaskCount).toBe(0);
-        const adopt = statements.find((q) => /^update "?tasks"? set "coordinator_run_id"/.test(q.sql.trim()));
+        const adopt = statements.find((q) => /^update ("\w+"\.)?"?tasks"? set "coordinator_run_id"/.test(q.sql.trim()));
         if (!adopt) throw new Error(`no adoption statement among ${statements.length}`);
         const explain = fx.kind === 'postgres' ? 'explain ' : 'explain query plan ';
         const plan = await own.db.executeQuery(CompiledQuery.raw(explain + adopt.sql, [...adopt.parameters]));
