@@ -35,6 +35,7 @@ export const HOT_CALLS = [
   'sendMessage',
   'receiveMessages (1)',
   'ackMessages (1)',
+  'deliverPendingMessages (1)',
   'transferEnvironmentOwnership',
 ] as const;
 export type HotCall = (typeof HOT_CALLS)[number];
@@ -131,6 +132,13 @@ export async function measureRoundTrips(
   );
   if (received.length !== 1) throw new Error('no message received');
   await measure('ackMessages (1)', () => store.messages.ackMessages(inbox, [received[0]!.receipt]));
+  await store.messages.sendMessage({ from: 'w', to: inbox, kind: 'report' });
+  await store.messages.deliverPendingMessages(inbox, { limit: 1 });
+  await store.messages.sendMessage({ from: 'w', to: inbox, kind: 'report' });
+  const delivered = await measure('deliverPendingMessages (1)', () =>
+    store.messages.deliverPendingMessages(inbox, { limit: 1 }),
+  );
+  if (delivered.length !== 1) throw new Error('no message delivered');
 
   // Ownership transfer between two tasks.
   const [a, b] = [await task('owner-a'), await task('owner-b')];

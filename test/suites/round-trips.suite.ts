@@ -23,13 +23,14 @@ export const ROUND_TRIP_BUDGET: Record<HotCall, { readonly sqlite: number; reado
   'semaphores.acquire': { sqlite: 6, postgres: 7 },
   'semaphores.renew': { sqlite: 3, postgres: 3 },
   'semaphores.release': { sqlite: 3, postgres: 4 },
-  'tryAcquirePaths (2 paths)': { sqlite: 8, postgres: 9 },
+  'tryAcquirePaths (2 paths)': { sqlite: 7, postgres: 8 },
   renewPaths: { sqlite: 4, postgres: 5 },
   releasePaths: { sqlite: 4, postgres: 5 },
-  'paths.claimTask': { sqlite: 12, postgres: 14 },
+  'paths.claimTask': { sqlite: 11, postgres: 13 },
   sendMessage: { sqlite: 5, postgres: 6 },
   'receiveMessages (1)': { sqlite: 5, postgres: 4 },
   'ackMessages (1)': { sqlite: 3, postgres: 3 },
+  'deliverPendingMessages (1)': { sqlite: 5, postgres: 4 },
   transferEnvironmentOwnership: { sqlite: 3, postgres: 5 },
 };
 

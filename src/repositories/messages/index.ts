@@ -178,10 +178,10 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
   async function deliverIn(trx: Transaction<Database>, handle: string, limit: number) {
     await TAKE_OVER.run(trx, { handle });
     const params = { handle, now: now(), limit, maxAttempts: ctx.settings.maxAttempts };
-    // A message whose last lease lapsed is dead, not handed out once more.
+    // A message whose last lease lapsed is dead, not handed out once more (PostgreSQL: in the same statement).
+    if (dialect.supportsSkipLocked) return DELIVER_SKIP_LOCKED.execute(trx, params);
     await DEAD_LETTER_LAPSED.run(trx, params);
-    const deliver = dialect.supportsSkipLocked ? DELIVER_SKIP_LOCKED : DELIVER_SERIALIZED;
-    return deliver.execute(trx, params);
+    return DELIVER_SERIALIZED.execute(trx, params);
   }
 
   /** When the inbox's next leased message becomes visible again, or null. */

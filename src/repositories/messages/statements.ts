@@ -43,7 +43,7 @@ export const TAKE_OVER = prepared((db, p: { handle: string }) => {
         select me.target_key from ${runs} me where me.coordinator_handle = ${p.handle} and me.status = 'running'))`;
 });
 
-/** Moves the inbox's messages whose last lease lapsed to dead (SQLite; PostgreSQL does it inside RECEIVE_SKIP_LOCKED). */
+/** Moves the inbox's messages whose last lease lapsed to dead (SQLite; PostgreSQL does it inside RECEIVE_SKIP_LOCKED and DELIVER_SKIP_LOCKED). */
 export const DEAD_LETTER_LAPSED = prepared((db, p: { handle: string; now: number; maxAttempts: number }) =>
   db
     .updateTable('messages')
@@ -134,28 +134,29 @@ export const DELIVER_SERIALIZED = prepared((db, p: DeliverParams) =>
     .returningAll(),
 );
 
-/** The same for PostgreSQL, with `FOR UPDATE SKIP LOCKED`. */
-export const DELIVER_SKIP_LOCKED = prepared((db, p: DeliverParams) =>
-  db
-    .with(
-      (cte) => cte('next').materialized(),
-      (qb) =>
-        qb
-          .selectFrom('messages')
-          .select('id')
-          .where('to_handle', '=', p.handle)
-          .where('status', '=', 'pending')
-          .where('dead_at', 'is', null)
-          .where((w) => w.or([w('visible_at', 'is', null), w('visible_at', '<=', p.now)]))
-          .where('attempts', '<', p.maxAttempts)
-          .orderBy('seq')
-          .limit(p.limit)
-          .forUpdate()
-          .skipLocked(),
+/**
+ * The same for PostgreSQL, with `FOR UPDATE SKIP LOCKED`; like `RECEIVE_SKIP_LOCKED`, its `dead`
+ * CTE dead-letters the inbox's lapsed last attempts in the same statement (one round trip less
+ * than `DEAD_LETTER_LAPSED` before it). Both CTEs read one snapshot, and `next` never takes a row
+ * `dead` moves (`attempts < maxAttempts`), so no row is written twice.
+ */
+export const DELIVER_SKIP_LOCKED = prepared((db, p: DeliverParams) => {
+  const messages = tableIn(db, 'messages');
+  return sql<MessageRow>`
+    with dead as (
+      update ${messages} set dead_at = ${p.now}, last_error = coalesce(last_error, ${LAPSED_ERROR})
+      where to_handle = ${p.handle} and status = 'pending' and dead_at is null
+        and visible_at <= ${p.now} and attempts >= ${p.maxAttempts}
+      returning id
+    ), next as materialized (
+      select id from ${messages}
+      where to_handle = ${p.handle} and status = 'pending' and dead_at is null
+        and (visible_at is null or visible_at <= ${p.now}) and attempts < ${p.maxAttempts}
+      order by seq
+      limit ${p.limit}
+      for update skip locked
     )
-    .updateTable('messages')
-    .set((eb) => ({ status: 'delivered', delivered_at: p.now, attempts: eb('attempts', '+', 1), visible_at: null }))
-    .where('id', 'in', (eb) => eb.selectFrom('next').select('next.id'))
-    .where('status', '=', 'pending')
-    .returningAll(),
-);
+    update ${messages} set status = 'delivered', delivered_at = ${p.now}, attempts = attempts + 1, visible_at = null
+    where id in (select id from next) and status = 'pending'
+    returning *`;
+});

@@ -6,7 +6,7 @@
  */
 import { sql, type Transaction } from 'kysely';
 import { NotFoundError } from '../../errors.js';
-import { decodePathLeaseKey, encodePathLeaseKey } from '../../domain/write-paths.js';
+import { decodePathLeaseKey, encodePathLeaseKey, WHOLE_WORKSPACE_KEY } from '../../domain/write-paths.js';
 import type { Database, PathLeaseRow } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
 import { pathsLockKey } from '../../protocol.js';
@@ -37,11 +37,41 @@ export async function findConflicts(
   keys: readonly string[],
   now: number,
 ): Promise<PathLeaseConflict[]> {
+  return (await scanConflicts(trx, workspaceId, keys, now, false)).conflicts;
+}
+
+/**
+ * What blocks an acquisition of `keys`: the workspace's live exclusive lock first (the
+ * whole-workspace key), then the first few overlapping live leases. The lock is read by the first
+ * conflict statement itself, so a set checked in one statement costs one round trip.
+ */
+async function findBlockers(
+  trx: Transaction<Database>,
+  workspaceId: string,
+  keys: readonly string[],
+  now: number,
+): Promise<PathLeaseConflict[]> {
+  if (keys.length === 0) {
+    const lock = await liveWorkspaceLock(trx, workspaceId, now);
+    return lock ? [lock] : [];
+  }
+  const { lock, conflicts } = await scanConflicts(trx, workspaceId, keys, now, true);
+  return lock ? [lock, ...conflicts] : conflicts;
+}
+
+async function scanConflicts(
+  trx: Transaction<Database>,
+  workspaceId: string,
+  keys: readonly string[],
+  now: number,
+  withLock: boolean,
+): Promise<{ lock: PathLeaseConflict | null; conflicts: PathLeaseConflict[] }> {
   const all = conflictParams(workspaceId, keys, now);
   const ancestorChunks = chunked(all.ancestors, LIST_CHUNK);
   const keyChunks = chunked(keys, RANGE_CHUNK);
   const seen = new Set<string>();
   const conflicts: PathLeaseConflict[] = [];
+  let lock: PathLeaseConflict | null = null;
   // One statement for an ordinary set; a large one is checked chunk by chunk, stopping at the report limit.
   for (
     let i = 0;
@@ -51,9 +81,22 @@ export async function findConflicts(
     const ancestors = ancestorChunks[i] ?? [];
     const chunkKeys = keyChunks[i] ?? [];
     if (ancestors.length === 0 && chunkKeys.length === 0) continue;
-    const params = { workspaceId, now, ancestors, ...descendantRanges(chunkKeys) };
-    const rows = await FIND_CONFLICTS.execute(trx, params, `${ancestors.length}:${chunkKeys.length}`);
-    for (const row of rows) {
+    // The lock rides with the first statement only.
+    const lockHere = withLock && i === 0;
+    const params = { workspaceId, now, ancestors, ...descendantRanges(chunkKeys), withLock: lockHere };
+    const shape = `${ancestors.length}:${chunkKeys.length}:${lockHere ? 1 : 0}`;
+    for (const row of await FIND_CONFLICTS.execute(trx, params, shape)) {
+      const token = row.token === null ? null : Number(row.token);
+      if (Number(row.from_lock ?? 0) === 1) {
+        lock = {
+          key: WHOLE_WORKSPACE_KEY,
+          holder: row.holder,
+          expiresAt: Number(row.expires_at),
+          token,
+          kind: 'workspace_lock',
+        };
+        continue;
+      }
       const id = `${row.lease_key}\u0000${row.holder}`;
       if (seen.has(id) || conflicts.length >= PATH_CONFLICT_REPORT_LIMIT) continue;
       seen.add(id);
@@ -61,11 +104,11 @@ export async function findConflicts(
         key: decodePathLeaseKey(row.lease_key),
         holder: row.holder,
         expiresAt: Number(row.expires_at),
-        token: row.token === null ? null : Number(row.token),
+        token,
       });
     }
   }
-  return conflicts;
+  return { lock, conflicts };
 }
 
 /**
@@ -113,9 +156,7 @@ export async function acquireKeys(
   const now = ctx.clock.now();
   // One exclusion rule per workspace: a live workspace lock is the whole-workspace key, so it
   // blocks every path claim there (and `claimWorkspaceLock` takes this key and checks the leases).
-  const lock = await liveWorkspaceLock(trx, workspaceId, now);
-  const conflicts = keys.length === 0 ? [] : await findConflicts(trx, workspaceId, keys, now);
-  if (lock) conflicts.unshift(lock);
+  const conflicts = await findBlockers(trx, workspaceId, keys, now);
   if (conflicts.length > 0) {
     const first = conflicts[0]!;
     return {

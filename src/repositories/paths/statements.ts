@@ -47,6 +47,11 @@ export interface ConflictParams {
   readonly ancestors: readonly string[];
   readonly froms: readonly string[];
   readonly tos: readonly string[];
+  /**
+   * Also report the workspace's live exclusive lock, as the first row (`from_lock` 1): the
+   * whole-workspace key, folded into the same statement (one round trip less per acquisition).
+   */
+  readonly withLock?: boolean;
 }
 
 export function conflictParams(workspaceId: string, keys: readonly string[], now: number): ConflictParams {
@@ -72,23 +77,32 @@ function conflictSql(db: Kysely<Database> | undefined, p: ConflictParams) {
       sql`select lease_key, holder, expires_at, token from ${tableIn(db, 'path_leases')} where ${live} and lease_key >= ${from} and lease_key < ${p.tos[i]}`,
     );
   });
-  return sql<{
+  const leases = sql`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`;
+  type ConflictRow = {
     lease_key: string;
     holder: string;
     expires_at: number;
     token: number | null;
-  }>`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`;
+    from_lock?: number;
+  };
+  if (!p.withLock) return sql<ConflictRow>`${leases}`;
+  // The lock's row first, then at most the report limit of leases (a subquery keeps the limit theirs).
+  return sql<ConflictRow>`select '' as lease_key, holder, expires_at, token, 1 as from_lock
+    from ${tableIn(db, 'workspace_locks')}
+    where workspace_id = ${p.workspaceId} and holder is not null and expires_at > ${p.now}
+    union all select lease_key, holder, expires_at, token, 0 as from_lock from (${leases}) l`;
 }
 
-/** The conflict check, prepared per (number of ancestors, number of keys). */
+/** The conflict check, prepared per (number of ancestors, number of keys, with the lock or not). */
 export const FIND_CONFLICTS = prepared((db, p: ConflictParams, shape: string) => {
-  const [ancestors, keys] = shape.split(':').map(Number) as [number, number];
+  const [ancestors, keys, withLock] = shape.split(':').map(Number) as [number, number, number];
   return conflictSql(db, {
     workspaceId: p.workspaceId,
     now: p.now,
     ancestors: elements(p.ancestors, ancestors),
     froms: elements(p.froms, keys),
     tos: elements(p.tos, keys),
+    withLock: withLock === 1,
   });
 });
 
