@@ -123,9 +123,12 @@ describe('CLI faults on PostgreSQL', () => {
       await held;
     });
     await isReading;
-    // The reader ends after 5 s by itself: a migrator that ignored --ddl-lock-timeout (and used
-    // the default 10 s) would then get the lock and succeed.
-    const ends = setTimeout(() => release(), 5_000);
+    // The reader ends after 30 s by itself, so a migrator that waits without any lock_timeout
+    // gets the lock then and succeeds (caught by the exit code); one that used the default 10 s
+    // instead of --ddl-lock-timeout fails naming 10000 ms (caught by the message). Not sooner:
+    // on a loaded machine, through a pooler, 0009–0051 alone took over 5 s before 0052's DDL
+    // first met the reader, and an earlier release let that migrate succeed.
+    const ends = setTimeout(() => release(), 30_000);
     try {
       const result = await runCli(['migrate', '--db', url, '--ddl-lock-timeout', '500']);
       expect(result.code).toBe(1);
