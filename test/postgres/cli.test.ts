@@ -43,7 +43,10 @@ describe('CLI faults on PostgreSQL', () => {
         expectOneLine(result);
         expect(result.err).toMatch(/Cannot reach the database at postgres:\/\/postgres@127\.0\.0\.1:\d+\/silent/);
       }
-      expect(elapsed).toBeLessThan(20_000);
+      // Bounded, not hung: each command gives up after its 10 s connect timeout. The bound is loose
+      // on purpose (three CLI processes on a loaded 2-core CI machine took 23 s); a command that
+      // waited forever would still fail it, and the figure is not a speed claim.
+      expect(elapsed).toBeLessThan(90_000);
     } finally {
       for (const s of sockets) s.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));

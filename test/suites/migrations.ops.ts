@@ -7,7 +7,7 @@ import { tbl } from '../support/schema.js';
 
 /** Migrates to the latest version (or `to`), reporting what this process applied. */
 export async function migrate(store: Store, args: { to?: number }) {
-  const result = await store.migrate({ ...(args.to !== undefined ? { to: args.to } : {}), lockTimeoutMs: 120_000 });
+  const result = await store.migrate({ ...(args.to !== undefined ? { to: args.to } : {}), lockTimeoutMs: 300_000 });
   return { applied: result.applied, reverted: result.reverted, toVersion: result.toVersion };
 }
 

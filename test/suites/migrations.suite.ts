@@ -267,7 +267,10 @@ export function defineMigrationSuite(makeFixture: () => DialectFixture) {
         const store = await fx.open(url);
         expect(await historyVersions(store)).toEqual(VERSIONS);
       }
-    }, 360_000);
+      // Each contender may wait up to 300 s for the lock (migrations.ops.ts): a waiter that keeps
+      // losing the polled lock to the others waits for the whole migration, which under CI load
+      // took over 120 s once (MIGRATION_LOCK_TIMEOUT at the former 120 s).
+    }, 1_000_000);
   });
 
   describe('crashes', () => {
