@@ -400,22 +400,30 @@ class PostgresStoreDialect implements StoreDialect {
     return classifyPostgresError(error);
   }
 
-  withMigrationLock<T>(fn: WriteTransactionFn<T>, options: MigrationLockOptions): Promise<T> {
+  async withMigrationLock<T>(fn: WriteTransactionFn<T>, options: MigrationLockOptions): Promise<T> {
     // A transaction-scoped lock, polled with a try-lock: a lost connection releases it with the
     // transaction it guards, and a blocked pg_advisory_xact_lock waiter could deadlock against DDL.
-    return this.writeTransaction(
-      async (trx) => {
-        const tryLock = sql<{
-          locked: boolean;
-        }>`select pg_try_advisory_xact_lock(${migrationKey(this.#config.schema)}) as locked`;
-        await this.#pollMigrationLock(async () => (await tryLock.execute(trx)).rows[0]?.locked === true, options);
-        if (options.ddlLockTimeoutMs !== undefined) {
-          await sql`select set_config('lock_timeout', ${String(options.ddlLockTimeoutMs)}, true)`.execute(trx);
-        }
-        return fn(trx);
-      },
-      { deadlineMs: options.waitMs, ...(options.bulk ? { bulk: true } : {}) },
-    );
+    // Each try is a transaction of its own, ended when it fails: a waiter kept inside one long
+    // transaction could be caught mid-poll by the holder's `CREATE INDEX CONCURRENTLY`, which then
+    // waits for that whole transaction, while the waiter waits for the holder (until its timeout).
+    const tryLock = sql<{
+      locked: boolean;
+    }>`select pg_try_advisory_xact_lock(${migrationKey(this.#config.schema)}) as locked`;
+    let done: { value: T } | null = null;
+    await this.#pollMigrationLock(async () => {
+      done = await this.writeTransaction(
+        async (trx) => {
+          if ((await tryLock.execute(trx)).rows[0]?.locked !== true) return null;
+          if (options.ddlLockTimeoutMs !== undefined) {
+            await sql`select set_config('lock_timeout', ${String(options.ddlLockTimeoutMs)}, true)`.execute(trx);
+          }
+          return { value: await fn(trx) };
+        },
+        { deadlineMs: options.waitMs, ...(options.bulk ? { bulk: true } : {}) },
+      );
+      return done !== null;
+    }, options);
+    return (done as { value: T } | null)!.value;
   }
 
   /**
@@ -450,12 +458,17 @@ class PostgresStoreDialect implements StoreDialect {
       throw new DatabaseUnavailableError(this.#config.target, error, 'connect');
     }
     try {
-      await query('begin isolation level read committed');
-      await query('set local idle_in_transaction_session_timeout = 0');
       const tryLock = sql<{
         locked: boolean;
       }>`select pg_try_advisory_xact_lock(${migrationKey(this.#config.schema)}) as locked`.compile(this.db).sql;
-      await this.#pollMigrationLock(async () => (await query(tryLock)).rows[0]?.locked === true, options);
+      // Each try is a guard transaction of its own, rolled back when it fails (see withMigrationLock).
+      await this.#pollMigrationLock(async () => {
+        await query('begin isolation level read committed');
+        await query('set local idle_in_transaction_session_timeout = 0');
+        if ((await query(tryLock)).rows[0]?.locked === true) return true;
+        await query('rollback');
+        return false;
+      }, options);
       const result = await this.db.connection().execute(async (conn) => {
         try {
           // An index build over a large table may take longer than any statement_timeout the store sets.
