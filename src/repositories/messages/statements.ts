@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import { prepared } from '../../query/prepared.js';
 import { tableIn } from '../../query/schema.js';
 import type { MessageRow } from '../../schema/database.js';
@@ -87,15 +87,13 @@ export const RECEIVE_SERIALIZED = prepared((db, p: ReceiveParams) =>
 );
 
 /**
- * The same hand-out for PostgreSQL, where consumers of one inbox work in parallel: the oldest
- * visible rows are locked with `FOR UPDATE SKIP LOCKED` in a materialized CTE, so each consumer
- * takes rows no other in-flight hand-out holds; the visibility is re-checked on the locked row.
- * The `dead` CTE dead-letters, in the same statement, the messages whose last lease lapsed.
+ * The two CTEs of PostgreSQL's hand-outs: `dead` dead-letters the inbox's lapsed last attempts,
+ * and `next` locks the oldest visible rows with `FOR UPDATE SKIP LOCKED`. Both read one
+ * snapshot, and `next` never takes a row `dead` moves (`attempts < maxAttempts`), so no row is
+ * written twice.
  */
-export const RECEIVE_SKIP_LOCKED = prepared((db, p: ReceiveParams) => {
-  const messages = tableIn(db, 'messages');
-  return sql<MessageRow>`
-    with dead as (
+function deadAndNext(messages: RawBuilder<unknown>, p: DeliverParams) {
+  return sql`with dead as (
       update ${messages} set dead_at = ${p.now}, last_error = coalesce(last_error, ${LAPSED_ERROR})
       where to_handle = ${p.handle} and status = 'pending' and dead_at is null
         and visible_at <= ${p.now} and attempts >= ${p.maxAttempts}
@@ -107,7 +105,19 @@ export const RECEIVE_SKIP_LOCKED = prepared((db, p: ReceiveParams) => {
       order by seq
       limit ${p.limit}
       for update skip locked
-    )
+    )`;
+}
+
+/**
+ * The same hand-out for PostgreSQL, where consumers of one inbox work in parallel: the oldest
+ * visible rows are locked with `FOR UPDATE SKIP LOCKED` in a materialized CTE, so each consumer
+ * takes rows no other in-flight hand-out holds; the visibility is re-checked on the locked row.
+ * The `dead` CTE dead-letters, in the same statement, the messages whose last lease lapsed.
+ */
+export const RECEIVE_SKIP_LOCKED = prepared((db, p: ReceiveParams) => {
+  const messages = tableIn(db, 'messages');
+  return sql<MessageRow>`
+    ${deadAndNext(messages, p)}
     update ${messages} set attempts = attempts + 1, visible_at = ${p.visibleAt}, receipt = ${newReceipt(p.nonce)}
     where id in (select id from next) and (visible_at is null or visible_at <= ${p.now})
     returning *`;
@@ -135,27 +145,14 @@ export const DELIVER_SERIALIZED = prepared((db, p: DeliverParams) =>
 );
 
 /**
- * The same for PostgreSQL, with `FOR UPDATE SKIP LOCKED`; like `RECEIVE_SKIP_LOCKED`, its `dead`
- * CTE dead-letters the inbox's lapsed last attempts in the same statement (one round trip less
- * than `DEAD_LETTER_LAPSED` before it). Both CTEs read one snapshot, and `next` never takes a row
- * `dead` moves (`attempts < maxAttempts`), so no row is written twice.
+ * The same for PostgreSQL, with `FOR UPDATE SKIP LOCKED`; like `RECEIVE_SKIP_LOCKED`, it
+ * dead-letters the inbox's lapsed last attempts in the same statement (`deadAndNext`: one round
+ * trip less than `DEAD_LETTER_LAPSED` before it).
  */
 export const DELIVER_SKIP_LOCKED = prepared((db, p: DeliverParams) => {
   const messages = tableIn(db, 'messages');
   return sql<MessageRow>`
-    with dead as (
-      update ${messages} set dead_at = ${p.now}, last_error = coalesce(last_error, ${LAPSED_ERROR})
-      where to_handle = ${p.handle} and status = 'pending' and dead_at is null
-        and visible_at <= ${p.now} and attempts >= ${p.maxAttempts}
-      returning id
-    ), next as materialized (
-      select id from ${messages}
-      where to_handle = ${p.handle} and status = 'pending' and dead_at is null
-        and (visible_at is null or visible_at <= ${p.now}) and attempts < ${p.maxAttempts}
-      order by seq
-      limit ${p.limit}
-      for update skip locked
-    )
+    ${deadAndNext(messages, p)}
     update ${messages} set status = 'delivered', delivered_at = ${p.now}, attempts = attempts + 1, visible_at = null
     where id in (select id from next) and status = 'pending'
     returning *`;
