@@ -59,6 +59,13 @@ export interface WriteTransactionOptions {
    * waiting forever. Off for taskfence's own callbacks, which never call back into the store.
    */
   readonly hostCode?: boolean;
+  /**
+   * Keys (from `src/protocol.ts`) the transaction takes as it begins, in this order, as `lockKey`
+   * would as its first statements; `lockKey` on them inside `fn` is then a no-op. PostgreSQL takes
+   * them in BEGIN's own round trip, one round trip less; SQLite's `BEGIN IMMEDIATE` already
+   * serializes. Only for a transaction whose first lock is these keys (lock order is unchanged).
+   */
+  readonly lockKeys?: readonly string[];
 }
 
 /** Counters a dialect keeps, for benchmarks and diagnostics, and the observers it was opened with. */

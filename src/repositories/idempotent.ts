@@ -145,13 +145,18 @@ export function keyedCall(
   return { operation, key: requireId('idempotencyKey', key), input, refusals };
 }
 
-/** `runIdempotent` on a store context's dialect and clock: what each repository's keyed write calls. */
+/**
+ * `runIdempotent` on a store context's dialect and clock: what each repository's keyed write calls.
+ * `lockKeys`: the keys `effect` locks first, taken as the transaction begins when the call is not
+ * keyed (`WriteTransactionOptions.lockKeys`); a keyed call locks its key first and takes them in order.
+ */
 export function keyedWrite<T>(
   ctx: StoreContext,
   call: IdempotentCall | null,
   effect: (trx: Transaction<Database>) => Promise<T>,
+  lockKeys?: readonly string[],
 ): Promise<T> {
-  if (call === null) return ctx.dialect.writeTransaction(effect);
+  if (call === null) return ctx.dialect.writeTransaction(effect, lockKeys ? { lockKeys } : undefined);
   return runIdempotent(ctx.dialect, () => ctx.clock.now(), call, effect);
 }
 

@@ -344,66 +344,71 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       const ttlMs = input.ttlMs === undefined ? DEFAULT_WORKSPACE_LOCK_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
       const call = keyedCall('locks.claimWorkspaceLock', input, { workspaceId, holder, runId, ttlMs }, []);
       return mapMissing(ctx, 'workspace', workspaceId, () =>
-        keyedWrite(ctx, call, async (trx): Promise<WorkspaceLockClaim> => {
-          // One exclusion rule per workspace: the lock is the whole-workspace path key, so it is
-          // claimed under the workspace's paths key (protocol.ts, level 7) and a live path lease blocks it.
-          await dialect.lockKey(trx, pathsLockKey(workspaceId));
-          const now = ctx.clock.now();
-          const expiresAt = now + ttlMs;
-          const path = await anyLivePathLease(trx, workspaceId, now);
-          if (path)
+        keyedWrite(
+          ctx,
+          call,
+          async (trx): Promise<WorkspaceLockClaim> => {
+            // One exclusion rule per workspace: the lock is the whole-workspace path key, so it is
+            // claimed under the workspace's paths key (protocol.ts, level 7) and a live path lease blocks it.
+            await dialect.lockKey(trx, pathsLockKey(workspaceId));
+            const now = ctx.clock.now();
+            const expiresAt = now + ttlMs;
+            const path = await anyLivePathLease(trx, workspaceId, now);
+            if (path)
+              return {
+                status: 'busy',
+                heldBy: {
+                  holder: path.holder,
+                  runId: null,
+                  token: path.token ?? 0,
+                  expiresAt: path.expiresAt,
+                  pathKey: path.key,
+                },
+              };
+            // The trail names the holder a claim takes a lapsed lock over from: read before the claim.
+            const before = auditsLeaseAct(ctx, 'lost') ? await readWorkspaceLock(trx, workspaceId) : undefined;
+            const row = await CLAIM_WORKSPACE_LOCK.first(trx, { workspaceId, holder, runId, now, expiresAt });
+            if (row) {
+              const lease = Object.freeze({
+                kind: 'workspace_lock' as const,
+                resource: workspaceId,
+                holder,
+                runId,
+                token: Number(row.token),
+                expiresAt: Number(row.expires_at),
+              });
+              await auditLeaseActs(
+                ctx,
+                trx,
+                now,
+                granted(
+                  'workspace_lock',
+                  workspaceId,
+                  holder,
+                  lease.token,
+                  { runId, expiresAt: lease.expiresAt },
+                  before,
+                ),
+              );
+              return { status: 'acquired', lease };
+            }
+            const held = await trx
+              .selectFrom('workspace_locks')
+              .select(['holder', 'run_id', 'token', 'expires_at'])
+              .where('workspace_id', '=', workspaceId)
+              .executeTakeFirstOrThrow();
             return {
               status: 'busy',
               heldBy: {
-                holder: path.holder,
-                runId: null,
-                token: path.token ?? 0,
-                expiresAt: path.expiresAt,
-                pathKey: path.key,
+                holder: held.holder!,
+                runId: held.run_id,
+                token: Number(held.token),
+                expiresAt: Number(held.expires_at),
               },
             };
-          // The trail names the holder a claim takes a lapsed lock over from: read before the claim.
-          const before = auditsLeaseAct(ctx, 'lost') ? await readWorkspaceLock(trx, workspaceId) : undefined;
-          const row = await CLAIM_WORKSPACE_LOCK.first(trx, { workspaceId, holder, runId, now, expiresAt });
-          if (row) {
-            const lease = Object.freeze({
-              kind: 'workspace_lock' as const,
-              resource: workspaceId,
-              holder,
-              runId,
-              token: Number(row.token),
-              expiresAt: Number(row.expires_at),
-            });
-            await auditLeaseActs(
-              ctx,
-              trx,
-              now,
-              granted(
-                'workspace_lock',
-                workspaceId,
-                holder,
-                lease.token,
-                { runId, expiresAt: lease.expiresAt },
-                before,
-              ),
-            );
-            return { status: 'acquired', lease };
-          }
-          const held = await trx
-            .selectFrom('workspace_locks')
-            .select(['holder', 'run_id', 'token', 'expires_at'])
-            .where('workspace_id', '=', workspaceId)
-            .executeTakeFirstOrThrow();
-          return {
-            status: 'busy',
-            heldBy: {
-              holder: held.holder!,
-              runId: held.run_id,
-              token: Number(held.token),
-              expiresAt: Number(held.expires_at),
-            },
-          };
-        }),
+          },
+          [pathsLockKey(workspaceId)],
+        ),
       );
     },
 

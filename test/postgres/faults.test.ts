@@ -411,4 +411,40 @@ describe('lock and statement timeouts', () => {
     });
     expect(await setup.tasks.getTask('slow-1')).toBeNull();
   });
+  it("a key taken in BEGIN's round trip (lockKeys) times out as LOCK_TIMEOUT and leaves its connection clean for the next call", async () => {
+    const url = await fx.freshUrl();
+    const setup = await fx.open(url);
+    await setup.migrate();
+    const { workspaceId } = await seed(setup);
+    // One connection, so the call after the timeout runs on the connection whose BEGIN timed out.
+    const impatient = await fx.open(url, { lockTimeoutMs: 200, writeDeadlineMs: 1_000, poolSize: 1 });
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let holding!: () => void;
+    const holds = new Promise<void>((resolve) => (holding = resolve));
+    // A host transaction holds the workspace's paths key (tx.* takes it with its own statement).
+    const host = setup.transaction(async (tx) => {
+      await tx.paths.tryAcquirePaths({ workspaceId, holder: 'host', paths: ['docs'], ttlMs: 60_000 });
+      holding();
+      await held;
+    });
+    await holds;
+    try {
+      const error = await impatient.paths
+        .tryAcquirePaths({ workspaceId, holder: 'b', paths: ['src'], ttlMs: 60_000 })
+        .catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: 'LOCK_TIMEOUT', driverCode: '55P03', retrySafe: true });
+    } finally {
+      release();
+      await host;
+    }
+    // Mutant "no rollback after a failed BEGIN": this call gets 25P02 (the transaction is aborted).
+    const next = await impatient.paths.tryAcquirePaths({ workspaceId, holder: 'b', paths: ['src'], ttlMs: 60_000 });
+    expect(next.status).toBe('acquired');
+    expect(await impatient.semaphores.acquire('after-timeout', { holder: 'b', limit: 1, ttlMs: 60_000 })).toMatchObject(
+      {
+        status: 'acquired',
+      },
+    );
+  });
 });

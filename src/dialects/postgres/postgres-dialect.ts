@@ -26,6 +26,7 @@ import {
   driverCodeOf,
 } from '../../errors.js';
 import {
+  BEGIN_LOCKS,
   FaultTolerantPostgresDriver,
   SERVER_NOW_SQL,
   ServerClockOffset,
@@ -324,8 +325,11 @@ class PostgresStoreDialect implements StoreDialect {
           return fn(trx);
         }
       : fn;
+    const keys = (options?.lockKeys ?? []).map((key) => schemaLockKey(this.#config.schema, key));
+    const attempt = () => this.db.transaction().setIsolationLevel(WRITE_ISOLATION).execute(run);
     return retryTransient(
-      () => this.db.transaction().setIsolationLevel(WRITE_ISOLATION).execute(run),
+      // Each attempt begins anew, so each takes the keys in its own BEGIN.
+      keys.length === 0 ? attempt : () => BEGIN_LOCKS.run({ keys, taken: false }, attempt),
       (e) => this.classifyError(e),
       RETRYABLE,
       options?.deadlineMs ?? this.#config.writeDeadlineMs,
@@ -346,6 +350,9 @@ class PostgresStoreDialect implements StoreDialect {
   async lockKey(trx: Transaction<Schema>, key: string): Promise<void> {
     // With a configured schema, two installs in one database never share a key.
     const scoped = schemaLockKey(this.#config.schema, key);
+    // Taken already by this transaction's BEGIN (`writeTransaction`'s `lockKeys`).
+    const begun = BEGIN_LOCKS.getStore();
+    if (begun?.taken && begun.keys.includes(scoped)) return;
     await sql`select pg_advisory_xact_lock(hashtextextended(${scoped}, 0))`.execute(trx);
   }
 

@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import type pg from 'pg';
 import {
   CompiledQuery,
@@ -20,6 +21,13 @@ import {
 } from '../../errors.js';
 import type { ErrorKind } from '../types.js';
 import { formatHost, type HostRouter } from './hosts.js';
+
+/**
+ * Advisory-lock keys (already schema-scoped) that the BEGIN of the transaction started in this
+ * async context takes in its own round trip (`writeTransaction`'s `lockKeys`). `taken` is set once
+ * that BEGIN succeeded: `lockKey` then skips those keys, and no other transaction takes them.
+ */
+export const BEGIN_LOCKS = new AsyncLocalStorage<{ readonly keys: readonly string[]; taken: boolean }>();
 
 /** Server-side limits set with `SET LOCAL` at the start of every transaction (never as startup parameters). */
 export interface TransactionLimits {
@@ -193,7 +201,9 @@ export class FaultTolerantPostgresDriver implements Driver {
     let begin = 'begin';
     if (settings.isolationLevel) begin += ` isolation level ${settings.isolationLevel}`;
     if (settings.accessMode) begin += ` ${settings.accessMode}`;
-    await c.begin(begin, this.#limits);
+    const locks = BEGIN_LOCKS.getStore();
+    await c.begin(begin, this.#limits, locks && !locks.taken ? locks.keys : []);
+    if (locks) locks.taken = true;
   }
 
   async commitTransaction(connection: DatabaseConnection): Promise<void> {
@@ -266,14 +276,27 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
 
   // Transaction control goes through `executeQuery` (which Kysely wraps for `onQuery`), so every statement is reported.
 
-  async begin(begin: string, limits: TransactionLimits): Promise<void> {
+  async begin(begin: string, limits: TransactionLimits, lockKeys: readonly string[] = []): Promise<void> {
     // One simple-protocol round trip, two statements: BEGIN, then one SELECT that sets the
-    // transaction's own limits (set_config(…, true) is SET LOCAL) and reads the server's clock.
+    // transaction's own limits (set_config(…, true) is SET LOCAL), takes the advisory locks the
+    // transaction asked to begin with (after lock_timeout is set, in order) and reads the server's
+    // clock (after the locks: lease times follow commit order).
+    const locks = lockKeys.map(
+      (key) => `pg_advisory_xact_lock(hashtextextended(${this.#client.escapeLiteral(key)}, 0)), `,
+    );
     const text =
       `${begin}; select set_config('lock_timeout', '${Math.trunc(limits.lockTimeoutMs)}', true), ` +
-      `set_config('statement_timeout', '${Math.trunc(limits.statementTimeoutMs)}', true), ${SERVER_NOW_EXPRESSION} as server_now`;
+      `set_config('statement_timeout', '${Math.trunc(limits.statementTimeoutMs)}', true), ${locks.join('')}${SERVER_NOW_EXPRESSION} as server_now`;
     const sent = this.#offset.host.now();
-    const { rows } = await this.executeQuery<{ server_now: number }>(CompiledQuery.raw(text));
+    let rows: { server_now: number }[];
+    try {
+      ({ rows } = await this.executeQuery<{ server_now: number }>(CompiledQuery.raw(text)));
+    } catch (error) {
+      // BEGIN ran and its SELECT failed (a lock timeout, a deadlock): end the aborted transaction
+      // here, since Kysely rolls back only a transaction whose begin succeeded.
+      if (lockKeys.length > 0) await this.rollback();
+      throw error;
+    }
     this.#inTransaction = true;
     this.#offset.observe(sent, rows[0]?.server_now);
   }

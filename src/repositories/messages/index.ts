@@ -160,7 +160,6 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
 
   /** Takes over adopted runs' messages, dead-letters lapsed last attempts, hands out the rest. */
   async function receiveIn(trx: Transaction<Database>, handle: string, limit: number, visibilityMs: number) {
-    await TAKE_OVER.run(trx, { handle });
     const at = now();
     const params = {
       handle,
@@ -170,16 +169,19 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
       nonce: randomBytes(6).toString('hex'),
       maxAttempts: ctx.settings.maxAttempts,
     };
+    // PostgreSQL takes over and dead-letters in the hand-out statement itself.
     if (dialect.supportsSkipLocked) return RECEIVE_SKIP_LOCKED.execute(trx, params);
+    await TAKE_OVER.run(trx, { handle });
     await DEAD_LETTER_LAPSED.run(trx, params);
     return RECEIVE_SERIALIZED.execute(trx, params);
   }
 
   async function deliverIn(trx: Transaction<Database>, handle: string, limit: number) {
-    await TAKE_OVER.run(trx, { handle });
     const params = { handle, now: now(), limit, maxAttempts: ctx.settings.maxAttempts };
-    // A message whose last lease lapsed is dead, not handed out once more (PostgreSQL: in the same statement).
+    // A message whose last lease lapsed is dead, not handed out once more. PostgreSQL takes over
+    // and dead-letters in the hand-out statement itself.
     if (dialect.supportsSkipLocked) return DELIVER_SKIP_LOCKED.execute(trx, params);
+    await TAKE_OVER.run(trx, { handle });
     await DEAD_LETTER_LAPSED.run(trx, params);
     return DELIVER_SERIALIZED.execute(trx, params);
   }

@@ -147,33 +147,38 @@ export async function renewGrant(
   ttlMs: number,
   call: IdempotentCall | null = null,
 ): Promise<PathLeaseGrant> {
-  return keyedWrite(ctx, call, async (trx) => {
-    // Serialized with acquisitions: a lease seen live here cannot be taken over meanwhile.
-    await ctx.dialect.lockKey(trx, pathsLockKey(lease.resource));
-    const now = ctx.clock.now();
-    const expiresAt = now + ttlMs;
-    if (await isLive(trx, lease, now)) {
-      await trx
-        .updateTable('path_leases')
-        .set({ expires_at: expiresAt })
-        .where('workspace_id', '=', lease.resource)
-        .where('token', '=', lease.token)
-        .where('holder', '=', lease.holder)
-        .execute();
-      await auditLeaseActs(ctx, trx, now, [
-        {
-          act: 'renewed',
-          kind: 'path_lease',
-          resource: lease.resource,
-          holder: lease.holder,
-          token: lease.token,
-          detail: { keys: lease.keys, expiresAt },
-        },
-      ]);
-      return Object.freeze({ ...lease, expiresAt });
-    }
-    throw new PathLeaseLostError(lease.resource, lease.token, await lostGrantReason(trx, lease, now));
-  });
+  return keyedWrite(
+    ctx,
+    call,
+    async (trx) => {
+      // Serialized with acquisitions: a lease seen live here cannot be taken over meanwhile.
+      await ctx.dialect.lockKey(trx, pathsLockKey(lease.resource));
+      const now = ctx.clock.now();
+      const expiresAt = now + ttlMs;
+      if (await isLive(trx, lease, now)) {
+        await trx
+          .updateTable('path_leases')
+          .set({ expires_at: expiresAt })
+          .where('workspace_id', '=', lease.resource)
+          .where('token', '=', lease.token)
+          .where('holder', '=', lease.holder)
+          .execute();
+        await auditLeaseActs(ctx, trx, now, [
+          {
+            act: 'renewed',
+            kind: 'path_lease',
+            resource: lease.resource,
+            holder: lease.holder,
+            token: lease.token,
+            detail: { keys: lease.keys, expiresAt },
+          },
+        ]);
+        return Object.freeze({ ...lease, expiresAt });
+      }
+      throw new PathLeaseLostError(lease.resource, lease.token, await lostGrantReason(trx, lease, now));
+    },
+    [pathsLockKey(lease.resource)],
+  );
 }
 
 /**
@@ -193,7 +198,8 @@ export async function releaseGrant(
       .where('holder', '=', lease.holder)
       .returning('lease_key')
       .execute();
-    if (lease.token > (await latestToken(trx, lease.resource)))
+    // Rows under the token prove it was granted; only a miss asks the workspace's latest token.
+    if (rows.length === 0 && lease.token > (await latestToken(trx, lease.resource)))
       throw new PathLeaseLostError(lease.resource, lease.token, 'never_granted');
     // The lease protocol's release rule: a grant taken over (after it lapsed) is superseded, and
     // releasing it throws (rolling back the deletion of its lapsed leftovers, which block nobody).

@@ -70,7 +70,9 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     async tryAcquirePaths(input) {
       const { workspaceId, holder, ttlMs, keys, taskId } = checkAcquireInput(input);
       const call = keyedCall('paths.tryAcquirePaths', input, { workspaceId, holder, ttlMs, keys, taskId }, []);
-      return keyedWrite(ctx, call, (trx) => acquireKeys(ctx, trx, workspaceId, holder, keys, ttlMs, taskId));
+      return keyedWrite(ctx, call, (trx) => acquireKeys(ctx, trx, workspaceId, holder, keys, ttlMs, taskId), [
+        pathsLockKey(workspaceId),
+      ]);
     },
 
     async acquirePaths(input, options) {
@@ -91,7 +93,7 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       for (;;) {
         // Subscribe before trying: a release committed between the try and the wait still wakes us.
         const wake = dialect.wakeups.subscribe(pathsTopic(workspaceId), maxPollMs);
-        const result = await keyedWrite(ctx, call, attempt).catch((error: unknown) => {
+        const result = await keyedWrite(ctx, call, attempt, [pathsLockKey(workspaceId)]).catch((error: unknown) => {
           if (error instanceof BusyAttempt) return error.result;
           wake.cancel();
           throw error;
@@ -162,18 +164,23 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       const keys = leaseKeys(requirePathList('paths', input.paths));
       if (keys.length === 0) return { renewed: [], lost: [] };
       const call = keyedCall('paths.renewPaths', input, { workspaceId, holder, ttlMs, keys }, []);
-      const rows = await keyedWrite(ctx, call, async (trx) => {
-        // Serialized with acquisitions: a lease seen live here cannot be taken over meanwhile.
-        await dialect.lockKey(trx, pathsLockKey(workspaceId));
-        const now = ctx.clock.now();
-        const extended: PathLeaseRow[] = [];
-        // The keys are an antichain, so their ranges are disjoint: no lease is renewed twice.
-        for (const chunk of chunked(keys, RANGE_CHUNK)) {
-          const params = { workspaceId, holder, now, expiresAt: now + ttlMs, ...descendantRanges(chunk) };
-          extended.push(...(await RENEW.execute(trx, params, chunk.length)));
-        }
-        return extended;
-      });
+      const rows = await keyedWrite(
+        ctx,
+        call,
+        async (trx) => {
+          // Serialized with acquisitions: a lease seen live here cannot be taken over meanwhile.
+          await dialect.lockKey(trx, pathsLockKey(workspaceId));
+          const now = ctx.clock.now();
+          const extended: PathLeaseRow[] = [];
+          // The keys are an antichain, so their ranges are disjoint: no lease is renewed twice.
+          for (const chunk of chunked(keys, RANGE_CHUNK)) {
+            const params = { workspaceId, holder, now, expiresAt: now + ttlMs, ...descendantRanges(chunk) };
+            extended.push(...(await RENEW.execute(trx, params, chunk.length)));
+          }
+          return extended;
+        },
+        [pathsLockKey(workspaceId)],
+      );
       const renewed = rows.map(toPathLease).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
       // A key is kept if a renewed lease is on or below it: the key is the lease's key or one of its ancestors.
       const asked = new Set(keys);

@@ -195,7 +195,7 @@ export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepositor
     async acquire(name, input) {
       const { holder, limit, ttlMs } = checkAcquire(name, input);
       const call = keyedCall('semaphores.acquire', input, { name, holder, limit, ttlMs }, []);
-      return keyedWrite(ctx, call, (trx) => acquireIn(ctx, trx, name, holder, limit, ttlMs));
+      return keyedWrite(ctx, call, (trx) => acquireIn(ctx, trx, name, holder, limit, ttlMs), [semaphoreLockKey(name)]);
     },
 
     async acquireWait(name, input, options) {
@@ -209,7 +209,9 @@ export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepositor
         // Subscribe before trying: a release committed between the try and the wait still wakes us.
         const wake = dialect.wakeups.subscribe(semaphoreTopic(name), maxPollMs);
         const result = await dialect
-          .writeTransaction((trx) => acquireIn(ctx, trx, name, holder, limit, ttlMs))
+          .writeTransaction((trx) => acquireIn(ctx, trx, name, holder, limit, ttlMs), {
+            lockKeys: [semaphoreLockKey(name)],
+          })
           .catch((error: unknown) => {
             wake.cancel();
             throw error;
