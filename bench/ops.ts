@@ -205,20 +205,30 @@ export const OPS: OpPair[] = [
       if (got.length !== 1) throw new Error('inbox empty');
     },
     raw: (raw, fx) => {
-      // The same statement taskfence runs: PostgreSQL claims with SKIP LOCKED, SQLite's writers are serialized.
+      // The same work taskfence does, as hand-written SQL would do it: take over the messages of
+      // the target's stopped runs, dead-letter lapsed last attempts, then hand out and ack the
+      // oldest (SKIP LOCKED on PostgreSQL; SQLite's writers are serialized). Three statements;
+      // taskfence folds them into one on PostgreSQL (since 2026-12-03; before, the baseline was
+      // the hand-out alone).
+      const [takeOver, deadLetter] = rawInboxUpkeep(raw);
       const deliver =
         raw.kind === 'postgres'
-          ? `with "next" as materialized (select "id" from "messages" where "to_handle" = $1 and "status" = $2 order by "seq" limit $3 for update skip locked) update "messages" set "status" = $4, "delivered_at" = $5 where "id" in (select "next"."id" from "next") and "status" = $6 returning *`
+          ? `with "next" as materialized (select "id" from "messages" where "to_handle" = $1 and "status" = $2 and "dead_at" is null and ("visible_at" is null or "visible_at" <= $3) and "attempts" < 5 order by "seq" limit $4 for update skip locked) update "messages" set "status" = $5, "delivered_at" = $6, "attempts" = "attempts" + 1, "visible_at" = null where "id" in (select "next"."id" from "next") and "status" = $7 returning *`
           : placeholders(
               raw.kind,
-              `update "messages" set "status" = ?, "delivered_at" = ? where "id" in (select "m"."id" from "messages" as "m" where "m"."to_handle" = ? and "m"."status" = ? order by "m"."seq" limit ?) and "status" = ? returning *`,
+              `update "messages" set "status" = ?, "delivered_at" = ?, "attempts" = "attempts" + 1, "visible_at" = null where "id" in (select "m"."id" from "messages" as "m" where "m"."to_handle" = ? and "m"."status" = ? and "m"."dead_at" is null and ("m"."visible_at" is null or "m"."visible_at" <= ?) and "m"."attempts" < 5 order by "m"."seq" limit ?) and "status" = ? returning *`,
             );
       return async () => {
+        const now = Date.now();
         const params =
           raw.kind === 'postgres'
-            ? [fx.inbox, 'pending', 1, 'delivered', Date.now(), 'pending']
-            : ['delivered', Date.now(), fx.inbox, 'pending', 1, 'pending'];
-        const results = await raw.tx([[deliver, params]]);
+            ? [fx.inbox, 'pending', now, 1, 'delivered', now, 'pending']
+            : ['delivered', now, fx.inbox, 'pending', now, 1, 'pending'];
+        const results = await raw.tx([
+          [takeOver, [fx.inbox, fx.inbox]],
+          [deadLetter, [now, fx.inbox, now]],
+          [deliver, params],
+        ]);
         const rows = results.at(-1)! as { payload: string }[];
         if (rows.length !== 1) throw new Error('inbox empty');
         return rows.map((r) => JSON.parse(r.payload));
@@ -236,7 +246,7 @@ export const OPS: OpPair[] = [
     raw: (raw, fx) => {
       // The floor of leased delivery, as a hand-written queue does it (pgmq's read + delete):
       // lease the oldest visible row (SKIP LOCKED on PostgreSQL), then ack it by its receipt.
-      const visible = `"to_handle" = ? and "status" = 'pending' and "dead_at" is null and ("visible_at" is null or "visible_at" <= ?)`;
+      const visible = `"to_handle" = ? and "status" = 'pending' and "dead_at" is null and ("visible_at" is null or "visible_at" <= ?) and "attempts" < 5`;
       const receive = placeholders(
         raw.kind,
         raw.kind === 'postgres'
@@ -247,12 +257,18 @@ export const OPS: OpPair[] = [
         raw.kind,
         `update "messages" set "status" = 'delivered', "delivered_at" = ?, "visible_at" = null where "id" = ? and "receipt" = ? returning "id"`,
       );
+      // The same inbox upkeep as deliverPendingMessages (see there), before the hand-out.
+      const [takeOver, deadLetter] = rawInboxUpkeep(raw);
       return async () => {
         const now = Date.now();
         const receipt = randomUUID();
         const params =
           raw.kind === 'postgres' ? [fx.inbox, now, now + 60_000, receipt] : [now + 60_000, receipt, fx.inbox, now];
-        const [rows] = await raw.tx([[receive, params]]);
+        const [, , rows] = await raw.tx([
+          [takeOver, [fx.inbox, fx.inbox]],
+          [deadLetter, [now, fx.inbox, now]],
+          [receive, params],
+        ]);
         const m = (rows as { id: string }[])[0];
         if (!m) throw new Error('inbox empty');
         const [acked] = await raw.tx([[ack, [Date.now(), m.id, receipt]]]);
@@ -261,6 +277,24 @@ export const OPS: OpPair[] = [
     },
   },
 ];
+
+/**
+ * What a hand-written inbox does before a hand-out, as two statements: the coordinator of a
+ * running run takes over the pending messages of its target's stopped runs, and the inbox's
+ * lapsed last attempts (5 attempts, the store's default) are dead-lettered.
+ */
+function rawInboxUpkeep(raw: RawClient): [string, string] {
+  return [
+    placeholders(
+      raw.kind,
+      `update "messages" set "to_handle" = ? where "status" = 'pending' and "to_handle" in (select "old"."coordinator_handle" from "coordinator_runs" "old" where "old"."status" <> 'running' and "old"."target_key" = (select "me"."target_key" from "coordinator_runs" "me" where "me"."coordinator_handle" = ? and "me"."status" = 'running'))`,
+    ),
+    placeholders(
+      raw.kind,
+      `update "messages" set "dead_at" = ?, "last_error" = coalesce("last_error", 'lapsed') where "to_handle" = ? and "status" = 'pending' and "dead_at" is null and "visible_at" <= ? and "attempts" >= 5`,
+    ),
+  ];
+}
 
 /** The raw equivalent of tryAcquirePaths + releasePaths, statement for statement. */
 export function rawPathCycle(raw: RawClient, workspaceId: string, paths: string[]) {

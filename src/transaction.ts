@@ -154,6 +154,7 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
     columnTypes: dialect.columnTypes,
     supportsSkipLocked: dialect.supportsSkipLocked,
     insertReturnsSeq: dialect.insertReturnsSeq,
+    writableCtes: dialect.writableCtes,
   };
   const coordination: DialectCoordination = {
     lockKey: (trx: Transaction<Database>, key: string) => dialect.lockKey(trx, key),

@@ -142,6 +142,12 @@ export interface DialectCapabilities {
    * default). SQLite assigns it in an `AFTER INSERT` trigger that RETURNING does not see.
    */
   readonly insertReturnsSeq: boolean;
+  /**
+   * Whether a WITH clause may hold INSERT, UPDATE or DELETE (PostgreSQL), so a write and the
+   * read or write that follows it travel in one statement (one round trip). Its rows are not
+   * visible to the rest of the statement, which reads the statement's one snapshot.
+   */
+  readonly writableCtes: boolean;
 }
 
 /**

@@ -1,4 +1,4 @@
-import type { Transaction } from 'kysely';
+import type { RawBuilder, Transaction } from 'kysely';
 import type { Database } from '../schema/database.js';
 import { clampTimerMs } from '../timers.js';
 
@@ -14,6 +14,13 @@ import { clampTimerMs } from '../timers.js';
 export interface Wakeups {
   /** Announces `topic` when `trx` commits (nothing if it rolls back). */
   notify(trx: Transaction<Database>, topic: string): Promise<void>;
+  /**
+   * `notify` as an expression, for the RETURNING of the statement that writes the rows waiters
+   * watch: it announces `topic` once a returned row exists (PostgreSQL delivers the identical
+   * notifications of one transaction once), saving a round trip. Null where announcing is not a
+   * statement (SQLite's COMMIT hook) or wake-ups are off: call `notify` instead, as before.
+   */
+  notifyExpression(topic: string): RawBuilder<unknown> | null;
   /**
    * Subscribes to `topic` now; the returned promise resolves when the topic is announced (by any
    * process) or after `fallbackMs`. Subscribe before checking the database, then await: an

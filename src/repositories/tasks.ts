@@ -304,107 +304,115 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
         ['workspace', 'workspaces', input.workspaceId],
       ] as const;
       return createOnce(dialect, references, () =>
-        dialect.writeTransaction(async (trx): Promise<Task> => {
-          if (input.id !== undefined) {
-            const existing = await trx.selectFrom('tasks').selectAll().where('id', '=', id).executeTakeFirst();
-            if (existing) {
-              // A retry of this create (e.g. after COMMIT_OUTCOME_UNKNOWN): the same input gets the stored task.
-              requireSameCreate('task', id, {
-                companyId: [companyId, existing.company_id],
-                title: [title, existing.title],
-                description: [input.description ?? null, existing.description],
-                projectId: [input.projectId ?? null, existing.project_id],
-                assigneeAgentId: [input.assigneeAgentId ?? null, existing.assignee_agent_id],
-                workspaceId: [input.workspaceId ?? null, existing.workspace_id],
-                requiresFilesystem: [requiresFilesystem ? 1 : 0, existing.requires_filesystem],
-                targetKey: [input.targetKey ?? null, existing.target_key],
-                parentId: [input.parentId ?? null, existing.parent_id],
-                workspaceMode: [input.workspaceMode ?? null, existing.workspace_mode],
-                writes: [writes === null ? null : JSON.stringify(writes), existing.writes],
-                priority: [priority, Number(existing.priority)],
-                spec: [spec, existing.spec],
-              });
-              return toTask(existing);
-            }
-          }
-          // Run start takes the same key after inserting its run: whichever commits first, the
-          // task ends up in the run (stamped here, or adopted there).
-          await dialect.lockKey(trx, runTargetLockKey(input.targetKey ?? null));
-          const runId = (await findRunningRun(trx, input.targetKey ?? null))?.id ?? null;
-          let groupId: string | null = null;
-          if (input.parentId) {
-            // The parent's cleanup barrier: once its cleanup is admitted its inventory is fixed,
-            // so no child may join it.
-            await lockBarriers(ctx, trx, [input.parentId]);
-            const parent = await trx
-              .selectFrom('tasks')
-              .select('id')
-              .where('id', '=', input.parentId)
-              .executeTakeFirst();
-            if (!parent) throw new NotFoundError('parent task', input.parentId);
-            await refuseIfAdmitted(trx, 'create', id, [input.parentId]);
-            if (input.workspaceMode === 'shared') {
-              const membership = await activeGroupOf(trx, input.parentId);
-              if (!membership) {
-                throw new InvalidArgumentError(
-                  'workspaceMode',
-                  `parent task ${input.parentId} has no shared workspace group to join`,
-                );
+        dialect.writeTransaction(
+          async (trx): Promise<Task> => {
+            if (input.id !== undefined) {
+              const existing = await trx.selectFrom('tasks').selectAll().where('id', '=', id).executeTakeFirst();
+              if (existing) {
+                // A retry of this create (e.g. after COMMIT_OUTCOME_UNKNOWN): the same input gets the stored task.
+                requireSameCreate('task', id, {
+                  companyId: [companyId, existing.company_id],
+                  title: [title, existing.title],
+                  description: [input.description ?? null, existing.description],
+                  projectId: [input.projectId ?? null, existing.project_id],
+                  assigneeAgentId: [input.assigneeAgentId ?? null, existing.assignee_agent_id],
+                  workspaceId: [input.workspaceId ?? null, existing.workspace_id],
+                  requiresFilesystem: [requiresFilesystem ? 1 : 0, existing.requires_filesystem],
+                  targetKey: [input.targetKey ?? null, existing.target_key],
+                  parentId: [input.parentId ?? null, existing.parent_id],
+                  workspaceMode: [input.workspaceMode ?? null, existing.workspace_mode],
+                  writes: [writes === null ? null : JSON.stringify(writes), existing.writes],
+                  priority: [priority, Number(existing.priority)],
+                  spec: [spec, existing.spec],
+                });
+                return toTask(existing);
               }
-              groupId = membership.id;
             }
-          } else if (input.workspaceMode === 'shared') {
-            throw new InvalidArgumentError(
-              'workspaceMode',
-              'a shared task needs a parentId whose workspace group it joins',
+            // Run start takes the same key after inserting its run: whichever commits first, the
+            // task ends up in the run (stamped here, or adopted there).
+            await dialect.lockKey(trx, runTargetLockKey(input.targetKey ?? null));
+            const runId = (await findRunningRun(trx, input.targetKey ?? null))?.id ?? null;
+            let groupId: string | null = null;
+            if (input.parentId) {
+              // The parent's cleanup barrier: once its cleanup is admitted its inventory is fixed,
+              // so no child may join it.
+              await lockBarriers(ctx, trx, [input.parentId]);
+              const parent = await trx
+                .selectFrom('tasks')
+                .select('id')
+                .where('id', '=', input.parentId)
+                .executeTakeFirst();
+              if (!parent) throw new NotFoundError('parent task', input.parentId);
+              await refuseIfAdmitted(trx, 'create', id, [input.parentId]);
+              if (input.workspaceMode === 'shared') {
+                const membership = await activeGroupOf(trx, input.parentId);
+                if (!membership) {
+                  throw new InvalidArgumentError(
+                    'workspaceMode',
+                    `parent task ${input.parentId} has no shared workspace group to join`,
+                  );
+                }
+                groupId = membership.id;
+              }
+            } else if (input.workspaceMode === 'shared') {
+              throw new InvalidArgumentError(
+                'workspaceMode',
+                'a shared task needs a parentId whose workspace group it joins',
+              );
+            }
+            const deps = dependsOn.length === 0 ? [] : await lockedTasks(ctx, trx, dependsOn, 'share');
+            for (const depId of dependsOn)
+              if (!deps.some((d) => d.id === depId)) throw new NotFoundError('task (dependency)', depId);
+            for (const dep of deps)
+              checkSameScope({ id, coordinator_run_id: runId, target_key: input.targetKey ?? null }, dep);
+            const reason = blockedBy(deps);
+            // Open dependencies always hold the task: it becomes ready when the last one is done.
+            const stored = reason !== null ? 'blocked' : status;
+            const row: NewTaskRow = {
+              id,
+              company_id: companyId,
+              project_id: input.projectId ?? null,
+              assignee_agent_id: input.assigneeAgentId ?? null,
+              workspace_id: input.workspaceId ?? null,
+              title,
+              description: input.description ?? null,
+              status: stored,
+              created_at: now,
+              updated_at: now,
+              coordinator_run_id: runId,
+              target_key: input.targetKey ?? null,
+              requires_filesystem: requiresFilesystem ? 1 : 0,
+              parent_id: input.parentId ?? null,
+              workspace_mode: input.workspaceMode ?? null,
+              writes: writes === null ? null : JSON.stringify(writes),
+              priority,
+              spec,
+              blocked_reason: stored === 'blocked' ? reason : null,
+            };
+            // PostgreSQL's RETURNING sees the seq the database assigned; SQLite's trigger is read back below.
+            const inserted = dialect.insertReturnsSeq
+              ? await trx.insertInto('tasks').values(row).returningAll().executeTakeFirstOrThrow()
+              : (await trx.insertInto('tasks').values(row).execute(), undefined);
+            if (dependsOn.length > 0) {
+              await trx
+                .insertInto('task_dependencies')
+                .values(dependsOn.map((depId) => ({ task_id: id, depends_on_id: depId, created_at: now })))
+                .execute();
+            }
+            if (groupId) {
+              await trx
+                .insertInto('workspace_group_members')
+                .values({ group_id: groupId, task_id: id, role: 'member', joined_at: now })
+                .execute();
+            }
+            // What the transaction wrote (with the seq the database assigned), not a read after it:
+            // a connection lost after COMMIT must not turn a created task into a failure.
+            return toTask(
+              inserted ?? (await trx.selectFrom('tasks').selectAll().where('id', '=', id).executeTakeFirstOrThrow()),
             );
-          }
-          const deps = dependsOn.length === 0 ? [] : await lockedTasks(ctx, trx, dependsOn, 'share');
-          for (const depId of dependsOn)
-            if (!deps.some((d) => d.id === depId)) throw new NotFoundError('task (dependency)', depId);
-          for (const dep of deps)
-            checkSameScope({ id, coordinator_run_id: runId, target_key: input.targetKey ?? null }, dep);
-          const reason = blockedBy(deps);
-          // Open dependencies always hold the task: it becomes ready when the last one is done.
-          const stored = reason !== null ? 'blocked' : status;
-          const row: NewTaskRow = {
-            id,
-            company_id: companyId,
-            project_id: input.projectId ?? null,
-            assignee_agent_id: input.assigneeAgentId ?? null,
-            workspace_id: input.workspaceId ?? null,
-            title,
-            description: input.description ?? null,
-            status: stored,
-            created_at: now,
-            updated_at: now,
-            coordinator_run_id: runId,
-            target_key: input.targetKey ?? null,
-            requires_filesystem: requiresFilesystem ? 1 : 0,
-            parent_id: input.parentId ?? null,
-            workspace_mode: input.workspaceMode ?? null,
-            writes: writes === null ? null : JSON.stringify(writes),
-            priority,
-            spec,
-            blocked_reason: stored === 'blocked' ? reason : null,
-          };
-          await trx.insertInto('tasks').values(row).execute();
-          if (dependsOn.length > 0) {
-            await trx
-              .insertInto('task_dependencies')
-              .values(dependsOn.map((depId) => ({ task_id: id, depends_on_id: depId, created_at: now })))
-              .execute();
-          }
-          if (groupId) {
-            await trx
-              .insertInto('workspace_group_members')
-              .values({ group_id: groupId, task_id: id, role: 'member', joined_at: now })
-              .execute();
-          }
-          // What the transaction wrote (read back inside it for the seq the database assigned), not a
-          // read after it: a connection lost after COMMIT must not turn a created task into a failure.
-          return toTask(await trx.selectFrom('tasks').selectAll().where('id', '=', id).executeTakeFirstOrThrow());
-        }),
+          },
+          { lockKeys: [runTargetLockKey(input.targetKey ?? null)] },
+        ),
       );
     },
 

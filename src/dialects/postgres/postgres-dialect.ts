@@ -290,6 +290,7 @@ class PostgresStoreDialect implements StoreDialect {
   readonly columnTypes = POSTGRES_COLUMN_TYPES;
   readonly supportsSkipLocked = true;
   readonly insertReturnsSeq = true;
+  readonly writableCtes = true;
   readonly db: Kysely<Schema>;
   readonly clock: ServerClockOffset;
   readonly wakeups: PostgresWakeups;

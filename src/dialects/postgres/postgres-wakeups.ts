@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { sql, type Transaction } from 'kysely';
+import { sql, type RawBuilder, type Transaction } from 'kysely';
 import type { Database } from '../../schema/database.js';
 import { Backoff } from '../backoff.js';
 import { schemaTopic, WAKE_CHANNEL } from '../../protocol.js';
@@ -47,6 +47,11 @@ export class PostgresWakeups implements Wakeups {
   async notify(trx: Transaction<Database>, topic: string): Promise<void> {
     if (!this.enabled) return;
     await sql`select pg_notify(${WAKE_CHANNEL}, ${schemaTopic(this.#schema, topic)})`.execute(trx);
+  }
+
+  notifyExpression(topic: string): RawBuilder<unknown> | null {
+    if (!this.enabled) return null;
+    return sql`pg_notify(${WAKE_CHANNEL}, ${schemaTopic(this.#schema, topic)})`;
   }
 
   subscribe(topic: string, fallbackMs = this.fallbackMs) {

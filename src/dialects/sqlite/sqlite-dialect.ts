@@ -184,6 +184,7 @@ class SqliteDialect implements StoreDialect {
   readonly columnTypes = SQLITE_COLUMN_TYPES;
   readonly supportsSkipLocked = false;
   readonly insertReturnsSeq = false;
+  readonly writableCtes = false;
   readonly db: Kysely<Schema>;
   readonly stats: DialectStats;
   readonly clock: { now(): number };

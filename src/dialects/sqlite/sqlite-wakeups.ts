@@ -37,6 +37,10 @@ export class SqliteWakeups implements Wakeups {
     if (this.enabled) this.#pending.push(topic);
   }
 
+  notifyExpression(): null {
+    return null;
+  }
+
   /** Called by the dialect after COMMIT (`committed`) or ROLLBACK of a write transaction. */
   afterTransaction(committed: boolean): void {
     if (this.#pending.length === 0) return;

@@ -250,31 +250,37 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
               .executeTakeFirst();
             if (!terminal) throw new UnknownRecipientError(to);
           }
-          await trx
-            .insertInto('messages')
-            .values({
-              id,
-              from_handle: from,
-              to_handle: to,
-              kind,
-              payload,
-              status: 'pending',
-              created_at: now(),
-              delivered_at: null,
-              receipt: null,
-              visible_at: null,
-              dead_at: null,
-              last_error: null,
-              trace_context: traceContext,
-            })
-            .execute();
-          // Consumers waiting on the inbox (or on the run that will take it over) wake when this commits.
-          await dialect.wakeups.notify(trx, inboxTopic(to));
+          const insert = trx.insertInto('messages').values({
+            id,
+            from_handle: from,
+            to_handle: to,
+            kind,
+            payload,
+            status: 'pending',
+            created_at: now(),
+            delivered_at: null,
+            receipt: null,
+            visible_at: null,
+            dead_at: null,
+            last_error: null,
+            trace_context: traceContext,
+          });
+          // Consumers waiting on the inbox (or on the run that will take it over) wake when this
+          // commits. PostgreSQL announces the inbox in the insert itself, whose RETURNING sees the
+          // sequence the database assigned; SQLite assigns it in a trigger: read it back.
+          const announce = dialect.insertReturnsSeq ? dialect.wakeups.notifyExpression(inboxTopic(to)) : null;
+          let row: MessageRow | undefined;
+          if (dialect.insertReturnsSeq)
+            row = await insert
+              .returningAll()
+              .$if(announce !== null, (q) => q.returning(announce!.as('announced')))
+              .executeTakeFirstOrThrow();
+          else await insert.execute();
+          if (!announce) await dialect.wakeups.notify(trx, inboxTopic(to));
           if (recipient && recipient.successor !== null && recipient.successor !== to) {
             await dialect.wakeups.notify(trx, inboxTopic(recipient.successor));
           }
-          // The sequence is assigned by the database (a default, or SQLite's trigger): read it back.
-          return trx.selectFrom('messages').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+          return row ?? trx.selectFrom('messages').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
         }),
       );
       return toMessage(row);

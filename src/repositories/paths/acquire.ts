@@ -10,6 +10,7 @@ import { decodePathLeaseKey, encodePathLeaseKey, WHOLE_WORKSPACE_KEY } from '../
 import type { Database, PathLeaseRow } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
 import { pathsLockKey } from '../../protocol.js';
+import { tableIn } from '../../query/schema.js';
 import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import { liveWorkspaceLock } from '../shared/workspace-exclusion.js';
 import {
@@ -140,6 +141,42 @@ async function nextToken(ctx: StoreContext, trx: Transaction<Database>, workspac
   }
 }
 
+type PrunedRow = { holder: string; token: number | string | null; lease_key: string; expires_at: number | string };
+
+/**
+ * `nextToken` and the first `PRUNE_EXPIRED` in one statement, where a WITH clause may write
+ * (PostgreSQL): two tables, so no row is written twice. Returns the token and the pruned rows.
+ */
+async function nextTokenPruning(
+  ctx: StoreContext,
+  trx: Transaction<Database>,
+  workspaceId: string,
+  stored: readonly string[],
+  now: number,
+): Promise<{ token: number; pruned: PrunedRow[] }> {
+  try {
+    const { rows } = await sql<{ next_token: number | string } & { [K in keyof PrunedRow]: PrunedRow[K] | null }>`
+      with pruned as (
+        delete from ${tableIn(trx, 'path_leases')}
+        where workspace_id = ${workspaceId} and lease_key in (${sql.join(stored)}) and expires_at <= ${now}
+        returning holder, token, lease_key, expires_at
+      ), next as (
+        insert into ${tableIn(trx, 'path_lease_tokens')} (workspace_id, token, updated_at) values (${workspaceId}, 1, ${now})
+        on conflict (workspace_id) do update set token = path_lease_tokens.token + 1, updated_at = ${now}
+        returning token
+      )
+      select next.token as next_token, pruned.holder, pruned.token, pruned.lease_key, pruned.expires_at
+      from next left join pruned on true`.execute(trx);
+    return {
+      token: Number(rows[0]!.next_token),
+      pruned: rows.filter((r): r is typeof r & PrunedRow => r.lease_key !== null),
+    };
+  } catch (error) {
+    if (ctx.dialect.classifyError(error) === 'foreign_key_violation') throw new NotFoundError('workspace', workspaceId);
+    throw error;
+  }
+}
+
 /** The all-or-nothing acquisition, inside the caller's write transaction: one grant, or the blockers. */
 export async function acquireKeys(
   ctx: StoreContext,
@@ -166,16 +203,23 @@ export async function acquireKeys(
       conflicts,
     };
   }
-  const token = await nextToken(ctx, trx, workspaceId, now);
+  const chunks = chunked(keys, LIST_CHUNK).map((chunk) => chunk.map(encodePathLeaseKey));
+  // With writable CTEs the token and the first chunk's prune are one statement (one round trip).
+  const head =
+    ctx.dialect.writableCtes && chunks.length > 0
+      ? await nextTokenPruning(ctx, trx, workspaceId, chunks[0]!, now)
+      : null;
+  const token = head ? head.token : await nextToken(ctx, trx, workspaceId, now);
   const expiresAt = now + ttlMs;
   const rows: PathLeaseRow[] = [];
   // The lapsed grants this one takes keys over from, for the trail: holder and token → keys.
   const lost = new Map<string, { holder: string; token: number | null; expiresAt: number; keys: string[] }>();
   if (keys.length > 0) {
-    for (const chunk of chunked(keys, LIST_CHUNK)) {
-      const stored = chunk.map(encodePathLeaseKey);
+    for (const [i, stored] of chunks.entries()) {
       // Expired leases of any grant on exactly these keys are garbage from now on.
-      for (const r of await PRUNE_EXPIRED.execute(trx, { workspaceId, stored, now }, stored.length)) {
+      const pruned =
+        i === 0 && head ? head.pruned : await PRUNE_EXPIRED.execute(trx, { workspaceId, stored, now }, stored.length);
+      for (const r of pruned) {
         const token = r.token === null ? null : Number(r.token);
         const id = `${token}\u0000${r.holder}`;
         const grant = lost.get(id) ?? { holder: r.holder, token, expiresAt: Number(r.expires_at), keys: [] };

@@ -190,13 +190,15 @@ export async function releaseGrant(
   lease: PathLeaseGrant,
   call: IdempotentCall | null = null,
 ): Promise<{ readonly released: readonly string[] }> {
+  // PostgreSQL announces the release in the deleting statement itself (only if it deleted).
+  const announce = ctx.dialect.wakeups.notifyExpression(pathsTopic(lease.resource));
   return keyedWrite(ctx, call, async (trx) => {
     const rows = await trx
       .deleteFrom('path_leases')
       .where('workspace_id', '=', lease.resource)
       .where('token', '=', lease.token)
       .where('holder', '=', lease.holder)
-      .returning('lease_key')
+      .returning(announce ? ['lease_key', announce.as('announced')] : ['lease_key'])
       .execute();
     // Rows under the token prove it was granted; only a miss asks the workspace's latest token.
     if (rows.length === 0 && lease.token > (await latestToken(trx, lease.resource)))
@@ -218,7 +220,7 @@ export async function releaseGrant(
           detail: { keys: released },
         },
       ]);
-      await ctx.dialect.wakeups.notify(trx, pathsTopic(lease.resource));
+      if (!announce) await ctx.dialect.wakeups.notify(trx, pathsTopic(lease.resource));
     }
     return { released };
   });

@@ -7,6 +7,7 @@
 import { sql, type Transaction } from 'kysely';
 import type { Database } from '../../schema/database.js';
 import { clampTimerMs } from '../../timers.js';
+import { tableIn } from '../../query/schema.js';
 import type { StoreContext } from '../context.js';
 import { readLeaseRowLocked, type LeaseFence } from '../shared/fence.js';
 import { requireLease, type LeaseLostReason } from '../shared/lease.js';
@@ -64,6 +65,92 @@ async function lostSlotReason(trx: Trx, name: string, token: number, leaseExpire
   return (leaseExpiresAt <= now ? 'expired' : 'released') satisfies LeaseLostReason;
 }
 
+// Kysely types bigint columns as number; the driver may hand back strings, and `toHolder` converts.
+type SlotRow = { holder: string; token: number; expires_at: number };
+
+/**
+ * Deletes the name's expired slots (returned, for the trail) and reads its live ones. With
+ * writable CTEs (PostgreSQL) both go in one statement: the DELETE waits for a fenced transaction
+ * on an expired slot before the statement returns, and the read, in the statement's snapshot,
+ * skips exactly the slots the DELETE takes (`expires_at <= now`).
+ */
+async function liveSlots(
+  ctx: StoreContext,
+  trx: Trx,
+  name: string,
+  now: number,
+  limit: number,
+): Promise<{ reclaimed: SlotRow[]; rows: SlotRow[] }> {
+  if (ctx.dialect.writableCtes) {
+    const holders = tableIn(trx, 'semaphore_holders');
+    const { rows } = await sql<SlotRow & { reclaimed: number }>`
+      with reclaimed as (
+        delete from ${holders} where name = ${name} and expires_at <= ${now}
+        returning holder, token, expires_at)
+      (select holder, token, expires_at, 0 as reclaimed from ${holders}
+        where name = ${name} and expires_at > ${now}
+        order by expires_at, token
+        limit ${limit})
+      union all
+      select holder, token, expires_at, 1 from reclaimed`.execute(trx);
+    return { reclaimed: rows.filter((r) => r.reclaimed === 1), rows: rows.filter((r) => r.reclaimed === 0) };
+  }
+  const reclaim = trx.deleteFrom('semaphore_holders').where('name', '=', name).where('expires_at', '<=', now);
+  // The trail records each reclaimed slot as lost (`returning` costs no statement more).
+  const reclaimed = auditsLeaseAct(ctx, 'lost')
+    ? await reclaim.returning(['holder', 'token', 'expires_at']).execute()
+    : (await reclaim.execute(), []);
+  const rows = await trx
+    .selectFrom('semaphore_holders')
+    .select(['holder', 'token', 'expires_at'])
+    .where('name', '=', name)
+    .orderBy('expires_at')
+    .orderBy('token')
+    .limit(limit)
+    .execute();
+  return { reclaimed, rows };
+}
+
+/**
+ * Takes the name's next token and the slot under it. The token rises on every grant of the name
+ * and is never reset (the row is never deleted); the latest grant's limit is the name's limit
+ * (what inspect shows beside the holders). With writable CTEs, one statement.
+ */
+async function grantSlot(
+  ctx: StoreContext,
+  trx: Trx,
+  p: { name: string; holder: string; limit: number; now: number; expiresAt: number },
+): Promise<number> {
+  if (ctx.dialect.writableCtes) {
+    const { rows } = await sql<{ token: number | string }>`
+      with granted as (
+        insert into ${tableIn(trx, 'semaphores')} (name, token, updated_at, slot_limit)
+        values (${p.name}, 1, ${p.now}, ${p.limit})
+        on conflict (name) do update set token = semaphores.token + 1, updated_at = ${p.now}, slot_limit = ${p.limit}
+        returning token)
+      insert into ${tableIn(trx, 'semaphore_holders')} (name, token, holder, acquired_at, expires_at)
+      select ${p.name}, token, ${p.holder}, ${p.now}, ${p.expiresAt} from granted
+      returning token`.execute(trx);
+    return Number(rows[0]!.token);
+  }
+  const granted = await trx
+    .insertInto('semaphores')
+    .values({ name: p.name, token: 1, updated_at: p.now, slot_limit: p.limit })
+    .onConflict((oc) =>
+      oc
+        .column('name')
+        .doUpdateSet({ token: sql<number>`semaphores.token + 1`, updated_at: p.now, slot_limit: p.limit }),
+    )
+    .returning('token')
+    .executeTakeFirstOrThrow();
+  const token = Number(granted.token);
+  await trx
+    .insertInto('semaphore_holders')
+    .values({ name: p.name, token, holder: p.holder, acquired_at: p.now, expires_at: p.expiresAt })
+    .execute();
+  return token;
+}
+
 /** One acquisition inside the caller's write transaction. */
 async function acquireIn(
   ctx: StoreContext,
@@ -78,11 +165,9 @@ async function acquireIn(
   const now = ctx.clock.now();
   // Reclaim: expired slots are deleted, which waits for a fenced transaction (`tx.assertLease`)
   // that still holds one, so a slot is never counted free while its old holder writes under it.
-  const reclaim = trx.deleteFrom('semaphore_holders').where('name', '=', name).where('expires_at', '<=', now);
-  // The trail records each reclaimed slot as lost (`returning` costs no statement more).
-  const reclaimed = auditsLeaseAct(ctx, 'lost')
-    ? await reclaim.returning(['holder', 'token', 'expires_at']).execute()
-    : (await reclaim.execute(), []);
+  // Then the live slots, soonest-expiring first, as many as decide the claim, in one snapshot (a
+  // release may commit meanwhile without the name's key; it only ever frees slots).
+  const { reclaimed, rows } = await liveSlots(ctx, trx, name, now, Math.max(limit, SEMAPHORE_HOLDER_REPORT_LIMIT));
   const lost = reclaimed.map(
     (r): LeaseActRecord => ({
       act: 'lost',
@@ -93,16 +178,6 @@ async function acquireIn(
       detail: { reason: 'reclaimed', expiresAt: Number(r.expires_at), by: { holder } },
     }),
   );
-  // One statement, one snapshot: the live slots, soonest-expiring first, as many as decide the
-  // claim (a release may commit meanwhile without the name's key; it only ever frees slots).
-  const rows = await trx
-    .selectFrom('semaphore_holders')
-    .select(['holder', 'token', 'expires_at'])
-    .where('name', '=', name)
-    .orderBy('expires_at')
-    .orderBy('token')
-    .limit(Math.max(limit, SEMAPHORE_HOLDER_REPORT_LIMIT))
-    .execute();
   if (rows.length >= limit) {
     await auditLeaseActs(ctx, trx, now, lost);
     const holders = rows.slice(0, SEMAPHORE_HOLDER_REPORT_LIMIT).map(toHolder);
@@ -111,22 +186,8 @@ async function acquireIn(
       heldBy: { holder: holders[0]!.holder, expiresAt: holders[0]!.expiresAt, limit, count: rows.length, holders },
     };
   }
-  // The token rises on every grant of the name and is never reset (the row is never deleted).
-  const granted = await trx
-    .insertInto('semaphores')
-    .values({ name, token: 1, updated_at: now, slot_limit: limit })
-    // The latest grant's limit is the name's limit (what inspect shows beside the holders).
-    .onConflict((oc) =>
-      oc.column('name').doUpdateSet({ token: sql<number>`semaphores.token + 1`, updated_at: now, slot_limit: limit }),
-    )
-    .returning('token')
-    .executeTakeFirstOrThrow();
-  const token = Number(granted.token);
   const expiresAt = now + ttlMs;
-  await trx
-    .insertInto('semaphore_holders')
-    .values({ name, token, holder, acquired_at: now, expires_at: expiresAt })
-    .execute();
+  const token = await grantSlot(ctx, trx, { name, holder, limit, now, expiresAt });
   await auditLeaseActs(ctx, trx, now, [
     { act: 'granted', kind: 'semaphore', resource: name, holder, token, detail: { limit, expiresAt } },
     ...lost,
@@ -271,18 +332,20 @@ export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepositor
     async release(value, options?: IdempotencyOptions) {
       const lease = checkLease(value);
       const call = keyedCall('semaphores.release', optionalInput('options', options), { lease }, LEASE_REFUSALS);
+      // PostgreSQL announces the release in the deleting statement itself (only if it deleted).
+      const announce = dialect.wakeups.notifyExpression(semaphoreTopic(lease.resource));
       await keyedWrite(ctx, call, async (trx) => {
         const gone = await trx
           .deleteFrom('semaphore_holders')
           .where('name', '=', lease.resource)
           .where('token', '=', lease.token)
-          .returning('token')
+          .returning(announce ? ['token', announce.as('announced')] : ['token'])
           .executeTakeFirst();
         if (gone) {
           await auditLeaseActs(ctx, trx, ctx.clock.now(), [
             { act: 'released', kind: 'semaphore', resource: lease.resource, holder: lease.holder, token: lease.token },
           ]);
-          await dialect.wakeups.notify(trx, semaphoreTopic(lease.resource));
+          if (!announce) await dialect.wakeups.notify(trx, semaphoreTopic(lease.resource));
           return;
         }
         // The slot is gone: released already, or reclaimed after it lapsed (the lease protocol's
