@@ -17,6 +17,7 @@ import { keyedCall, keyedWrite, type IdempotencyOptions } from './idempotent.js'
 import { claimTaskLeaseWith, mapMissing, readTaskLease } from './shared/task-lease-claim.js';
 import { anyLivePathLease } from './shared/workspace-exclusion.js';
 import { pathsLockKey } from '../protocol.js';
+import { decodePathLeaseKey } from '../domain/write-paths.js';
 import { auditLeaseActs, auditsLeaseAct, grantedActs as granted, type LeaseActRecord } from './shared/audit.js';
 import {
   DEFAULT_TASK_LEASE_TTL_MS,
@@ -69,6 +70,41 @@ const CLAIM_WORKSPACE_LOCK = prepared(
           acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
       where workspace_locks.holder is null or workspace_locks.expires_at <= ${p.now}
     returning token, expires_at`,
+);
+
+/**
+ * `claimWorkspaceLock` in one statement, where a WITH clause may write (PostgreSQL): the first
+ * live path lease of the workspace (which blocks the claim) and, only when there is none, the
+ * guarded upsert of `CLAIM_WORKSPACE_LOCK`. One row always: the grant's token, or the path
+ * lease, or neither (the lock is held: read it). Both parts read the statement's one snapshot,
+ * taken after the workspace's paths key was held (BEGIN took it).
+ */
+const CLAIM_WORKSPACE_LOCK_OR_PATH = prepared(
+  (db, p: { workspaceId: string; holder: string; runId: string; now: number; expiresAt: number }) => sql<{
+    token: number | null;
+    expires_at: number | null;
+    path_key: string | null;
+    path_holder: string | null;
+    path_token: number | null;
+    path_expires_at: number | null;
+  }>`
+    with path as (
+      select lease_key, holder, token, expires_at from ${tableIn(db, 'path_leases')}
+      where workspace_id = ${p.workspaceId} and expires_at > ${p.now}
+      limit 1
+    ), claimed as (
+      insert into ${tableIn(db, 'workspace_locks')} (workspace_id, holder, run_id, token, acquired_at, expires_at)
+      select ${p.workspaceId}, ${p.holder}, ${p.runId}, 1, ${p.now}, ${p.expiresAt}
+      where not exists (select 1 from path)
+      on conflict (workspace_id) do update
+        set holder = excluded.holder, run_id = excluded.run_id, token = workspace_locks.token + 1,
+            acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+        where workspace_locks.holder is null or workspace_locks.expires_at <= ${p.now}
+      returning token, expires_at
+    )
+    select claimed.token, claimed.expires_at, path.lease_key as path_key, path.holder as path_holder,
+      path.token as path_token, path.expires_at as path_expires_at
+    from (select 1) as one left join claimed on true left join path on true`,
 );
 
 const RENEW_WORKSPACE_LOCK = prepared(
@@ -353,7 +389,22 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
             await dialect.lockKey(trx, pathsLockKey(workspaceId));
             const now = ctx.clock.now();
             const expiresAt = now + ttlMs;
-            const path = await anyLivePathLease(trx, workspaceId, now);
+            // PostgreSQL without a trail of lost holders: the path check and the claim in one statement.
+            const folded =
+              dialect.writableCtes && !auditsLeaseAct(ctx, 'lost')
+                ? await CLAIM_WORKSPACE_LOCK_OR_PATH.first(trx, { workspaceId, holder, runId, now, expiresAt })
+                : undefined;
+            const path =
+              folded === undefined
+                ? await anyLivePathLease(trx, workspaceId, now)
+                : folded.path_holder === null
+                  ? null
+                  : {
+                      key: decodePathLeaseKey(folded.path_key!),
+                      holder: folded.path_holder,
+                      expiresAt: Number(folded.path_expires_at),
+                      token: folded.path_token === null ? null : Number(folded.path_token),
+                    };
             if (path)
               return {
                 status: 'busy',
@@ -367,7 +418,12 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
               };
             // The trail names the holder a claim takes a lapsed lock over from: read before the claim.
             const before = auditsLeaseAct(ctx, 'lost') ? await readWorkspaceLock(trx, workspaceId) : undefined;
-            const row = await CLAIM_WORKSPACE_LOCK.first(trx, { workspaceId, holder, runId, now, expiresAt });
+            const row =
+              folded === undefined
+                ? await CLAIM_WORKSPACE_LOCK.first(trx, { workspaceId, holder, runId, now, expiresAt })
+                : folded.token === null
+                  ? undefined
+                  : { token: folded.token, expires_at: folded.expires_at! };
             if (row) {
               const lease = Object.freeze({
                 kind: 'workspace_lock' as const,

@@ -331,7 +331,10 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
             // Run start takes the same key after inserting its run: whichever commits first, the
             // task ends up in the run (stamped here, or adopted there).
             await dialect.lockKey(trx, runTargetLockKey(input.targetKey ?? null));
-            const runId = (await findRunningRun(trx, input.targetKey ?? null))?.id ?? null;
+            // The target's running run stamps the task. Only a dependency check needs it before the
+            // insert; otherwise, where RETURNING shows the row (PostgreSQL), the insert reads it.
+            const runInInsert = dialect.insertReturnsSeq && dependsOn.length === 0;
+            const runId = runInInsert ? null : ((await findRunningRun(trx, input.targetKey ?? null))?.id ?? null);
             let groupId: string | null = null;
             if (input.parentId) {
               // The parent's cleanup barrier: once its cleanup is admitted its inventory is fixed,
@@ -391,7 +394,24 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
             };
             // PostgreSQL's RETURNING sees the seq the database assigned; SQLite's trigger is read back below.
             const inserted = dialect.insertReturnsSeq
-              ? await trx.insertInto('tasks').values(row).returningAll().executeTakeFirstOrThrow()
+              ? await trx
+                  .insertInto('tasks')
+                  .values(
+                    runInInsert
+                      ? {
+                          ...row,
+                          coordinator_run_id: (eb) =>
+                            eb
+                              .selectFrom('coordinator_runs')
+                              .select('id')
+                              .where('status', '=', 'running')
+                              .where(sql<string>`coalesce(target_key, '')`, '=', input.targetKey ?? '')
+                              .limit(1),
+                        }
+                      : row,
+                  )
+                  .returningAll()
+                  .executeTakeFirstOrThrow()
               : (await trx.insertInto('tasks').values(row).execute(), undefined);
             if (dependsOn.length > 0) {
               await trx
