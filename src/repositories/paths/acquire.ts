@@ -206,9 +206,7 @@ export async function acquireKeys(
   const chunks = chunked(keys, LIST_CHUNK).map((chunk) => chunk.map(encodePathLeaseKey));
   // With writable CTEs the token and the first chunk's prune are one statement (one round trip).
   const head =
-    ctx.dialect.writableCtes && keys.length > 0
-      ? await nextTokenPruning(ctx, trx, workspaceId, chunks[0]!, now)
-      : null;
+    ctx.dialect.writableCtes && keys.length > 0 ? await nextTokenPruning(ctx, trx, workspaceId, chunks[0]!, now) : null;
   const token = head ? head.token : await nextToken(ctx, trx, workspaceId, now);
   const expiresAt = now + ttlMs;
   const rows: PathLeaseRow[] = [];
