@@ -4,13 +4,12 @@
  * workspace's token row, checks for conflicting live leases and, only if there are none, takes
  * the next fencing token and inserts the whole set under it.
  */
-import { sql, type Transaction } from 'kysely';
+import type { Transaction } from 'kysely';
 import { NotFoundError } from '../../errors.js';
 import { decodePathLeaseKey, encodePathLeaseKey, WHOLE_WORKSPACE_KEY } from '../../domain/write-paths.js';
 import type { Database, PathLeaseRow } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
 import { pathsLockKey } from '../../protocol.js';
-import { tableIn } from '../../query/schema.js';
 import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import { liveWorkspaceLock } from '../shared/workspace-exclusion.js';
 import {
@@ -20,6 +19,8 @@ import {
   FIND_CONFLICTS,
   INSERT_LEASES,
   LIST_CHUNK,
+  NEXT_TOKEN,
+  NEXT_TOKEN_AND_PRUNE,
   PRUNE_EXPIRED,
   RANGE_CHUNK,
   toPathLease,
@@ -123,29 +124,25 @@ async function lockTokenRow(ctx: StoreContext, trx: Transaction<Database>, works
   await (ctx.dialect.supportsSkipLocked ? query.forUpdate() : query).executeTakeFirst();
 }
 
-/** The next fencing token of the workspace: one higher than every token granted there before. */
-async function nextToken(ctx: StoreContext, trx: Transaction<Database>, workspaceId: string, now: number) {
+/** A token write's foreign-key violation means the workspace does not exist. */
+async function orMissingWorkspace<T>(ctx: StoreContext, workspaceId: string, write: Promise<T>): Promise<T> {
   try {
-    const row = await trx
-      .insertInto('path_lease_tokens')
-      .values({ workspace_id: workspaceId, token: 1, updated_at: now })
-      .onConflict((oc) =>
-        oc.column('workspace_id').doUpdateSet({ token: sql<number>`path_lease_tokens.token + 1`, updated_at: now }),
-      )
-      .returning('token')
-      .executeTakeFirstOrThrow();
-    return Number(row.token);
+    return await write;
   } catch (error) {
     if (ctx.dialect.classifyError(error) === 'foreign_key_violation') throw new NotFoundError('workspace', workspaceId);
     throw error;
   }
 }
 
-type PrunedRow = { holder: string; token: number | string | null; lease_key: string; expires_at: number | string };
+/** The next fencing token of the workspace: one higher than every token granted there before. */
+async function nextToken(ctx: StoreContext, trx: Transaction<Database>, workspaceId: string, now: number) {
+  const row = await orMissingWorkspace(ctx, workspaceId, NEXT_TOKEN.first(trx, { workspaceId, now }));
+  return Number(row!.token);
+}
 
 /**
- * `nextToken` and the first `PRUNE_EXPIRED` in one statement, where a WITH clause may write
- * (PostgreSQL): two tables, so no row is written twice. Returns the token and the pruned rows.
+ * `nextToken` and the first `PRUNE_EXPIRED` in one statement where a WITH clause may write
+ * (`NEXT_TOKEN_AND_PRUNE`, PostgreSQL). Returns the token and the pruned rows.
  */
 async function nextTokenPruning(
   ctx: StoreContext,
@@ -153,28 +150,20 @@ async function nextTokenPruning(
   workspaceId: string,
   stored: readonly string[],
   now: number,
-): Promise<{ token: number; pruned: PrunedRow[] }> {
-  try {
-    const { rows } = await sql<{ next_token: number | string } & { [K in keyof PrunedRow]: PrunedRow[K] | null }>`
-      with pruned as (
-        delete from ${tableIn(trx, 'path_leases')}
-        where workspace_id = ${workspaceId} and lease_key in (${sql.join(stored)}) and expires_at <= ${now}
-        returning holder, token, lease_key, expires_at
-      ), next as (
-        insert into ${tableIn(trx, 'path_lease_tokens')} (workspace_id, token, updated_at) values (${workspaceId}, 1, ${now})
-        on conflict (workspace_id) do update set token = path_lease_tokens.token + 1, updated_at = ${now}
-        returning token
-      )
-      select next.token as next_token, pruned.holder, pruned.token, pruned.lease_key, pruned.expires_at
-      from next left join pruned on true`.execute(trx);
-    return {
-      token: Number(rows[0]!.next_token),
-      pruned: rows.filter((r): r is typeof r & PrunedRow => r.lease_key !== null),
-    };
-  } catch (error) {
-    if (ctx.dialect.classifyError(error) === 'foreign_key_violation') throw new NotFoundError('workspace', workspaceId);
-    throw error;
-  }
+) {
+  const rows = await orMissingWorkspace(
+    ctx,
+    workspaceId,
+    NEXT_TOKEN_AND_PRUNE.execute(trx, { workspaceId, stored, now }, stored.length),
+  );
+  return {
+    token: Number(rows[0]!.next_token),
+    pruned: rows.flatMap((r) =>
+      r.lease_key === null
+        ? []
+        : [{ holder: r.holder!, token: r.token, lease_key: r.lease_key, expires_at: r.expires_at! }],
+    ),
+  };
 }
 
 /** The all-or-nothing acquisition, inside the caller's write transaction: one grant, or the blockers. */

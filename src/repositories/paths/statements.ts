@@ -2,7 +2,7 @@
  * The statements of `store.paths`: the conflict check (one UNION ALL of primary-key lookups), the
  * lease writes, prepared per shape, and the chunking that keeps each statement bounded.
  */
-import { sql, type Kysely, type RawBuilder } from 'kysely';
+import { sql, type Kysely, type QueryCreator, type RawBuilder } from 'kysely';
 import { tableIn } from '../../query/schema.js';
 import { decodePathLeaseKey, storedPathAncestorKeys, storedPathDescendantRange } from '../../domain/write-paths.js';
 import { elements, prepared } from '../../query/prepared.js';
@@ -106,16 +106,48 @@ export const FIND_CONFLICTS = prepared((db, p: ConflictParams, shape: string) =>
   });
 });
 
+interface PruneParams {
+  readonly workspaceId: string;
+  readonly stored: readonly string[];
+  readonly now: number;
+}
+
 /** Expired leases of any grant on exactly these keys: garbage once a new grant takes them. */
-export const PRUNE_EXPIRED = prepared(
-  (db, p: { workspaceId: string; stored: readonly string[]; now: number }, n: number) =>
-    db
-      .deleteFrom('path_leases')
-      .where('workspace_id', '=', p.workspaceId)
-      .where('lease_key', 'in', elements(p.stored, n))
-      .where('expires_at', '<=', p.now)
-      // What was taken over, for the audit trail (no statement more).
-      .returning(['holder', 'token', 'lease_key', 'expires_at']),
+const pruneExpired = (db: QueryCreator<Database>, p: PruneParams, n: number) =>
+  db
+    .deleteFrom('path_leases')
+    .where('workspace_id', '=', p.workspaceId)
+    .where('lease_key', 'in', elements(p.stored, n))
+    .where('expires_at', '<=', p.now)
+    // What was taken over, for the audit trail (no statement more).
+    .returning(['holder', 'token', 'lease_key', 'expires_at']);
+
+/** The workspace's next fencing token: one higher than every token granted there before. */
+const takeToken = (db: QueryCreator<Database>, p: { readonly workspaceId: string; readonly now: number }) =>
+  db
+    .insertInto('path_lease_tokens')
+    .values({ workspace_id: p.workspaceId, token: 1, updated_at: p.now })
+    .onConflict((oc) =>
+      oc.column('workspace_id').doUpdateSet({ token: sql<number>`path_lease_tokens.token + 1`, updated_at: p.now }),
+    )
+    .returning('token');
+
+export const PRUNE_EXPIRED = prepared((db, p: PruneParams, n: number) => pruneExpired(db, p, n));
+
+export const NEXT_TOKEN = prepared((db, p: { workspaceId: string; now: number }) => takeToken(db, p));
+
+/**
+ * `NEXT_TOKEN` and `PRUNE_EXPIRED` in one statement, where a WITH clause may write (PostgreSQL):
+ * two tables, so no row is written twice. One row per pruned lease, or one with nulls.
+ */
+export const NEXT_TOKEN_AND_PRUNE = prepared((db, p: PruneParams, n: number) =>
+  db
+    .with('pruned', (q) => pruneExpired(q, p, n))
+    // The CTE before adds `pruned` to the creator's tables; takeToken reads none of them.
+    .with('next', (q) => takeToken(q as unknown as QueryCreator<Database>, p))
+    .selectFrom('next')
+    .leftJoin('pruned', (join) => join.onTrue())
+    .select(['next.token as next_token', 'pruned.holder', 'pruned.token', 'pruned.lease_key', 'pruned.expires_at']),
 );
 
 export const INSERT_LEASES = prepared(

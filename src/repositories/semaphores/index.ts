@@ -4,7 +4,7 @@
  * semaphore's key (protocol.ts, level 8: PostgreSQL advisory lock; SQLite `BEGIN IMMEDIATE`),
  * which reclaims the expired slots, counts the live ones and grants a slot only below the limit.
  */
-import { sql, type Transaction } from 'kysely';
+import { sql, type QueryCreator, type Transaction } from 'kysely';
 import type { Database } from '../../schema/database.js';
 import { clampTimerMs } from '../../timers.js';
 import { tableIn } from '../../query/schema.js';
@@ -111,29 +111,21 @@ async function liveSlots(
   return { reclaimed, rows };
 }
 
+interface SlotGrant {
+  readonly name: string;
+  readonly holder: string;
+  readonly limit: number;
+  readonly now: number;
+  readonly expiresAt: number;
+}
+
 /**
- * Takes the name's next token and the slot under it. The token rises on every grant of the name
- * and is never reset (the row is never deleted); the latest grant's limit is the name's limit
- * (what inspect shows beside the holders). With writable CTEs, one statement.
+ * The name's next token. It rises on every grant of the name and is never reset (the row is
+ * never deleted); the latest grant's limit is the name's limit (what inspect shows beside the
+ * holders).
  */
-async function grantSlot(
-  ctx: StoreContext,
-  trx: Trx,
-  p: { name: string; holder: string; limit: number; now: number; expiresAt: number },
-): Promise<number> {
-  if (ctx.dialect.writableCtes) {
-    const { rows } = await sql<{ token: number | string }>`
-      with granted as (
-        insert into ${tableIn(trx, 'semaphores')} (name, token, updated_at, slot_limit)
-        values (${p.name}, 1, ${p.now}, ${p.limit})
-        on conflict (name) do update set token = semaphores.token + 1, updated_at = ${p.now}, slot_limit = ${p.limit}
-        returning token)
-      insert into ${tableIn(trx, 'semaphore_holders')} (name, token, holder, acquired_at, expires_at)
-      select ${p.name}, token, ${p.holder}, ${p.now}, ${p.expiresAt} from granted
-      returning token`.execute(trx);
-    return Number(rows[0]!.token);
-  }
-  const granted = await trx
+const takeToken = (db: QueryCreator<Database>, p: SlotGrant) =>
+  db
     .insertInto('semaphores')
     .values({ name: p.name, token: 1, updated_at: p.now, slot_limit: p.limit })
     .onConflict((oc) =>
@@ -141,9 +133,31 @@ async function grantSlot(
         .column('name')
         .doUpdateSet({ token: sql<number>`semaphores.token + 1`, updated_at: p.now, slot_limit: p.limit }),
     )
-    .returning('token')
-    .executeTakeFirstOrThrow();
-  const token = Number(granted.token);
+    .returning('token');
+
+/** Takes the name's next token and the slot under it: with writable CTEs, one statement. */
+async function grantSlot(ctx: StoreContext, trx: Trx, p: SlotGrant): Promise<number> {
+  if (ctx.dialect.writableCtes) {
+    const row = await trx
+      .with('granted', (q) => takeToken(q, p))
+      .insertInto('semaphore_holders')
+      .columns(['name', 'token', 'holder', 'acquired_at', 'expires_at'])
+      .expression((eb) =>
+        eb
+          .selectFrom('granted')
+          .select((s) => [
+            s.val(p.name).as('name'),
+            'granted.token',
+            s.val(p.holder).as('holder'),
+            s.val(p.now).as('acquired_at'),
+            s.val(p.expiresAt).as('expires_at'),
+          ]),
+      )
+      .returning('token')
+      .executeTakeFirstOrThrow();
+    return Number(row.token);
+  }
+  const token = Number((await takeToken(trx, p).executeTakeFirstOrThrow()).token);
   await trx
     .insertInto('semaphore_holders')
     .values({ name: p.name, token, holder: p.holder, acquired_at: p.now, expires_at: p.expiresAt })
