@@ -159,6 +159,8 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
   const coordination: DialectCoordination = {
     lockKey: (trx: Transaction<Database>, key: string) => dialect.lockKey(trx, key),
     lockKeyExpression: (key: Expression<string>) => dialect.lockKeyExpression(key),
+    // A joined transaction was begun by the host: the caller sends `first` itself.
+    beginResult: () => undefined,
     // Waiting calls (acquirePaths with a wait, waitForMessages) wait while this transaction holds
     // its locks: see the README (Embedding).
     wakeups: dialect.wakeups,

@@ -66,6 +66,15 @@ export interface WriteTransactionOptions {
    * serializes. Only for a transaction whose first lock is these keys (lock order is unchanged).
    */
   readonly lockKeys?: readonly string[];
+  /**
+   * The statement `fn` sends first (after `lockKeys`), bound already (a prepared query's `bind`).
+   * PostgreSQL sends it in BEGIN's own round trip, its values written as escaped literals, and
+   * `fn` reads its result with `beginResult(first)` instead of sending it; SQLite, and a
+   * transaction joined from a host, send it from `fn` as usual. Only for statements whose
+   * parameters are strings, finite numbers, booleans or null, and whose text holds no `$n` but
+   * its parameters.
+   */
+  readonly first?: CompiledQuery;
 }
 
 /** Counters a dialect keeps, for benchmarks and diagnostics, and the observers it was opened with. */
@@ -209,6 +218,11 @@ export interface DialectCoordination {
    * decides on must still be read by a later statement, once the lock is held.
    */
   lockKeyExpression(key: Expression<string>): RawBuilder<unknown> | null;
+  /**
+   * The result of `writeTransaction`'s `first` statement when BEGIN sent it (PostgreSQL), taken
+   * once: `undefined` when it was not sent there, and the caller sends it itself.
+   */
+  beginResult<R>(first: CompiledQuery<R>): QueryResult<R> | undefined;
   /** Wake-ups for waiters: LISTEN/NOTIFY on PostgreSQL, COMMIT hooks and `PRAGMA data_version` on SQLite. */
   readonly wakeups: Wakeups;
   /**

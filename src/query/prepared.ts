@@ -68,6 +68,16 @@ export interface PreparedQuery<P, R, S = void> {
   first(db: Kysely<Database>, params: P, shape: S): Promise<R | undefined>;
   /** The driver's result, for the affected-row count of a statement without RETURNING. */
   run(db: Kysely<Database>, params: P, shape: S): Promise<QueryResult<R>>;
+  /** The statement with `params` bound, to send later with `runBound` (or with BEGIN: `WriteTransactionOptions.first`). */
+  bind(db: Kysely<Database>, params: P, shape: S): CompiledQuery<R>;
+}
+
+/** Sends a statement bound by a prepared query's `bind`, as its `run` would. */
+export function runBound<R>(
+  db: Kysely<Database>,
+  compiled: CompiledQuery<R>,
+): QueryResult<R> | Promise<QueryResult<R>> {
+  return runsOnHeldConnection(db) ? db[EXECUTE_COMPILED_SYNC]<R>(compiled) : db.executeQuery<R>(compiled);
 }
 
 type Build<P, R, S> = (db: Kysely<Database>, p: P, shape: S) => Compilable<R> | RawBuilder<R>;
@@ -106,14 +116,14 @@ export function prepared<P extends object, R, S extends string | number | void =
     return compiled;
   };
 
-  const run = (db: Kysely<Database>, params: P, shape: S): QueryResult<R> | Promise<QueryResult<R>> => {
+  const bound = (db: Kysely<Database>, params: P, shape: S): CompiledQuery<R> => {
     const { query, slots } = compile(db, shape);
     const parameters = slots.map((slot) =>
       slot instanceof Placeholder ? bind(params as Record<string, unknown>, slot) : slot,
     );
-    const compiled = { ...query, parameters };
-    return runsOnHeldConnection(db) ? db[EXECUTE_COMPILED_SYNC]<R>(compiled) : db.executeQuery<R>(compiled);
+    return { ...query, parameters };
   };
+  const run = (db: Kysely<Database>, params: P, shape: S) => runBound(db, bound(db, params, shape));
 
   return Object.freeze({
     async execute(db: Kysely<Database>, params: P, shape: S) {
@@ -125,6 +135,7 @@ export function prepared<P extends object, R, S extends string | number | void =
     async run(db: Kysely<Database>, params: P, shape: S) {
       return run(db, params, shape);
     },
+    bind: bound,
   });
 }
 

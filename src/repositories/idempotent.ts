@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { sql, type Kysely, type Transaction } from 'kysely';
+import { sql, type CompiledQuery, type Kysely, type Transaction } from 'kysely';
 import { AlreadyExistsError, IdempotencyKeyConflictError, NotFoundError, type TaskfenceError } from '../errors.js';
 import type { StoreDialect } from '../dialects/types.js';
 import type { Database } from '../schema/database.js';
@@ -149,14 +149,21 @@ export function keyedCall(
  * `runIdempotent` on a store context's dialect and clock: what each repository's keyed write calls.
  * `lockKeys`: the keys `effect` locks first, taken as the transaction begins when the call is not
  * keyed (`WriteTransactionOptions.lockKeys`); a keyed call locks its key first and takes them in order.
+ * `first`: the statement `effect` sends first, sent with BEGIN the same way
+ * (`WriteTransactionOptions.first`; `effect` reads it with `beginResult`, else sends it).
  */
 export function keyedWrite<T>(
   ctx: StoreContext,
   call: IdempotentCall | null,
   effect: (trx: Transaction<Database>) => Promise<T>,
   lockKeys?: readonly string[],
+  first?: CompiledQuery,
 ): Promise<T> {
-  if (call === null) return ctx.dialect.writeTransaction(effect, lockKeys ? { lockKeys } : undefined);
+  if (call === null)
+    return ctx.dialect.writeTransaction(
+      effect,
+      lockKeys || first ? { ...(lockKeys ? { lockKeys } : {}), ...(first ? { first } : {}) } : undefined,
+    );
   return runIdempotent(ctx.dialect, () => ctx.clock.now(), call, effect);
 }
 

@@ -7,6 +7,7 @@ import {
   PostgresQueryCompiler,
   sql,
   type Expression,
+  type QueryResult,
   type RawBuilder,
   type Transaction,
 } from 'kysely';
@@ -327,10 +328,11 @@ class PostgresStoreDialect implements StoreDialect {
         }
       : fn;
     const keys = (options?.lockKeys ?? []).map((key) => schemaLockKey(this.#config.schema, key));
+    const first = options?.first;
     const attempt = () => this.db.transaction().setIsolationLevel(WRITE_ISOLATION).execute(run);
     return retryTransient(
-      // Each attempt begins anew, so each takes the keys in its own BEGIN.
-      keys.length === 0 ? attempt : () => BEGIN_LOCKS.run({ keys, taken: false }, attempt),
+      // Each attempt begins anew, so each takes the keys (and sends `first`) in its own BEGIN.
+      keys.length === 0 && !first ? attempt : () => BEGIN_LOCKS.run({ keys, first, taken: false }, attempt),
       (e) => this.classifyError(e),
       RETRYABLE,
       options?.deadlineMs ?? this.#config.writeDeadlineMs,
@@ -355,6 +357,14 @@ class PostgresStoreDialect implements StoreDialect {
     const begun = BEGIN_LOCKS.getStore();
     if (begun?.taken && begun.keys.includes(scoped)) return;
     await sql`select pg_advisory_xact_lock(hashtextextended(${scoped}, 0))`.execute(trx);
+  }
+
+  beginResult<R>(first: CompiledQuery<R>): QueryResult<R> | undefined {
+    const begun = BEGIN_LOCKS.getStore();
+    if (!begun?.taken || begun.first !== first || !begun.firstResult) return undefined;
+    const result = begun.firstResult as QueryResult<R>;
+    begun.firstResult = undefined;
+    return result;
   }
 
   lockKeyExpression(key: Expression<string>): RawBuilder<unknown> {

@@ -27,7 +27,20 @@ import { formatHost, type HostRouter } from './hosts.js';
  * async context takes in its own round trip (`writeTransaction`'s `lockKeys`). `taken` is set once
  * that BEGIN succeeded: `lockKey` then skips those keys, and no other transaction takes them.
  */
-export const BEGIN_LOCKS = new AsyncLocalStorage<{ readonly keys: readonly string[]; taken: boolean }>();
+export const BEGIN_LOCKS = new AsyncLocalStorage<BeginWith>();
+
+/**
+ * What the BEGIN of the transaction started in this async context sends with it: advisory-lock
+ * keys, and a first statement (`writeTransaction`'s `first`) whose result it keeps for
+ * `beginResult`.
+ */
+export interface BeginWith {
+  readonly keys: readonly string[];
+  readonly first?: CompiledQuery;
+  /** The first statement's result, once BEGIN sent it; taken (set back to undefined) by `beginResult`. */
+  firstResult?: QueryResult<unknown>;
+  taken: boolean;
+}
 
 /** Server-side limits set with `SET LOCAL` at the start of every transaction (never as startup parameters). */
 export interface TransactionLimits {
@@ -202,8 +215,12 @@ export class FaultTolerantPostgresDriver implements Driver {
     if (settings.isolationLevel) begin += ` isolation level ${settings.isolationLevel}`;
     if (settings.accessMode) begin += ` ${settings.accessMode}`;
     const locks = BEGIN_LOCKS.getStore();
-    await c.begin(begin, this.#limits, locks && !locks.taken ? locks.keys : []);
-    if (locks) locks.taken = true;
+    if (!locks || locks.taken) {
+      await c.begin(begin, this.#limits);
+      return;
+    }
+    locks.firstResult = await c.begin(begin, this.#limits, locks.keys, locks.first);
+    locks.taken = true;
   }
 
   async commitTransaction(connection: DatabaseConnection): Promise<void> {
@@ -238,6 +255,8 @@ export class FaultTolerantPostgresDriver implements Driver {
 
 class FaultTolerantPostgresConnection implements DatabaseConnection {
   readonly #client: pg.PoolClient;
+  /** Every result of the last query (a multi-statement simple query answers with one per statement). */
+  #results: pg.QueryResult[] = [];
   readonly #target: string;
   readonly #defaultQueryTimeoutMs: number;
   /** Raised for the rest of a transaction that sets its own `statement_timeout` (a migration). */
@@ -276,29 +295,59 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
 
   // Transaction control goes through `executeQuery` (which Kysely wraps for `onQuery`), so every statement is reported.
 
-  async begin(begin: string, limits: TransactionLimits, lockKeys: readonly string[] = []): Promise<void> {
-    // One simple-protocol round trip, two statements: BEGIN, then one SELECT that sets the
-    // transaction's own limits (set_config(…, true) is SET LOCAL), takes the advisory locks the
-    // transaction asked to begin with (after lock_timeout is set, in order) and reads the server's
-    // clock (after the locks: lease times follow commit order).
+  /**
+   * Begins a transaction in one simple-protocol round trip: BEGIN, then one SELECT that sets the
+   * transaction's own limits (set_config(…, true) is SET LOCAL), takes the advisory locks the
+   * transaction asked to begin with (after lock_timeout is set, in order) and reads the server's
+   * clock (after the locks: lease times follow commit order); then `first`, when given, with its
+   * values written as literals. Returns `first`'s result.
+   */
+  async begin(
+    begin: string,
+    limits: TransactionLimits,
+    lockKeys: readonly string[] = [],
+    first?: CompiledQuery,
+  ): Promise<QueryResult<unknown> | undefined> {
     const locks = lockKeys.map(
       (key) => `pg_advisory_xact_lock(hashtextextended(${this.#client.escapeLiteral(key)}, 0)), `,
     );
     const text =
       `${begin}; select set_config('lock_timeout', '${Math.trunc(limits.lockTimeoutMs)}', true), ` +
-      `set_config('statement_timeout', '${Math.trunc(limits.statementTimeoutMs)}', true), ${locks.join('')}${SERVER_NOW_EXPRESSION} as server_now`;
+      `set_config('statement_timeout', '${Math.trunc(limits.statementTimeoutMs)}', true), ${locks.join('')}${SERVER_NOW_EXPRESSION} as server_now` +
+      (first ? `; ${this.#inline(first)}` : '');
     const sent = this.#offset.host.now();
-    let rows: { server_now: number }[];
+    let result: QueryResult<unknown>;
     try {
-      ({ rows } = await this.executeQuery<{ server_now: number }>(CompiledQuery.raw(text)));
+      result = await this.executeQuery(CompiledQuery.raw(text));
     } catch (error) {
-      // BEGIN ran and its SELECT failed (a lock timeout, a deadlock): end the aborted transaction
-      // here, since Kysely rolls back only a transaction whose begin succeeded.
-      if (lockKeys.length > 0) await this.rollback();
+      // BEGIN ran and a later statement failed (a lock timeout, a deadlock, a constraint): end the
+      // aborted transaction here, since Kysely rolls back only a transaction whose begin succeeded.
+      if (lockKeys.length > 0 || first) await this.rollback();
       throw error;
     }
     this.#inTransaction = true;
-    this.#offset.observe(sent, rows[0]?.server_now);
+    const clock = first ? this.#results[1] : undefined;
+    this.#offset.observe(sent, ((clock?.rows ?? result.rows)[0] as { server_now?: number } | undefined)?.server_now);
+    return first ? result : undefined;
+  }
+
+  /**
+   * `query`'s text with each `$n` replaced by its value as a literal, for a multi-statement
+   * simple query (which takes no parameters). Strings go through `escapeLiteral`; negative
+   * numbers are parenthesized (never `--`).
+   */
+  #inline(query: CompiledQuery): string {
+    return query.sql.replace(/\$(\d+)/g, (_, n: string) => {
+      const value: unknown = query.parameters[Number(n) - 1];
+      if (value === null) return 'null';
+      if (typeof value === 'string') return this.#client.escapeLiteral(value);
+      if (typeof value === 'boolean') return String(value);
+      if ((typeof value === 'number' && Number.isFinite(value)) || typeof value === 'bigint')
+        return value < 0 ? `(${String(value)})` : String(value);
+      throw new TypeError(
+        `A statement sent with BEGIN takes strings, finite numbers, booleans or null, not ${typeof value}.`,
+      );
+    });
   }
 
   async commit(): Promise<void> {
@@ -352,7 +401,8 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
     if (raised) this.#queryTimeoutMs = clientQueryTimeoutMs(Number(raised[1]));
     else if (RESET_STATEMENT_TIMEOUT.test(text)) this.#queryTimeoutMs = this.#defaultQueryTimeoutMs;
     // A multi-statement simple query (BEGIN's) answers with one result per statement: the last one counts.
-    const last: pg.QueryResult = Array.isArray(result) ? (result as pg.QueryResult[]).at(-1)! : result;
+    this.#results = Array.isArray(result) ? (result as pg.QueryResult[]) : [result];
+    const last: pg.QueryResult = this.#results.at(-1)!;
     const { command, rowCount, rows } = last;
     if (command === 'COMMIT' || command === 'ROLLBACK') return { rows: [{ command } as R] };
     return {

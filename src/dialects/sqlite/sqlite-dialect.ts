@@ -252,6 +252,11 @@ class SqliteDialect implements StoreDialect {
     return RESOLVED;
   }
 
+  beginResult(): undefined {
+    // BEGIN IMMEDIATE sends nothing with it: the caller runs `first` itself.
+    return undefined;
+  }
+
   lockKeyExpression(_key: Expression<string>): null {
     return null;
   }
