@@ -882,7 +882,8 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
         statements.length = 0;
         const run = await own.runs.startCoordinatorRun({ targetKey });
         expect(run.adoptedTaskCount).toBe(0);
-        const adopt = statements.find((q) => /^update ("\w+"\.)?"?tasks"? set "coordinator_run_id"/.test(q.sql.trim()));
+        // The adoption's UPDATE, alone (SQLite) or a CTE of one statement (PostgreSQL: ADOPT_ALL).
+        const adopt = statements.find((q) => /update ("\w+"\.)?"?tasks"? set "coordinator_run_id"/.test(q.sql));
         if (!adopt) throw new Error(`no adoption statement among ${statements.length}`);
         const explain = fx.kind === 'postgres' ? 'explain ' : 'explain query plan ';
         const plan = await own.db.executeQuery(CompiledQuery.raw(explain + adopt.sql, [...adopt.parameters]));

@@ -29,7 +29,17 @@ import {
   requireRunningRunIn,
   SELECT_RUN,
 } from '../shared/running-run.js';
-import { adoptUnownedTasksIn, checkTargetKey, INSERT_RUN, toCoordinatorRun } from './statements.js';
+import {
+  ADOPT_ALL,
+  adoptUnownedTasksIn,
+  checkTargetKey,
+  INSERT_RUN,
+  insertRunAndLock,
+  toCoordinatorRun,
+} from './statements.js';
+import { runBound } from '../../query/prepared.js';
+
+const shapeOf = (targetKey: string | null) => (targetKey === null ? 'null' : 'key');
 import {
   CoordinatorHandleTakenError,
   CoordinatorRunConflictError,
@@ -116,6 +126,11 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
         const id = chosenId ?? ctx.newId();
         const handle = chosenHandle ?? ctx.newHandle('coordinator');
         const now = ctx.clock.now();
+        const lock = dialect.writableCtes ? dialect.lockKeyExpression(sql.val(runTargetLockKey(targetKey))) : null;
+        const first =
+          lock === null || chosenId !== null
+            ? undefined
+            : insertRunAndLock(db, { id, handle, spec, now, targetKey }, lock);
         const write = () =>
           dialect.writeTransaction(async (trx): Promise<StartedCoordinatorRun> => {
             if (chosenId !== null) {
@@ -125,10 +140,23 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
             // The insert comes first and alone decides: a second running row for the target
             // violates coordinator_runs_one_running_per_target (PostgreSQL waits for the
             // in-flight winner, then fails; SQLite's writers are already serialized).
-            await INSERT_RUN.run(trx, { id, handle, spec, now, targetKey });
             // Task creation takes the same key, so a task created meanwhile is stamped or adopted.
-            await dialect.lockKey(trx, runTargetLockKey(targetKey));
-            const adoptedTaskCount = await adoptUnownedTasksIn(trx, id, targetKey, now);
+            let adoptedTaskCount: number;
+            if (first) {
+              // PostgreSQL: the insert takes the key in the same statement, sent with BEGIN; the
+              // adoption is one statement, its snapshot taken once the key is held.
+              if (!dialect.beginResult(first)) await runBound(trx, first);
+              const adopted = await ADOPT_ALL.first(
+                trx,
+                { runId: id, targetKey: targetKey ?? '', now },
+                shapeOf(targetKey),
+              );
+              adoptedTaskCount = Number(adopted?.adopted ?? 0);
+            } else {
+              await INSERT_RUN.run(trx, { id, handle, spec, now, targetKey });
+              await dialect.lockKey(trx, runTargetLockKey(targetKey));
+              adoptedTaskCount = await adoptUnownedTasksIn(trx, id, targetKey, now);
+            }
             await auditLeaseActs(ctx, trx, now, [
               {
                 act: 'granted',
@@ -151,7 +179,7 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
               heartbeatAt: now,
               adoptedTaskCount,
             };
-          });
+          }, first && { first });
         // A unique violation (a running run on the target, or the handle taken) is explained after
         // the rollback, on a fresh read: undefined means nothing explains it, so try again.
         const started = await explainAfterRollback<StartedCoordinatorRun | undefined>(
