@@ -2,24 +2,34 @@
  * `store.dispatches` (SPEC §3): a task sent to a worker terminal, scoped to a run. The
  * guarantees are stated on `DispatchRepository` (types.ts).
  */
-import { sql, type Kysely, type Transaction } from 'kysely';
+import { sql, type CompiledQuery, type Kysely, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError } from '../../errors.js';
 import { tableIn } from '../../query/schema.js';
 import type {
   CoordinatorRunRow,
+  CoordinatorRunStatus,
   Database,
   DispatchContextRow,
   DispatchStatus,
+  TaskRow,
   TaskStatus,
 } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
 import type { LeaseFence } from '../shared/fence.js';
 import { requireLease, type Lease } from '../shared/lease.js';
-import { endedReason, GateOpenError, moveInFlightTask, moveInFlightTaskRow } from '../shared/lifecycle.js';
+import {
+  endedReason,
+  GateOpenError,
+  moveInFlightTask,
+  moveInFlightTaskRow,
+  propagateFinish,
+} from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../../protocol.js';
 import { toTask } from '../shared/records.js';
 import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import { explainAfterRollback } from '../shared/misses.js';
+import { CLAIM_NEXT, COMPLETE, type ClaimNextShape } from './statements.js';
+import { runBound } from '../../query/prepared.js';
 import { CoordinatorRunNotRunningError, findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
 import { createOnce, keyedCall, keyedWrite, requireSameCreate } from '../idempotent.js';
@@ -258,6 +268,16 @@ async function escalationFor(
   return latest ? target(latest, 'latest_running_run') : null;
 }
 
+/** The claim-next step's input (`dispatchNext`, `dispatchNextBatch`). */
+interface ClaimNextInput {
+  readonly runId: string;
+  readonly terminalHandle: string;
+  readonly agentId: string | null;
+  readonly filter: DispatchNextFilter;
+  readonly ttlMs: number;
+  readonly traceContext: string | null;
+}
+
 /** The dispatch repository on a store context (wired as `store.dispatches`). */
 // The typed refusals a keyed dispatch call stores (a TerminalBusyError found by the unique index
 // after the rollback is not stored: a retry meets it again).
@@ -298,17 +318,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
    * dependency done, row-locked and skipping rows other claimers hold (PostgreSQL), dispatched
    * to `terminalHandle`. Null when none is ready.
    */
-  async function claimNextIn(
-    trx: Trx,
-    p: {
-      runId: string;
-      terminalHandle: string;
-      agentId: string | null;
-      filter: DispatchNextFilter;
-      ttlMs: number;
-      traceContext: string | null;
-    },
-  ): Promise<DispatchContextRow | null> {
+  async function claimNextIn(trx: Trx, p: ClaimNextInput): Promise<DispatchContextRow | null> {
     const tasks = tableIn(trx, 'tasks');
     const deps = tableIn(trx, 'task_dependencies');
     let query = trx
@@ -352,6 +362,44 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       lease_expires_at: now + p.ttlMs,
       trace_context: p.traceContext,
     });
+  }
+
+  /**
+   * `dispatchNext`'s guards and claim in one statement (`CLAIM_NEXT`, writable CTEs): refused in
+   * the order `requireDispatchable` refuses, and nothing written when a guard refuses.
+   */
+  async function claimNextFolded(trx: Trx, p: ClaimNextInput): Promise<DispatchContextRow | null> {
+    const now = ctx.clock.now();
+    const { assigneeAgentId, minPriority } = p.filter;
+    const shape: ClaimNextShape = `${p.agentId === null ? 'no-agent' : 'agent'}|${
+      assigneeAgentId === undefined ? 'any' : assigneeAgentId === null ? 'unassigned' : 'assignee'
+    }|${minPriority === undefined ? 'all' : 'min'}`;
+    const result = await CLAIM_NEXT.first(
+      trx,
+      {
+        runId: p.runId,
+        terminalHandle: p.terminalHandle,
+        agentId: p.agentId,
+        assignee: assigneeAgentId ?? null,
+        minPriority: minPriority ?? 0,
+        id: ctx.newId(),
+        now,
+        expiresAt: now + p.ttlMs,
+        traceContext: p.traceContext,
+      },
+      shape,
+    );
+    if (!result) throw new NotFoundError('coordinator run', p.runId);
+    const { run_status: status, agent_found: agent, busy_id: busy, ...made } = result;
+    if (status !== 'running') throw new CoordinatorRunNotRunningError(p.runId, status as CoordinatorRunStatus);
+    if (p.agentId !== null && agent === null) throw new NotFoundError('agent', p.agentId);
+    if (busy !== null) throw new TerminalBusyError(p.terminalHandle, busy);
+    if (made.id === null) return null;
+    const row = made as DispatchContextRow;
+    await auditLeaseActs(ctx, trx, now, [
+      dispatchAct('granted', row, { taskId: row.task_id, expiresAt: Number(row.lease_expires_at) }),
+    ]);
+    return row;
   }
 
   /** Checks the agent reference. */
@@ -407,15 +455,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
    * `requireNoOpenGate`'s refusal after the report's own checks.
    */
   async function reportable(trx: Trx, dispatchId: string, lease: Lease<'dispatch'> | undefined, withGate: boolean) {
-    const taking = dialect.lockKeyExpression(sql<string>`${dispatchTaskLockKey('')} || ${sql.ref('task_id')}`);
-    if (taking !== null) {
-      const first = await trx
-        .selectFrom('dispatch_contexts')
-        .select(['task_id', taking.as('locked')])
-        .where('id', '=', dispatchId)
-        .executeTakeFirst();
-      if (!first) throw new NotFoundError('dispatch', dispatchId);
-    }
+    await takeTaskKey(trx, dispatchId, taskKeyRead(dispatchId));
     const gates = tableIn(trx, 'decision_gates');
     const row = await trx
       .selectFrom('dispatch_contexts')
@@ -434,6 +474,62 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     return { row: dispatch, openGate: openGate ?? null };
   }
 
+  /**
+   * The statement that takes a dispatch's task key as it reads the task id (`lockKeyExpression`),
+   * bound, for BEGIN to send (`WriteTransactionOptions.first`); null where `lockKey` is a no-op.
+   */
+  function taskKeyRead(dispatchId: string) {
+    const taking = dialect.lockKeyExpression(sql<string>`${dispatchTaskLockKey('')} || ${sql.ref('task_id')}`);
+    return taking === null
+      ? null
+      : db
+          .selectFrom('dispatch_contexts')
+          .select(['task_id', taking.as('locked')])
+          .where('id', '=', dispatchId)
+          .compile();
+  }
+
+  /** Takes the task key with `read` (`taskKeyRead`), or finds BEGIN took it; `NotFoundError` when no dispatch has the id. */
+  async function takeTaskKey(trx: Trx, dispatchId: string, read: CompiledQuery | null): Promise<void> {
+    if (read === null) return;
+    const taken = dialect.beginResult(read) ?? (await runBound(trx, read));
+    if (taken.rows.length === 0) throw new NotFoundError('dispatch', dispatchId);
+  }
+
+  /**
+   * `endIn` for a completion in one statement after the key (`COMPLETE`, writable CTEs): the
+   * same refusals in the same order, from the row the statement read; nothing is written when one
+   * applies (the statement completes only an active dispatch of that token with no open gate).
+   */
+  async function completeFolded(
+    trx: Trx,
+    dispatchId: string,
+    lease: Lease<'dispatch'> | undefined,
+    result: string | null | undefined,
+    keyRead: CompiledQuery | null,
+  ) {
+    await takeTaskKey(trx, dispatchId, keyRead);
+    const now = ctx.clock.now();
+    const read = await COMPLETE.first(
+      trx,
+      { id: dispatchId, token: lease?.token ?? null, now, result: result ?? null },
+      result === undefined ? 'keep' : 'set',
+    );
+    if (!read) throw new NotFoundError('dispatch', dispatchId);
+    const { open_gate_id: openGate, ended, moved_task: movedTask, ...dispatch } = read;
+    await checkReport(trx, dispatch, lease);
+    if (openGate !== null) throw new GateOpenError(dispatch.task_id, openGate);
+    if (!ended) throw new Error(`taskfence: dispatch ${dispatchId} passed every check but did not complete`);
+    const row: DispatchContextRow = { ...dispatch, status: 'completed', updated_at: now, ended_at: now };
+    await auditLeaseActs(ctx, trx, now, [dispatchAct('released', row, { status: 'completed' })]);
+    let task: TaskRow;
+    if (movedTask !== null) {
+      task = movedTask as unknown as TaskRow;
+      await propagateFinish(trx, task.id, 'done', now, dialect.supportsSkipLocked);
+    } else task = await trx.selectFrom('tasks').selectAll().where('id', '=', row.task_id).executeTakeFirstOrThrow();
+    return { dispatch: toDispatch(row), task: toTask(task) };
+  }
+
   /** Ends an active dispatch as completed or cancelled and moves its task (done with `result`, or ready). */
   async function endIn(
     trx: Trx,
@@ -441,7 +537,10 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     status: 'completed' | 'cancelled',
     lease: Lease<'dispatch'> | undefined,
     result: string | null | undefined,
+    keyRead: CompiledQuery | null = null,
   ) {
+    if (dialect.writableCtes && status === 'completed')
+      return completeFolded(trx, dispatchId, lease, result, keyRead ?? taskKeyRead(dispatchId));
     // A completion waits for the decision of an open gate on its task; a cancel does not.
     const { row, openGate } = await reportable(trx, dispatchId, lease, status === 'completed');
     if (openGate !== null) throw new GateOpenError(row.task_id, openGate);
@@ -626,6 +725,8 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       );
       const row = await onFreeTerminal([terminalHandle], () =>
         keyedWrite(ctx, call, async (trx) => {
+          if (dialect.writableCtes)
+            return claimNextFolded(trx, { runId, terminalHandle, agentId, filter, ttlMs, traceContext });
           await requireDispatchable(trx, runId, agentId, terminalHandle);
           return claimNextIn(trx, { runId, terminalHandle, agentId, filter, ttlMs, traceContext });
         }),
@@ -676,7 +777,15 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const result = requireJson('result', opts.result);
       const lease = optionalLease(options);
       const call = keyedCall('dispatches.completeDispatch', opts, { dispatchId, result, lease }, REPORT_REFUSALS);
-      return keyedWrite(ctx, call, (trx) => endIn(trx, dispatchId, 'completed', lease, result));
+      // The task key's read goes with BEGIN (PostgreSQL, an unkeyed call).
+      const keyRead = dialect.writableCtes ? taskKeyRead(dispatchId) : null;
+      return keyedWrite(
+        ctx,
+        call,
+        (trx) => endIn(trx, dispatchId, 'completed', lease, result, keyRead),
+        undefined,
+        keyRead ?? undefined,
+      );
     },
 
     async heartbeatDispatch(value, options) {

@@ -320,7 +320,7 @@ export async function propagateFinish(
     // Two dependencies of one task finishing at once must not each miss the other's commit (READ
     // COMMITTED: each UPDATE below reads as of its start). Locking the dependents first queues the
     // second finisher behind the first, and its UPDATE then sees the first one's done.
-    await trx
+    const locked = await trx
       .selectFrom('tasks')
       .select('id')
       .where('id', 'in', trx.selectFrom('task_dependencies').select('task_id').where('depends_on_id', '=', taskId))
@@ -328,6 +328,10 @@ export async function propagateFinish(
       .orderBy('id')
       .forUpdate()
       .execute();
+    // Every dependent either UPDATE below could move is among these rows (blocked or ready), and
+    // none can join them before this transaction ends: a new edge to this task locks its row,
+    // which this transaction holds. None locked: nothing to move, one round trip less.
+    if (locked.length === 0) return;
   }
   const dependents = sql`${tasks}.id in (select task_id from ${deps} where depends_on_id = ${taskId})`;
   const lifecycleBlocked = sql`${tasks}.status = 'blocked' and (${tasks}.blocked_reason like ${WAITING_REASON + '%'} or ${tasks}.blocked_reason like ${FAILED_DEPENDENCY_REASON + '%'})`;
