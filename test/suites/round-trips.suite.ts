@@ -9,11 +9,11 @@ import { HOT_CALLS, measureRoundTrips, statementCounter, type HotCall } from './
 
 /** Statements per call, per dialect (PostgreSQL: round trips, BEGIN counted with its first statement). */
 export const ROUND_TRIP_BUDGET: Record<HotCall, { readonly sqlite: number; readonly postgres: number }> = {
-  startCoordinatorRun: { sqlite: 6, postgres: 7 },
+  startCoordinatorRun: { sqlite: 6, postgres: 3 },
   'createTask (with a target)': { sqlite: 5, postgres: 3 },
-  dispatchNext: { sqlite: 7, postgres: 6 },
+  dispatchNext: { sqlite: 7, postgres: 3 },
   heartbeatDispatch: { sqlite: 3, postgres: 3 },
-  completeDispatch: { sqlite: 6, postgres: 8 },
+  completeDispatch: { sqlite: 6, postgres: 4 },
   claimWorkspaceLock: { sqlite: 4, postgres: 3 },
   renewWorkspaceLock: { sqlite: 3, postgres: 3 },
   releaseWorkspaceLock: { sqlite: 3, postgres: 3 },
