@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { sql, type Expression, type Kysely, type KyselyPlugin, type Transaction } from 'kysely';
+import { sql, type CompiledQuery, type Expression, type Kysely, type KyselyPlugin, type Transaction } from 'kysely';
 import type {
   DialectCapabilities,
   DialectCoordination,
@@ -11,6 +11,7 @@ import type {
 import { ForeignTransactionError, InvalidArgumentError, TransactionEndedError } from './errors.js';
 import type { EventHub } from './events.js';
 import type { Database } from './schema/database.js';
+import { runBound } from './query/prepared.js';
 import { createStoreContext, type Clock, type StoreSettings } from './repositories/context.js';
 import { createRepositories, type Repositories } from './repositories/index.js';
 import { guardSchemaVersion } from './repositories/schema-guard.js';
@@ -161,6 +162,10 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
     lockKeyExpression: (key: Expression<string>) => dialect.lockKeyExpression(key),
     // A joined transaction was begun by the host: the caller sends `first` itself.
     beginResult: () => undefined,
+    // Host code may read what the statement writes before its transaction ends: send it now.
+    commitWith: async (trx: Transaction<Database>, statement: CompiledQuery) => {
+      await runBound(trx, statement);
+    },
     // Waiting calls (acquirePaths with a wait, waitForMessages) wait while this transaction holds
     // its locks: see the README (Embedding).
     wakeups: dialect.wakeups,

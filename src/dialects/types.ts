@@ -223,6 +223,15 @@ export interface DialectCoordination {
    * once: `undefined` when it was not sent there, and the caller sends it itself.
    */
   beginResult<R>(first: CompiledQuery<R>): QueryResult<R> | undefined;
+  /**
+   * Sends `statement` in COMMIT's round trip (PostgreSQL, in a write transaction taskfence began
+   * for its own code: `writeTransaction` without `hostCode`), else now. For the transaction's
+   * last writes, whose results the caller does not need and which nothing later in the
+   * transaction reads. Each is its own statement with its own READ COMMITTED snapshot, sent in
+   * order before COMMIT; a failure aborts the commit, and the transaction rolls back as for any
+   * failed statement.
+   */
+  commitWith(trx: Transaction<Database>, statement: CompiledQuery): Promise<void>;
   /** Wake-ups for waiters: LISTEN/NOTIFY on PostgreSQL, COMMIT hooks and `PRAGMA data_version` on SQLite. */
   readonly wakeups: Wakeups;
   /**

@@ -57,6 +57,37 @@ describe('the database clock', () => {
     expect(new Set(held.map((h) => h.who.split('-')[0]))).toEqual(new Set(['behind', 'ahead']));
   });
 
+  it("a BEGIN that waited for a lock does not move the store's clock (the round trip's midpoint would be off by half the wait)", async () => {
+    const url = await fx.freshUrl();
+    const holder = await fx.open(url);
+    await holder.migrate();
+    const company = await holder.org.createCompany({ name: 'Waits' });
+    const ws = await holder.org.createWorkspace({ companyId: company.id, name: 'w' });
+    const waiter = await fx.open(url);
+    // The server runs on this host: its clock and the host's agree, so the store's should too.
+    expect(Math.abs(waiter.dialect.clock.now() - Date.now())).toBeLessThan(250);
+    let held!: () => void;
+    const holding = new Promise<void>((resolve) => (held = resolve));
+    const hold = holder.transaction(async (tx) => {
+      await tx.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'first', paths: ['src'], ttlMs: 60_000 });
+      held();
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+    });
+    await holding;
+    const started = Date.now();
+    // Takes the workspace's key in BEGIN's round trip: it waits there until the holder commits.
+    const claim = await waiter.paths.tryAcquirePaths({
+      workspaceId: ws.id,
+      holder: 'second',
+      paths: ['src'],
+      ttlMs: 60_000,
+    });
+    await hold;
+    expect(Date.now() - started).toBeGreaterThan(1_000);
+    expect(claim.status).toBe('busy');
+    expect(Math.abs(waiter.dialect.clock.now() - Date.now())).toBeLessThan(250);
+  });
+
   it('an explicit clock still overrides the database clock (for tests)', async () => {
     const store = await fx.freshStore({ clock: { now: () => 1_000 } });
     const company = await store.org.createCompany({ name: 'Frozen' });

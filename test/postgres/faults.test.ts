@@ -201,6 +201,30 @@ describe('connections cut by a proxy', () => {
     expect(proxy.commitCuts).toBe(4);
   });
 
+  it("reports COMMIT_OUTCOME_UNKNOWN for a COMMIT that carried the call's last statements (completeDispatch moving a dependent), which committed", async () => {
+    const store = await fx.open(url, { writeDeadlineMs: 10_000 });
+    const companyId = (await store.org.createCompany({ name: 'Commit with' })).id;
+    const targetKey = 'worktree:commit-with';
+    const run = await store.runs.startCoordinatorRun({ targetKey });
+    const create = (title: string, dependsOn: string[] = []) =>
+      store.tasks.createTask({ companyId, title, targetKey, requiresFilesystem: false, status: 'ready', dependsOn });
+    const first = await create('first');
+    const second = await create('second', [first.id]);
+    expect(second.status).toBe('blocked');
+    const dispatch = await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: 'term-commit-with' });
+    expect(dispatch?.taskId).toBe(first.id);
+    // The dependents' lock and move travel in COMMIT's round trip: cut once it reached the server.
+    proxy.cutAfterNextCommit();
+    const cuts = proxy.commitCuts;
+    expect(await codeOf(store.dispatches.completeDispatch(dispatch!.id, { lease: dispatch!.lease! }))).toBe(
+      'COMMIT_OUTCOME_UNKNOWN',
+    );
+    expect(proxy.commitCuts).toBe(cuts + 1);
+    expect((await store.tasks.getTask(first.id))?.status).toBe('done');
+    expect((await store.tasks.getTask(second.id))?.status).toBe('ready');
+    expect((await store.dispatches.getDispatch(dispatch!.id))?.status).toBe('completed');
+  });
+
   it('retries a transaction whose connection died before COMMIT on a fresh connection: the call succeeds once', async () => {
     const store = await fx.open(url, { writeDeadlineMs: 10_000 });
     const companyId = (await store.org.createCompany({ name: 'Retry' })).id;

@@ -4,7 +4,8 @@ import net from 'node:net';
  * A TCP proxy on 127.0.0.1 in front of a PostgreSQL server, for fault injection. It forwards
  * bytes both ways until told to misbehave:
  * - `cutAll()` destroys every open connection (a network reset, a proxy restart);
- * - `cutAfterNextCommit()` lets the next COMMIT reach the server and destroys the connection
+ * - `cutAfterNextCommit()` lets the next COMMIT (alone, or ending a simple query that carries the
+ *   transaction's last statements) reach the server and destroys the connection
  *   before the server's answer reaches the client: the transaction committed, the client cannot know;
  * - `silence()` stops forwarding anything and accepts new connections without ever answering
  *   (a network that goes silent); `restore()` ends it and drops the silenced connections.
@@ -72,7 +73,7 @@ export class FaultProxy {
         drop();
         return;
       }
-      if (this.#commitCutsArmed > 0 && isSimpleQuery(chunk, 'commit')) {
+      if (this.#commitCutsArmed > 0 && (isSimpleQuery(chunk, 'commit') || carriesCommit(chunk))) {
         this.#commitCutsArmed--;
         pair.commitInFlight = true;
       }
@@ -141,6 +142,11 @@ const COMMIT_COMPLETE = Buffer.concat([Buffer.from('C'), int32(4 + 'COMMIT'.leng
 function isSimpleQuery(chunk: Buffer, text: string): boolean {
   const message = Buffer.concat([Buffer.from('Q'), int32(4 + text.length + 1), Buffer.from(`${text}\0`)]);
   return chunk.includes(message);
+}
+
+/** Whether `chunk` holds a simple-protocol Query message that ends with COMMIT (`stmt; …; commit`, commitWith). */
+function carriesCommit(chunk: Buffer): boolean {
+  return chunk[0] === 'Q'.charCodeAt(0) && chunk.includes(Buffer.from('; commit\0'));
 }
 
 function int32(n: number): Buffer {

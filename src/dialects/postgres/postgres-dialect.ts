@@ -37,6 +37,7 @@ import {
 import { parseDatabaseUrl, redactDatabaseUrl } from '../../config.js';
 import { describePostgresSchema } from './postgres-describe.js';
 import { hostPool, int8AsNumbers } from './host-pool.js';
+import { runBound } from '../../query/prepared.js';
 import { HostRouter, parsePostgresHostList } from './hosts.js';
 import { TaskfenceSchemaPlugin, confineIntrospection, validateSchemaName } from '../../query/schema.js';
 import { POSTGRES_COLUMN_TYPES } from './postgres-column-types.js';
@@ -331,8 +332,13 @@ class PostgresStoreDialect implements StoreDialect {
     const first = options?.first;
     const attempt = () => this.db.transaction().setIsolationLevel(WRITE_ISOLATION).execute(run);
     return retryTransient(
-      // Each attempt begins anew, so each takes the keys (and sends `first`) in its own BEGIN.
-      keys.length === 0 && !first ? attempt : () => BEGIN_LOCKS.run({ keys, first, taken: false }, attempt),
+      // Each attempt begins anew, so each takes the keys (and sends `first`) in its own BEGIN, and
+      // collects its own statements for COMMIT (not for host code, which reads after its calls).
+      () =>
+        BEGIN_LOCKS.run(
+          { keys, first, taken: false, ...(options?.hostCode ? {} : { trailing: [] as CompiledQuery[] }) },
+          attempt,
+        ),
       (e) => this.classifyError(e),
       RETRYABLE,
       options?.deadlineMs ?? this.#config.writeDeadlineMs,
@@ -365,6 +371,12 @@ class PostgresStoreDialect implements StoreDialect {
     const result = begun.firstResult as QueryResult<R>;
     begun.firstResult = undefined;
     return result;
+  }
+
+  async commitWith(trx: Transaction<Schema>, statement: CompiledQuery): Promise<void> {
+    const begun = BEGIN_LOCKS.getStore();
+    if (begun?.taken && begun.trailing) begun.trailing.push(statement);
+    else await runBound(trx, statement);
   }
 
   lockKeyExpression(key: Expression<string>): RawBuilder<unknown> {

@@ -39,6 +39,8 @@ export interface BeginWith {
   readonly first?: CompiledQuery;
   /** The first statement's result, once BEGIN sent it; taken (set back to undefined) by `beginResult`. */
   firstResult?: QueryResult<unknown>;
+  /** Statements COMMIT sends before it (`commitWith`); absent where they may not wait (host code). */
+  readonly trailing?: CompiledQuery[];
   taken: boolean;
 }
 
@@ -224,7 +226,8 @@ export class FaultTolerantPostgresDriver implements Driver {
   }
 
   async commitTransaction(connection: DatabaseConnection): Promise<void> {
-    await (connection as FaultTolerantPostgresConnection).commit();
+    const begun = BEGIN_LOCKS.getStore();
+    await (connection as FaultTolerantPostgresConnection).commit(begun?.taken ? begun.trailing : undefined);
   }
 
   async rollbackTransaction(connection: DatabaseConnection): Promise<void> {
@@ -255,6 +258,8 @@ export class FaultTolerantPostgresDriver implements Driver {
 
 class FaultTolerantPostgresConnection implements DatabaseConnection {
   readonly #client: pg.PoolClient;
+  /** A COMMIT (with its trailing statements) is in flight: its outcome is unknown if the connection dies. */
+  #committing = false;
   /** Every result of the last query (a multi-statement simple query answers with one per statement). */
   #results: pg.QueryResult[] = [];
   readonly #target: string;
@@ -350,8 +355,21 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
     });
   }
 
-  async commit(): Promise<void> {
-    const { rows } = await this.executeQuery<{ command?: string }>(CompiledQuery.raw(COMMIT_SQL));
+  /**
+   * COMMIT, in one simple-protocol round trip with `trailing` before it (`commitWith`), their
+   * values written as literals. A trailing statement that fails stops the query before COMMIT
+   * (the caller rolls back); a connection lost while the query is in flight is a COMMIT in flight.
+   */
+  async commit(trailing: readonly CompiledQuery[] = []): Promise<void> {
+    const text =
+      trailing.length === 0 ? COMMIT_SQL : `${trailing.map((q) => this.#inline(q)).join('; ')}; ${COMMIT_SQL}`;
+    this.#committing = true;
+    let rows: { command?: string }[];
+    try {
+      ({ rows } = await this.executeQuery<{ command?: string }>(CompiledQuery.raw(text)));
+    } finally {
+      this.#committing = false;
+    }
     // PostgreSQL answers COMMIT of an aborted transaction with ROLLBACK: nothing was written.
     if (rows[0]?.command === 'ROLLBACK') throw new TransactionAbortedError();
   }
@@ -390,7 +408,7 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
     } catch (error) {
       throw await this.#translate(error, text);
     } finally {
-      if (text === COMMIT_SQL) {
+      if (text === COMMIT_SQL || this.#committing) {
         this.#inTransaction = false;
         this.#queryTimeoutMs = this.#defaultQueryTimeoutMs;
       }
@@ -450,10 +468,11 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
       // pg refuses to send anything on a connection it already knows is dead: such a statement never ran.
       const neverSent = NEVER_SENT.test(raw instanceof Error ? raw.message : '');
       // COMMIT in flight, or a write in its own implicit transaction: it may have committed.
+      const committing = text === COMMIT_SQL || this.#committing;
       const mayHaveCommitted =
-        text === COMMIT_SQL || (!this.#inTransaction && !READ_ONLY_STATEMENT.test(text) && !/^begin\b/i.test(text));
+        committing || (!this.#inTransaction && !READ_ONLY_STATEMENT.test(text) && !/^begin\b/i.test(text));
       if (mayHaveCommitted && !neverSent) {
-        return new CommitOutcomeUnknownError(text === COMMIT_SQL ? 'a write transaction' : operation, error);
+        return new CommitOutcomeUnknownError(committing ? 'a write transaction' : operation, error);
       }
       return new DatabaseUnavailableError(this.#target, error, operation, true);
     }
@@ -474,19 +493,38 @@ const READ_ONLY_STATEMENT = /^\s*(select|show|rollback)\b/i;
 const SERVER_NOW_EXPRESSION = '(extract(epoch from clock_timestamp()) * 1000)::float8';
 export const SERVER_NOW_SQL = `select ${SERVER_NOW_EXPRESSION} as server_now`;
 
+/** A clock sample's round trip may exceed twice the quickest by this much and still count. */
+const SLOW_SAMPLE_SLACK_MS = 5;
+
 /**
  * The server's clock as seen from this host: the host clock plus the offset measured at the start
- * of every transaction (half the round trip is attributed to each direction). Lease, lock and
- * heartbeat times are then the server's time on every host, whatever their own clocks say.
+ * of every transaction (half the round trip is attributed to each direction; a round trip that
+ * waited is not used). Lease, lock and heartbeat times are then the server's time on every host,
+ * whatever their own clocks say.
  */
 export class ServerClockOffset {
   #offsetMs = 0;
+  /** The quickest round trip a sample came back in; Infinity before the first. */
+  #bestRttMs = Infinity;
+  /** Samples skipped in a row for a slow round trip. */
+  #skipped = 0;
   constructor(readonly host: { now(): number }) {}
 
   /** Records a server reading taken between `sentAt` (host time) and now. */
   observe(sentAt: number, serverNow: unknown): void {
     if (typeof serverNow !== 'number' || !Number.isFinite(serverNow)) return;
     const receivedAt = this.host.now();
+    const rtt = receivedAt - sentAt;
+    // The midpoint is off by half of any wait inside the round trip: a BEGIN that waited for a
+    // lock (lockKeys, first) or a busy server. Such a sample is skipped, so the offset's error
+    // stays within about the quickest round trip; after 50 slow samples in a row the route
+    // itself is slower (another host), and the next one counts.
+    if (rtt > 2 * this.#bestRttMs + SLOW_SAMPLE_SLACK_MS && this.#skipped < 50) {
+      this.#skipped++;
+      return;
+    }
+    this.#skipped = 0;
+    this.#bestRttMs = Math.min(this.#bestRttMs, rtt);
     this.#offsetMs = serverNow - (sentAt + receivedAt) / 2;
   }
 

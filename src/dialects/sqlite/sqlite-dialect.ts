@@ -28,6 +28,7 @@ import { SQLITE_COLUMN_TYPES } from './sqlite-column-types.js';
 import { retryTransient } from '../retry.js';
 import { DEFAULT_WAKE_FALLBACK_MS } from '../wakeups.js';
 import { SqliteWakeups } from './sqlite-wakeups.js';
+import { runBound } from '../../query/prepared.js';
 import {
   DEFAULT_WRITE_DEADLINE_MS,
   EXECUTE_COMPILED_SYNC,
@@ -250,6 +251,11 @@ class SqliteDialect implements StoreDialect {
   lockKey(_trx: Transaction<Schema>, _key: string): Promise<void> {
     // BEGIN IMMEDIATE already serializes every writer on the file.
     return RESOLVED;
+  }
+
+  async commitWith(trx: Transaction<Schema>, statement: CompiledQuery): Promise<void> {
+    // A statement costs no round trip here: send it now.
+    await runBound(trx, statement);
   }
 
   beginResult(): undefined {

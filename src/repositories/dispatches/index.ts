@@ -525,7 +525,8 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     let task: TaskRow;
     if (movedTask !== null) {
       task = movedTask as unknown as TaskRow;
-      await propagateFinish(trx, task.id, 'done', now, dialect.supportsSkipLocked);
+      // The call's last writes: the dependents' lock and move go with COMMIT.
+      await propagateFinish(trx, task.id, 'done', now, dialect.supportsSkipLocked, (t, q) => dialect.commitWith(t, q));
     } else task = await trx.selectFrom('tasks').selectAll().where('id', '=', row.task_id).executeTakeFirstOrThrow();
     return { dispatch: toDispatch(row), task: toTask(task) };
   }

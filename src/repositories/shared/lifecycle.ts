@@ -306,6 +306,8 @@ export async function openDependencies(
  * task's dependents waiting on it become `ready` when every dependency is done; a failed or
  * cancelled one blocks them with the reason. Only dependents the lifecycle blocked are moved (a
  * task blocked by its caller stays so). `rowLocks`: the dialect has row locks (PostgreSQL).
+ * `commitWith` (the dialect's): send the lock and the move with COMMIT, for a caller whose
+ * transaction writes and reads nothing after this.
  */
 export async function propagateFinish(
   trx: Trx,
@@ -313,44 +315,51 @@ export async function propagateFinish(
   status: TaskStatus,
   now: number,
   rowLocks: boolean,
+  commitWith?: StoreContext['dialect']['commitWith'],
 ): Promise<void> {
   const tasks = tableIn(trx, 'tasks');
   const deps = tableIn(trx, 'task_dependencies');
-  if (rowLocks) {
-    // Two dependencies of one task finishing at once must not each miss the other's commit (READ
-    // COMMITTED: each UPDATE below reads as of its start). Locking the dependents first queues the
-    // second finisher behind the first, and its UPDATE then sees the first one's done.
-    const locked = await trx
-      .selectFrom('tasks')
-      .select('id')
-      .where('id', 'in', trx.selectFrom('task_dependencies').select('task_id').where('depends_on_id', '=', taskId))
-      .where('status', 'in', ['blocked', 'ready'])
-      .orderBy('id')
-      .forUpdate()
-      .execute();
-    // Every dependent either UPDATE below could move is among these rows (blocked or ready), and
-    // none can join them before this transaction ends: a new edge to this task locks its row,
-    // which this transaction holds. None locked: nothing to move, one round trip less.
-    if (locked.length === 0) return;
-  }
   const dependents = sql`${tasks}.id in (select task_id from ${deps} where depends_on_id = ${taskId})`;
   const lifecycleBlocked = sql`${tasks}.status = 'blocked' and (${tasks}.blocked_reason like ${WAITING_REASON + '%'} or ${tasks}.blocked_reason like ${FAILED_DEPENDENCY_REASON + '%'})`;
-  if (status === 'done') {
-    await sql`
+  const move =
+    status === 'done'
+      ? sql`
       update ${tasks} set status = 'ready', blocked_reason = null, updated_at = ${now}
       where ${dependents} and ${lifecycleBlocked}
         and not exists (
           select 1 from ${deps} d join ${tasks} t on t.id = d.depends_on_id
           where d.task_id = ${tasks}.id and t.status <> 'done')
         and not exists (
-          select 1 from ${tableIn(trx, 'decision_gates')} g where g.task_id = ${tasks}.id and g.status = 'open')`.execute(
-      trx,
-    );
-  } else if (status === 'failed' || status === 'cancelled') {
-    await sql`
+          select 1 from ${tableIn(trx, 'decision_gates')} g where g.task_id = ${tasks}.id and g.status = 'open')`
+      : status === 'failed' || status === 'cancelled'
+        ? sql`
       update ${tasks} set status = 'blocked', blocked_reason = ${failedDependencyReason(taskId, status)}, updated_at = ${now}
-      where ${dependents} and (${lifecycleBlocked} or ${tasks}.status = 'ready')`.execute(trx);
+      where ${dependents} and (${lifecycleBlocked} or ${tasks}.status = 'ready')`
+        : null;
+  if (rowLocks) {
+    // Two dependencies of one task finishing at once must not each miss the other's commit (READ
+    // COMMITTED: each UPDATE below reads as of its start). Locking the dependents first queues the
+    // second finisher behind the first, and its UPDATE then sees the first one's done.
+    const lock = trx
+      .selectFrom('tasks')
+      .select('id')
+      .where('id', 'in', trx.selectFrom('task_dependencies').select('task_id').where('depends_on_id', '=', taskId))
+      .where('status', 'in', ['blocked', 'ready'])
+      .orderBy('id')
+      .forUpdate();
+    if (commitWith) {
+      // The transaction's last writes: both go with COMMIT, each its own statement and snapshot.
+      await commitWith(trx, lock.compile());
+      if (move) await commitWith(trx, move.compile(trx));
+      return;
+    }
+    const locked = await lock.execute();
+    // Every dependent either UPDATE below could move is among these rows (blocked or ready), and
+    // none can join them before this transaction ends: a new edge to this task locks its row,
+    // which this transaction holds. None locked: nothing to move, one round trip less.
+    if (locked.length === 0) return;
   }
+  if (move) await move.execute(trx);
 }
 
 /**
