@@ -24,6 +24,7 @@ import {
   RECEIVE_SERIALIZED,
   RECEIVE_SKIP_LOCKED,
   TAKE_OVER,
+  sendFolded,
 } from './statements.js';
 import { ackReceipts, releaseReceipts, requireReceipts } from './receipts.js';
 import {
@@ -226,6 +227,16 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
               });
               return stored;
             }
+          }
+          if (dialect.writableCtes) {
+            const announce = dialect.wakeups.notifyExpression(inboxTopic(to));
+            const values = { id, from, to, kind, payload, now: now(), traceContext, allowUnknown };
+            const { rows } = await sendFolded(trx, values, announce).execute(trx);
+            const { known, successor, ...made } = rows[0]!;
+            if (!known) throw new UnknownRecipientError(to);
+            if (!announce) await dialect.wakeups.notify(trx, inboxTopic(to));
+            if (successor !== null && successor !== to) await dialect.wakeups.notify(trx, inboxTopic(successor));
+            return made;
           }
           const recipient = await trx
             .selectFrom('coordinator_runs as r')

@@ -1,4 +1,4 @@
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type RawBuilder } from 'kysely';
 import { prepared } from '../../query/prepared.js';
 import { tableIn } from '../../query/schema.js';
 import type { Database, MessageRow } from '../../schema/database.js';
@@ -192,3 +192,42 @@ export const DELIVER_SKIP_LOCKED = prepared((db, p: DeliverParams) => {
     where id in (select id from next) and status = 'pending'
     returning *`;
 });
+
+/** `sendMessage`'s values, for `sendFolded`. */
+export interface SendValues {
+  readonly id: string;
+  readonly from: string;
+  readonly to: string;
+  readonly kind: string;
+  readonly payload: string | null;
+  readonly now: number;
+  readonly traceContext: string | null;
+  readonly allowUnknown: boolean;
+}
+
+/**
+ * `sendMessage`'s recipient check and insert in one statement (writable CTEs, PostgreSQL): `r`
+ * reads the recipient run and its target's running successor, `known` whether the recipient is
+ * a run, allowed unknown, or a terminal that was dispatched to (the separate reads' test, in
+ * their order), and `made` inserts only then, announcing the inbox in its RETURNING (`announce`,
+ * `wakeups.notifyExpression`). One row: `known`, the successor, and the message when made.
+ */
+export function sendFolded(db: Kysely<Database>, v: SendValues, announce: RawBuilder<unknown> | null) {
+  const runs = tableIn(db, 'coordinator_runs');
+  return sql<MessageRow & { known: boolean; successor: string | null }>`with r as (
+      select (select s.coordinator_handle from ${runs} s where s.target_key = r.target_key and s.status = 'running'
+        limit 1) as successor
+      from ${runs} r where r.coordinator_handle = ${v.to}
+    ), known as (
+      select (exists (select 1 from r) or ${v.allowUnknown}::boolean
+        or exists (select 1 from ${tableIn(db, 'dispatch_contexts')} d where d.terminal_handle = ${v.to})) as ok
+    ), made as (
+      insert into ${tableIn(db, 'messages')} (id, from_handle, to_handle, kind, payload, status, created_at, delivered_at,
+        receipt, visible_at, dead_at, last_error, trace_context)
+      select ${v.id}::text, ${v.from}::text, ${v.to}::text, ${v.kind}::text, ${v.payload}::text, 'pending',
+        ${v.now}::bigint, null, null, null, null, null, ${v.traceContext}::text
+      where (select ok from known)
+      returning *${announce === null ? sql`` : sql`, ${announce} as announced`}
+    )
+    select made.*, known.ok as known, (select successor from r) as successor from known left join made on true`;
+}

@@ -11,7 +11,7 @@ import type { StoreContext } from '../context.js';
 import { CleanupBarrierError, lockBarriers, refuseIfAdmitted } from '../shared/barrier.js';
 import { keyedWrite, type IdempotentCall } from '../idempotent.js';
 import { activeGroupOf } from '../shared/groups.js';
-import { ownedResourceLockKey } from '../../protocol.js';
+import { barrierLockKey, ownedResourceLockKey } from '../../protocol.js';
 import {
   CleanupInProgressError,
   OwnershipChangedError,
@@ -90,54 +90,64 @@ export async function transfer(
   call: IdempotentCall | null = null,
 ): Promise<OwnershipTransfer> {
   const { dialect } = ctx;
-  return keyedWrite(ctx, call, async (trx) => {
-    const now = ctx.clock.now();
-    await lockBarriers(ctx, trx, [newOwner]);
-    await dialect.lockKey(trx, ownedResourceLockKey(kind, id));
-    const p = { id, expectedOwner: expected.owner, expectedGeneration: expected.generation, newOwner, now };
-    const moved = await GUARDED_TRANSFER.first(trx, p, kind);
-    const result = (generation: number, changed: boolean): OwnershipTransfer => ({
-      resourceKind: kind,
-      resourceId: id,
-      ownerTaskId: newOwner,
-      generation,
-      changed,
-    });
-    if (moved) {
-      if (kind === 'group') await moveStewardRole(trx, id, expected.owner, newOwner, now);
-      // The trail: which transfer moved which resource, from whom, at which generation.
-      await auditLeaseActs(ctx, trx, now, [
-        {
-          act: 'granted',
-          kind: kind === 'group' ? 'group_ownership' : 'environment_ownership',
-          resource: id,
-          holder: newOwner,
-          token: null,
-          generation: Number(moved.generation),
-          detail: { from: expected.owner, fromGeneration: expected.generation },
-        },
-      ]);
-      return result(Number(moved.generation), true);
-    }
-    // Nothing moved: find out why, checking in the documented order (the keys above are held).
-    const current = await readResource(trx, kind, id);
-    if (!current || current.status !== 'active') throw new NotFoundError(`active ${RESOURCE_LABEL[kind]}`, id);
-    if (current.owner === newOwner && current.owner === expected.owner && current.generation === expected.generation) {
-      return result(current.generation, false);
-    }
-    await requireTaskExists(trx, newOwner);
-    await refuseIfAdmitted(trx, 'transfer', newOwner);
-    if (kind === 'group') {
-      // A task belongs to at most one active group (task creation joins "the" group of a parent).
-      const other = (await activeGroupOf(trx, newOwner))?.id;
-      if (other && other !== id)
-        throw new InvalidArgumentError(
-          'newStewardTaskId',
-          `task ${newOwner} already belongs to workspace group ${other}`,
-        );
-    }
-    return explainTransferMiss(trx, kind, id, expected, now);
-  });
+  // The new owner's barrier, then the resource's key: known up front, so BEGIN takes them.
+  const keys = [barrierLockKey(newOwner), ownedResourceLockKey(kind, id)];
+  return keyedWrite(
+    ctx,
+    call,
+    async (trx) => {
+      const now = ctx.clock.now();
+      for (const key of keys) await dialect.lockKey(trx, key);
+      const p = { id, expectedOwner: expected.owner, expectedGeneration: expected.generation, newOwner, now };
+      const moved = await GUARDED_TRANSFER.first(trx, p, kind);
+      const result = (generation: number, changed: boolean): OwnershipTransfer => ({
+        resourceKind: kind,
+        resourceId: id,
+        ownerTaskId: newOwner,
+        generation,
+        changed,
+      });
+      if (moved) {
+        if (kind === 'group') await moveStewardRole(trx, id, expected.owner, newOwner, now);
+        // The trail: which transfer moved which resource, from whom, at which generation.
+        await auditLeaseActs(ctx, trx, now, [
+          {
+            act: 'granted',
+            kind: kind === 'group' ? 'group_ownership' : 'environment_ownership',
+            resource: id,
+            holder: newOwner,
+            token: null,
+            generation: Number(moved.generation),
+            detail: { from: expected.owner, fromGeneration: expected.generation },
+          },
+        ]);
+        return result(Number(moved.generation), true);
+      }
+      // Nothing moved: find out why, checking in the documented order (the keys above are held).
+      const current = await readResource(trx, kind, id);
+      if (!current || current.status !== 'active') throw new NotFoundError(`active ${RESOURCE_LABEL[kind]}`, id);
+      if (
+        current.owner === newOwner &&
+        current.owner === expected.owner &&
+        current.generation === expected.generation
+      ) {
+        return result(current.generation, false);
+      }
+      await requireTaskExists(trx, newOwner);
+      await refuseIfAdmitted(trx, 'transfer', newOwner);
+      if (kind === 'group') {
+        // A task belongs to at most one active group (task creation joins "the" group of a parent).
+        const other = (await activeGroupOf(trx, newOwner))?.id;
+        if (other && other !== id)
+          throw new InvalidArgumentError(
+            'newStewardTaskId',
+            `task ${newOwner} already belongs to workspace group ${other}`,
+          );
+      }
+      return explainTransferMiss(trx, kind, id, expected, now);
+    },
+    keys,
+  );
 }
 
 /** `detachSubtask` (validated input); its guarantee is stated on `OwnershipRepository`. */

@@ -16,6 +16,7 @@ import { auditLeaseActs } from '../shared/audit.js';
 import { keyedWrite, type IdempotentCall } from '../idempotent.js';
 import { optionalId } from '../validate.js';
 import { findConflicts } from './acquire.js';
+import { RENEW_IF_LIVE } from './statements.js';
 import { PathLeaseLostError, type PathLeaseGrant } from './types.js';
 
 type Trx = Transaction<Database>;
@@ -137,6 +138,33 @@ async function isLive(trx: Trx, lease: PathLeaseGrant, now: number): Promise<boo
   return rows.length === lease.keys.length && rows.every((r) => Number(r.expires_at) > now);
 }
 
+/**
+ * Extends the grant's leases to `expiresAt` if it is live at `now` (`isLive`); whether it was.
+ * One statement where a WITH clause may write (`RENEW_IF_LIVE`), a read and an update elsewhere.
+ */
+async function renewIfLive(
+  ctx: StoreContext,
+  trx: Trx,
+  lease: PathLeaseGrant,
+  now: number,
+  expiresAt: number,
+): Promise<boolean> {
+  const grant = { workspaceId: lease.resource, token: lease.token, holder: lease.holder };
+  if (ctx.dialect.writableCtes && lease.keys.length > 0) {
+    const row = await RENEW_IF_LIVE.first(trx, { ...grant, now, expiresAt, keys: lease.keys.length });
+    return row?.live === true;
+  }
+  if (!(await isLive(trx, lease, now))) return false;
+  await trx
+    .updateTable('path_leases')
+    .set({ expires_at: expiresAt })
+    .where('workspace_id', '=', lease.resource)
+    .where('token', '=', lease.token)
+    .where('holder', '=', lease.holder)
+    .execute();
+  return true;
+}
+
 /** `renewPaths(lease, { ttlMs })`: extends the grant's leases while it is live, or throws `PathLeaseLostError`. */
 /** The typed refusal a keyed renew or release of a grant stores. */
 export const GRANT_REFUSALS = [PathLeaseLostError];
@@ -155,14 +183,7 @@ export async function renewGrant(
       await ctx.dialect.lockKey(trx, pathsLockKey(lease.resource));
       const now = ctx.clock.now();
       const expiresAt = now + ttlMs;
-      if (await isLive(trx, lease, now)) {
-        await trx
-          .updateTable('path_leases')
-          .set({ expires_at: expiresAt })
-          .where('workspace_id', '=', lease.resource)
-          .where('token', '=', lease.token)
-          .where('holder', '=', lease.holder)
-          .execute();
+      if (await renewIfLive(ctx, trx, lease, now, expiresAt)) {
         await auditLeaseActs(ctx, trx, now, [
           {
             act: 'renewed',

@@ -221,6 +221,25 @@ export const RENEW = prepared(
 );
 
 /**
+ * `renewPaths(lease)` of a grant with leases in one statement (writable CTEs, PostgreSQL): `held`
+ * counts the grant's rows and whether every one is unexpired (`isLive`'s test: `keys` rows, all
+ * live), and `renewed` extends them only then. One row: `live`.
+ */
+export const RENEW_IF_LIVE = prepared(
+  (db, p: { workspaceId: string; token: number; holder: string; now: number; expiresAt: number; keys: number }) => {
+    const leases = tableIn(db, 'path_leases');
+    const grant = sql`workspace_id = ${p.workspaceId} and token = ${p.token} and holder = ${p.holder}`;
+    return sql<{ live: boolean }>`with held as (
+        select count(*) = ${p.keys}::bigint and coalesce(bool_and(expires_at > ${p.now}), false) as live
+        from ${leases} where ${grant}
+      ), renewed as (
+        update ${leases} set expires_at = ${p.expiresAt} where ${grant} and (select live from held)
+      )
+      select live from held`;
+  },
+);
+
+/**
  * The conflict check as one statement: live leases (`expires_at > now`) of any grant in the
  * workspace that overlap any of `keys` (an antichain from `leaseKeys`). A
  * UNION ALL of one branch for the keys' proper ancestors, by equality, and one bytewise range

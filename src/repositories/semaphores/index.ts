@@ -4,10 +4,9 @@
  * semaphore's key (protocol.ts, level 8: PostgreSQL advisory lock; SQLite `BEGIN IMMEDIATE`),
  * which reclaims the expired slots, counts the live ones and grants a slot only below the limit.
  */
-import { sql, type QueryCreator, type Transaction } from 'kysely';
+import { sql, type QueryCreator, type RawBuilder, type Transaction } from 'kysely';
 import type { Database } from '../../schema/database.js';
 import { clampTimerMs } from '../../timers.js';
-import { tableIn } from '../../query/schema.js';
 import type { StoreContext } from '../context.js';
 import { readLeaseRowLocked, type LeaseFence } from '../shared/fence.js';
 import { requireLease, type LeaseLostReason } from '../shared/lease.js';
@@ -69,10 +68,9 @@ async function lostSlotReason(trx: Trx, name: string, token: number, leaseExpire
 type SlotRow = { holder: string; token: number; expires_at: number };
 
 /**
- * Deletes the name's expired slots (returned, for the trail) and reads its live ones. With
- * writable CTEs (PostgreSQL) both go in one statement: the DELETE waits for a fenced transaction
- * on an expired slot before the statement returns, and the read, in the statement's snapshot,
- * skips exactly the slots the DELETE takes (`expires_at <= now`).
+ * Deletes the name's expired slots (returned, for the trail) and reads its live ones, in two
+ * statements (where a WITH clause cannot write; PostgreSQL folds them with the grant,
+ * `reclaimAndGrant`).
  */
 async function liveSlots(
   ctx: StoreContext,
@@ -81,20 +79,6 @@ async function liveSlots(
   now: number,
   limit: number,
 ): Promise<{ reclaimed: SlotRow[]; rows: SlotRow[] }> {
-  if (ctx.dialect.writableCtes) {
-    const holders = tableIn(trx, 'semaphore_holders');
-    const { rows } = await sql<SlotRow & { reclaimed: number }>`
-      with reclaimed as (
-        delete from ${holders} where name = ${name} and expires_at <= ${now}
-        returning holder, token, expires_at)
-      (select holder, token, expires_at, 0 as reclaimed from ${holders}
-        where name = ${name} and expires_at > ${now}
-        order by expires_at, token
-        limit ${limit})
-      union all
-      select holder, token, expires_at, 1 from reclaimed`.execute(trx);
-    return { reclaimed: rows.filter((r) => r.reclaimed === 1), rows: rows.filter((r) => r.reclaimed === 0) };
-  }
   const reclaim = trx.deleteFrom('semaphore_holders').where('name', '=', name).where('expires_at', '<=', now);
   // The trail records each reclaimed slot as lost (`returning` costs no statement more).
   const reclaimed = auditsLeaseAct(ctx, 'lost')
@@ -124,10 +108,23 @@ interface SlotGrant {
  * never deleted); the latest grant's limit is the name's limit (what inspect shows beside the
  * holders).
  */
-const takeToken = (db: QueryCreator<Database>, p: SlotGrant) =>
-  db
-    .insertInto('semaphores')
-    .values({ name: p.name, token: 1, updated_at: p.now, slot_limit: p.limit })
+const takeToken = (db: QueryCreator<Database>, p: SlotGrant, when?: RawBuilder<boolean>) =>
+  (when === undefined
+    ? db.insertInto('semaphores').values({ name: p.name, token: 1, updated_at: p.now, slot_limit: p.limit })
+    : db
+        .insertInto('semaphores')
+        .columns(['name', 'token', 'updated_at', 'slot_limit'])
+        .expression(
+          db
+            .selectNoFrom((eb) => [
+              eb.val(p.name).as('name'),
+              eb.lit(1).as('token'),
+              eb.val(p.now).as('updated_at'),
+              eb.val(p.limit).as('slot_limit'),
+            ])
+            .where(when),
+        )
+  )
     .onConflict((oc) =>
       oc
         .column('name')
@@ -135,34 +132,79 @@ const takeToken = (db: QueryCreator<Database>, p: SlotGrant) =>
     )
     .returning('token');
 
-/** Takes the name's next token and the slot under it: with writable CTEs, one statement. */
-async function grantSlot(ctx: StoreContext, trx: Trx, p: SlotGrant): Promise<number> {
-  if (ctx.dialect.writableCtes) {
-    const row = await trx
-      .with('granted', (q) => takeToken(q, p))
-      .insertInto('semaphore_holders')
-      .columns(['name', 'token', 'holder', 'acquired_at', 'expires_at'])
-      .expression((eb) =>
-        eb
-          .selectFrom('granted')
-          .select((s) => [
-            s.val(p.name).as('name'),
-            'granted.token',
-            s.val(p.holder).as('holder'),
-            s.val(p.now).as('acquired_at'),
-            s.val(p.expiresAt).as('expires_at'),
-          ]),
-      )
-      .returning('token')
-      .executeTakeFirstOrThrow();
-    return Number(row.token);
-  }
+/** Takes the name's next token and the slot under it (two statements: SQLite). */
+async function grantSlot(trx: Trx, p: SlotGrant): Promise<number> {
   const token = Number((await takeToken(trx, p).executeTakeFirstOrThrow()).token);
   await trx
     .insertInto('semaphore_holders')
     .values({ name: p.name, token, holder: p.holder, acquired_at: p.now, expires_at: p.expiresAt })
     .execute();
   return token;
+}
+
+/**
+ * The whole acquisition in one statement, where a WITH clause may write (PostgreSQL), the name's
+ * key held since BEGIN:
+ * - `reclaimed` deletes the expired slots (it waits for a fenced transaction that still holds one
+ *   before the statement returns);
+ * - `live` reads the live slots, soonest-expiring first, `report` of them; in the statement's
+ *   snapshot it skips exactly the rows `reclaimed` takes, by its predicate (`expires_at > now`);
+ * - `granted` takes the next token only while fewer than `limit` are live, and `slot` inserts the
+ *   slot under it.
+ *
+ * Rows: each live slot (`part` 0), each reclaimed one (1), and the granted token (2) if any.
+ */
+function reclaimAndGrant(trx: Trx, p: SlotGrant, report: number) {
+  return (
+    trx
+      .with('reclaimed', (q) =>
+        q
+          .deleteFrom('semaphore_holders')
+          .where('name', '=', p.name)
+          .where('expires_at', '<=', p.now)
+          .returning(['holder', 'token', 'expires_at']),
+      )
+      .with('live', (q) =>
+        q
+          .selectFrom('semaphore_holders')
+          .select(['holder', 'token', 'expires_at'])
+          .where('name', '=', p.name)
+          .where('expires_at', '>', p.now)
+          .orderBy('expires_at')
+          .orderBy('token')
+          .limit(report),
+      )
+      // The CTEs before add their names to the creator's tables; takeToken reads none of them.
+      .with('granted', (q) =>
+        takeToken(q as unknown as QueryCreator<Database>, p, sql<boolean>`(select count(*) from live) < ${p.limit}`),
+      )
+      .with('slot', (q) =>
+        q
+          .insertInto('semaphore_holders')
+          .columns(['name', 'token', 'holder', 'acquired_at', 'expires_at'])
+          .expression((eb) =>
+            eb
+              .selectFrom('granted')
+              .select((s) => [
+                s.val(p.name).as('name'),
+                'granted.token',
+                s.val(p.holder).as('holder'),
+                s.val(p.now).as('acquired_at'),
+                s.val(p.expiresAt).as('expires_at'),
+              ]),
+          )
+          .returning('token'),
+      )
+      .selectFrom('live')
+      .select(['holder', 'token', 'expires_at', sql.lit(0).as('part')])
+      .unionAll((u) => u.selectFrom('reclaimed').select(['holder', 'token', 'expires_at', sql.lit(1).as('part')]))
+      .unionAll((u) =>
+        u
+          .selectFrom('slot')
+          .select([sql<string>`null`.as('holder'), 'token', sql<number>`null`.as('expires_at'), sql.lit(2).as('part')]),
+      )
+      .execute()
+  );
 }
 
 /** One acquisition inside the caller's write transaction. */
@@ -181,7 +223,19 @@ async function acquireIn(
   // that still holds one, so a slot is never counted free while its old holder writes under it.
   // Then the live slots, soonest-expiring first, as many as decide the claim, in one snapshot (a
   // release may commit meanwhile without the name's key; it only ever frees slots).
-  const { reclaimed, rows } = await liveSlots(ctx, trx, name, now, Math.max(limit, SEMAPHORE_HOLDER_REPORT_LIMIT));
+  const report = Math.max(limit, SEMAPHORE_HOLDER_REPORT_LIMIT);
+  const expiresAt = now + ttlMs;
+  const grant: SlotGrant = { name, holder, limit, now, expiresAt };
+  let reclaimed: SlotRow[];
+  let rows: SlotRow[];
+  let granted: number | null = null;
+  if (ctx.dialect.writableCtes) {
+    const all = await reclaimAndGrant(trx, grant, report);
+    rows = all.filter((r) => Number(r.part) === 0);
+    reclaimed = all.filter((r) => Number(r.part) === 1);
+    const slot = all.find((r) => Number(r.part) === 2);
+    if (slot) granted = Number(slot.token);
+  } else ({ reclaimed, rows } = await liveSlots(ctx, trx, name, now, report));
   const lost = reclaimed.map(
     (r): LeaseActRecord => ({
       act: 'lost',
@@ -200,8 +254,7 @@ async function acquireIn(
       heldBy: { holder: holders[0]!.holder, expiresAt: holders[0]!.expiresAt, limit, count: rows.length, holders },
     };
   }
-  const expiresAt = now + ttlMs;
-  const token = await grantSlot(ctx, trx, { name, holder, limit, now, expiresAt });
+  const token = granted ?? (await grantSlot(trx, grant));
   await auditLeaseActs(ctx, trx, now, [
     { act: 'granted', kind: 'semaphore', resource: name, holder, token, detail: { limit, expiresAt } },
     ...lost,
