@@ -115,11 +115,13 @@ async function analyze(store: Store): Promise<void> {
 }
 
 /**
- * The pick `dispatchNext` sends (see `PICK`), as the PostgreSQL driver receives it. Matched whole,
- * so no other statement (the inbox's `SKIP LOCKED` receive, say) is touched.
+ * The claim `dispatchNext` sends on PostgreSQL (`CLAIM_NEXT` in src/repositories/dispatches/
+ * statements.ts: the guards' CTE `g`, then the pick, `… limit 1 for update skip locked)`), as the
+ * driver receives it. Matched by its CTEs, so no other statement (the inbox's `SKIP LOCKED`
+ * receive, say) is touched.
  */
-const PICK_TEXT =
-  /^select "id", "coordinator_run_id" from "tasks" where "coordinator_run_id" = \$1 and "status" = \$2 and not exists \(select 1 from task_dependencies d join tasks dep on [^]* order by "priority" desc, "seq" limit \$3 for update skip locked$/;
+const PICK_TEXT = /^with g as \(\s+select r\.status as run_status,[^]*\bfor update skip locked\)[^]*\bmade as \(/;
+const PICK_LOCK = /limit 1\s+for update skip locked\)/;
 let picksRewritten = 0;
 
 /**
@@ -137,7 +139,7 @@ class PlainForUpdateClient extends pg.Client {
       typeof config.text === 'string' &&
       PICK_TEXT.test(config.text)
     ) {
-      args[0] = { ...config, text: config.text.slice(0, -' skip locked'.length) };
+      args[0] = { ...config, text: config.text.replace(PICK_LOCK, 'limit 1 for update)') };
       picksRewritten++;
     }
     return (super.query as (...a: unknown[]) => never)(...args);
