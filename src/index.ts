@@ -280,6 +280,7 @@ export {
   type LeaseHolderInfo,
   type LeaseLostReason,
 } from './repositories/shared/lease.js';
+export { MAX_RENEW_BATCH, type LostLease, type RenewedLeases } from './repositories/shared/renew-leases.js';
 
 // Counting semaphores (issue 21).
 export {

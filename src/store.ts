@@ -31,6 +31,8 @@ import { TASKFENCE_RELEASE } from './release.js';
 import { guardSchemaVersion } from './repositories/schema-guard.js';
 import { EventHub, type StoreStats, type TaskfenceEvent } from './events.js';
 import { LEASE_AUDIT_MODES, type LeaseAuditMode } from './repositories/shared/audit.js';
+import { checkRenewBatch, renewLeasesIn, type RenewedLeases } from './repositories/shared/renew-leases.js';
+import type { Lease } from './repositories/shared/lease.js';
 import { requireInput } from './repositories/validate.js';
 
 export interface StoreOptions extends DialectOptions {
@@ -103,6 +105,23 @@ export interface Store extends Repositories {
    * Calls on the result report events and count in `stats()` like the store's own calls.
    */
   withTransaction<DB>(trx: Transaction<DB>): StoreTransaction;
+  /**
+   * A heartbeat: renews every lease in `leases` (a worker's task lease, dispatch, path grants,
+   * semaphore slots, workspace lock, run; at most `MAX_RENEW_BATCH`) in one write transaction,
+   * one commit. Each is renewed by its own renewal (`locks.renewTaskLease`,
+   * `dispatches.heartbeatDispatch`, `paths.renewPaths`, `semaphores.renew`,
+   * `locks.renewWorkspaceLock`, `runs.heartbeatCoordinatorRun`), with its guarantees, in the
+   * protocol's lock order (so crossing heartbeats never deadlock). **Per item**: a lost lease is
+   * reported in `lost` with the error its renewal throws, and the others are still renewed; any
+   * other error fails the whole call and renews nothing. `ttlMs` applies to every lease that takes
+   * one (default: each kind's own). A cleanup claim is refused (`INVALID_ARGUMENT`): renew it with
+   * `ownership.renewCleanupClaim(claim)`. A retry renews again, as a repeated renewal does.
+   *
+   * @example
+   * const { renewed, lost } = await store.renewLeases([taskLease, dispatch.lease, paths.lease, slot], { ttlMs: 60_000 });
+   * for (const { lease, error } of lost) stopWorkUnder(lease, error.reason);
+   */
+  renewLeases(leases: readonly Lease[], options?: { readonly ttlMs?: number }): Promise<RenewedLeases>;
   /** Counters since the store opened: transactions, retries by kind, conflicts, refusals, leases lost, runs reconciled, pool usage. */
   stats(): StoreStats;
   close(): Promise<void>;
@@ -142,7 +161,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
     },
   );
   const context: StoreContext = createStoreContext(dialect, options.clock ?? dialect.clock, settings);
-  return Object.freeze({
+  const store: Store = Object.freeze({
     db: dialect.db,
     dialect,
     location,
@@ -191,6 +210,11 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
         joined.verify,
       );
     },
+    renewLeases: async (leases: readonly Lease[], renewOptions?: { readonly ttlMs?: number }) => {
+      const batch = checkRenewBatch(leases, renewOptions);
+      if (batch.leases.length === 0) return { renewed: [], lost: [] };
+      return store.transaction((tx) => renewLeasesIn(tx, batch.leases, batch.ttlMs));
+    },
     stats: (): StoreStats => ({
       ...events.counters,
       retries: { ...events.counters.retries },
@@ -202,6 +226,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       await dialect.close();
     },
   });
+  return store;
 }
 
 /** The repositories' settings from `options`, validated before anything opens. */

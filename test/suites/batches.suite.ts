@@ -4,8 +4,14 @@
  * creators of the same ids (each on its own store, so its own connections) converge on one row each.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AlreadyExistsError, InvalidArgumentError, NotFoundError, UnknownRecipientError } from '../../src/index.js';
-import type { Store } from '../../src/index.js';
+import {
+  AlreadyExistsError,
+  InvalidArgumentError,
+  NotFoundError,
+  PathLeaseLostError,
+  UnknownRecipientError,
+} from '../../src/index.js';
+import type { Lease, Store } from '../../src/index.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { statementCounter } from './round-trips.ops.js';
 
@@ -180,6 +186,106 @@ export function defineBatchSuite(makeFixture: () => DialectFixture) {
       await expect(store.messages.sendMessages([{ ...inputs[3]!, payload: 'other' }])).rejects.toBeInstanceOf(
         AlreadyExistsError,
       );
+    });
+  });
+
+  describe('renewLeases (a heartbeat)', () => {
+    /** A worker's leases: a task lease, a dispatch, a path grant and a semaphore slot. */
+    async function workerLeases(on: Store = store) {
+      const targetKey = `worktree:${unique('hb')}`;
+      const run = await on.runs.startCoordinatorRun({ targetKey });
+      const [leased, dispatched] = await on.tasks.createTasks([
+        taskInput(targetKey, unique('leased')),
+        taskInput(targetKey, unique('dispatched')),
+      ]);
+      const taskLease = await on.locks.claimTaskLease(leased!.id, { holder: 'w', ttlMs: 5_000 });
+      const dispatch = await on.dispatches.createDispatch({ taskId: dispatched!.id, terminalHandle: unique('term') });
+      const ws = await on.org.createWorkspace({ companyId: company, name: unique('ws') });
+      const paths = await on.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'w', paths: ['src'], ttlMs: 5_000 });
+      const slot = await on.semaphores.acquire(unique('sem'), { holder: 'w', limit: 2, ttlMs: 5_000 });
+      if (taskLease.status !== 'acquired' || paths.status !== 'acquired' || slot.status !== 'acquired')
+        throw new Error('a lease was busy');
+      return [taskLease.lease, dispatch.lease!, paths.lease, slot.lease] as const;
+    }
+
+    it('renews a task lease, a dispatch, a path grant and a semaphore slot in one commit, in input order', async () => {
+      const leases = await workerLeases();
+      const commits = statementCounter();
+      const counted = await fx.open(url, {
+        onQuery: (q) => void (/\bcommit$/i.test(q.sql.trim()) && commits.onQuery(q)),
+      });
+      try {
+        const t0 = Date.now();
+        const { renewed, lost } = await counted.renewLeases(leases, { ttlMs: 60_000 });
+        const t1 = Date.now();
+        expect(lost).toEqual([]);
+        expect(renewed.map((l) => [l.kind, l.resource, l.token])).toEqual(
+          leases.map((l) => [l.kind, l.resource, l.token]),
+        );
+        // Every one now lapses 60 s after the renewal (the dispatch's was 5 min after its creation).
+        for (const lease of renewed) {
+          expect(lease.expiresAt).toBeGreaterThan(t0 + 55_000);
+          expect(lease.expiresAt).toBeLessThan(t1 + 65_000);
+        }
+        expect(commits.count()).toBe(1);
+        // Each renewed grant works as its own renewal's result: renewed again, one by one.
+        await store.semaphores.renew(renewed[3] as never);
+        await store.paths.renewPaths(renewed[2] as never);
+      } finally {
+        await counted.close();
+      }
+    });
+
+    it('reports a lost lease per item, with the error its own renewal throws, and renews the rest', async () => {
+      const [taskLease, dispatchLease, pathsLease, slot] = await workerLeases();
+      await store.paths.releasePaths(pathsLease as never);
+      const { renewed, lost } = await store.renewLeases([slot, pathsLease, taskLease, dispatchLease]);
+      expect(renewed.map((l) => l.kind)).toEqual(['semaphore', 'task_lease', 'dispatch']);
+      expect(lost).toHaveLength(1);
+      expect(lost[0]).toMatchObject({ index: 1, lease: pathsLease });
+      expect(lost[0]!.error).toBeInstanceOf(PathLeaseLostError);
+      expect(lost[0]!.error.reason).toBe('released');
+      expect(await store.renewLeases([])).toEqual({ renewed: [], lost: [] });
+    });
+
+    it('refuses a cleanup claim, a non-array and a bad lease before any statement', async () => {
+      const before = counter.count();
+      const claimLike = { kind: 'cleanup_claim', resource: 's', holder: 'h', token: 1, expiresAt: 1 };
+      await expect(store.renewLeases([claimLike as never])).rejects.toBeInstanceOf(InvalidArgumentError);
+      await expect(store.renewLeases('no' as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+      await expect(store.renewLeases([{ kind: 'semaphore' } as never])).rejects.toBeInstanceOf(InvalidArgumentError);
+      await expect(store.renewLeases([], { ttlMs: -1 })).rejects.toBeInstanceOf(InvalidArgumentError);
+      expect(counter.count()).toBe(before);
+    });
+
+    it('two heartbeats whose path grants cross two workspaces renew concurrently, 25 rounds, no deadlock', async () => {
+      const [ws1, ws2] = [
+        await store.org.createWorkspace({ companyId: company, name: unique('x1') }),
+        await store.org.createWorkspace({ companyId: company, name: unique('x2') }),
+      ];
+      const grant = async (on: Store, ws: string, holder: string) => {
+        const r = await on.paths.tryAcquirePaths({ workspaceId: ws, holder, paths: [holder], ttlMs: 60_000 });
+        if (r.status !== 'acquired') throw new Error('busy');
+        return r.lease;
+      };
+      const [a, b] = [await fx.open(url), await fx.open(url)];
+      try {
+        // A lists ws1 first, B ws2 first: renewed in the caller's order, each would hold one
+        // workspace's key and wait for the other's.
+        let aLeases: readonly Lease[] = [await grant(a, ws1.id, 'a'), await grant(a, ws2.id, 'a')];
+        let bLeases: readonly Lease[] = [await grant(b, ws2.id, 'b'), await grant(b, ws1.id, 'b')];
+        for (let round = 0; round < 25; round++) {
+          const [ra, rb] = await Promise.all([a.renewLeases(aLeases), b.renewLeases(bLeases)]);
+          expect([ra.lost, rb.lost]).toEqual([[], []]);
+          aLeases = ra.renewed;
+          bLeases = rb.renewed;
+        }
+        expect(a.stats().retries.deadlock ?? 0).toBe(0);
+        expect(b.stats().retries.deadlock ?? 0).toBe(0);
+      } finally {
+        await a.close();
+        await b.close();
+      }
     });
   });
 }
