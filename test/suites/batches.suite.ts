@@ -193,7 +193,7 @@ export function defineBatchSuite(makeFixture: () => DialectFixture) {
     /** A worker's leases: a task lease, a dispatch, a path grant and a semaphore slot. */
     async function workerLeases(on: Store = store) {
       const targetKey = `worktree:${unique('hb')}`;
-      const run = await on.runs.startCoordinatorRun({ targetKey });
+      await on.runs.startCoordinatorRun({ targetKey });
       const [leased, dispatched] = await on.tasks.createTasks([
         taskInput(targetKey, unique('leased')),
         taskInput(targetKey, unique('dispatched')),
@@ -238,7 +238,7 @@ export function defineBatchSuite(makeFixture: () => DialectFixture) {
 
     it('reports a lost lease per item, with the error its own renewal throws, and renews the rest', async () => {
       const [taskLease, dispatchLease, pathsLease, slot] = await workerLeases();
-      await store.paths.releasePaths(pathsLease as never);
+      await store.paths.releasePaths(pathsLease);
       const { renewed, lost } = await store.renewLeases([slot, pathsLease, taskLease, dispatchLease]);
       expect(renewed.map((l) => l.kind)).toEqual(['semaphore', 'task_lease', 'dispatch']);
       expect(lost).toHaveLength(1);
