@@ -14,6 +14,7 @@ import { benchPathScaling, scalingTable } from './scaling.bench.js';
 import { benchPeer } from './peer.bench.js';
 import { benchGraphilePeer, graphileTable } from './graphile.bench.js';
 import { benchLifecycle, lifecycleTable } from './lifecycle.bench.js';
+import { batchesTable, benchBatches } from './batches.bench.js';
 import { benchDeliveryCycles, benchKeyOverhead, deliveryTable, keyOverheadTable } from './delivery.bench.js';
 import { benchCommitFloor, benchInboxDrain, benchWakeups, drainTable, wakeupTable } from './wakeups.bench.js';
 
@@ -151,6 +152,14 @@ async function main() {
         title: 'Lifecycle: dispatchNext → completeDispatch, and claim-next latency as the ready queue grows',
         data: result,
         table: lifecycleTable(result),
+      });
+    }
+    if (want('batches')) {
+      const rows = await benchBatches(dbs, { items: 100, runs: quick ? 1 : 5 });
+      sections.push({
+        title: 'Batches: N items in one call against one call per item (PostgreSQL)',
+        data: rows,
+        table: batchesTable(rows),
       });
     }
     if (want('migrations')) {

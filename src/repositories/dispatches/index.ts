@@ -757,8 +757,23 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       );
       const rows = await onFreeTerminal(handles, () =>
         keyedWrite(ctx, call, async (trx) => {
-          await requireDispatchable(trx, runId, agentId, null);
           const made: DispatchContextRow[] = [];
+          if (dialect.writableCtes) {
+            // One statement per terminal (CLAIM_NEXT): its guards refuse a stopped run or a missing
+            // agent at the first terminal, as the separate read did, and a busy terminal writes nothing.
+            for (const terminalHandle of handles) {
+              if (made.length >= limit) break;
+              const p = { runId, terminalHandle, agentId, filter, ttlMs, traceContext };
+              const row = await claimNextFolded(trx, p).catch((error: unknown) => {
+                if (error instanceof TerminalBusyError) return undefined;
+                throw error;
+              });
+              if (row === null) break;
+              if (row) made.push(row);
+            }
+            return made;
+          }
+          await requireDispatchable(trx, runId, agentId, null);
           for (const terminalHandle of handles) {
             if (made.length >= limit) break;
             if (await newestActiveFor(trx, terminalHandle)) continue;

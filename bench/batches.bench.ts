@@ -1,0 +1,161 @@
+/**
+ * Batch calls against their single forms on PostgreSQL (issue 24 item 3, target ≥ 10× at 100
+ * items): `tasks.createTasks`, `messages.sendMessages`, `dispatches.dispatchNextBatch` and a
+ * heartbeat of four leases (`store.renewLeases`), each beside the same items made one call at a
+ * time, on one store with one connection, in the same run; with graphile-worker's `add_jobs`
+ * batch beside its `addJob` on the same database. Items per second.
+ */
+import pg from 'pg';
+import { makeWorkerUtils, Logger } from 'graphile-worker';
+import { openStore, type Lease, type Store } from '../src/index.js';
+import type { BenchDatabases } from './lib/databases.js';
+import { median, round } from './lib/stats.js';
+
+export interface BatchRow {
+  readonly operation: string;
+  readonly items: number;
+  readonly singleItemsPerSec: number;
+  readonly batchItemsPerSec: number;
+  readonly ratio: number;
+}
+
+let n = 0;
+const id = (name: string) => `${name}-${++n}`;
+
+/** Items per second of `make(items)`, the median of `runs` timed rounds. */
+async function rate(items: number, runs: number, make: () => Promise<unknown>): Promise<number> {
+  const rates: number[] = [];
+  for (let r = 0; r < runs; r++) {
+    const t0 = performance.now();
+    await make();
+    rates.push((items / (performance.now() - t0)) * 1000);
+  }
+  return median(rates);
+}
+
+async function seedRun(store: Store) {
+  const company = (await store.org.createCompany({ name: 'bench' })).id;
+  const targetKey = `worktree:${id('batch')}`;
+  const run = await store.runs.startCoordinatorRun({ targetKey });
+  return { company, targetKey, run };
+}
+
+/** Runs every batch-against-single comparison; `items` per batch, `runs` rounds each. */
+export async function benchBatches(dbs: BenchDatabases, options: { items: number; runs: number }): Promise<BatchRow[]> {
+  const { items, runs } = options;
+  const url = await dbs.postgresUrl();
+  const store = await openStore({ url, poolSize: 1 });
+  await store.migrate();
+  const rows: BatchRow[] = [];
+  const row = (operation: string, count: number, single: number, batch: number) =>
+    rows.push({
+      operation,
+      items: count,
+      singleItemsPerSec: round(single, 0),
+      batchItemsPerSec: round(batch, 0),
+      ratio: round(batch / single, 2),
+    });
+  try {
+    const { company, targetKey, run } = await seedRun(store);
+    const task = () => ({ id: id('t'), companyId: company, title: 't', targetKey, requiresFilesystem: false });
+
+    // createTask × items against createTasks(items).
+    const singleTasks = await rate(items, runs, async () => {
+      for (let i = 0; i < items; i++) await store.tasks.createTask(task());
+    });
+    const batchTasks = await rate(items, runs, () => store.tasks.createTasks(Array.from({ length: items }, task)));
+    row('createTask → createTasks', items, singleTasks, batchTasks);
+
+    // sendMessage × items against sendMessages(items), to the run's inbox.
+    const message = () => ({ id: id('m'), from: 'w', to: run.coordinatorHandle, kind: 'report', payload: { ok: 1 } });
+    const singleSends = await rate(items, runs, async () => {
+      for (let i = 0; i < items; i++) await store.messages.sendMessage(message());
+    });
+    const batchSends = await rate(items, runs, () =>
+      store.messages.sendMessages(Array.from({ length: items }, message)),
+    );
+    row('sendMessage → sendMessages', items, singleSends, batchSends);
+
+    // dispatchNext on items free terminals against dispatchNextBatch over them (tasks pre-created ready).
+    await store.tasks.createTasks(
+      Array.from({ length: items * runs * 2 }, () => ({ ...task(), status: 'ready' as const })),
+    );
+    const terminals = () => Array.from({ length: items }, () => id('term'));
+    const singleDispatch = await rate(items, runs, async () => {
+      for (const terminalHandle of terminals()) await store.dispatches.dispatchNext({ runId: run.id, terminalHandle });
+    });
+    const batchDispatch = await rate(items, runs, () =>
+      store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: terminals() }),
+    );
+    row('dispatchNext → dispatchNextBatch', items, singleDispatch, batchDispatch);
+
+    // A heartbeat of four leases: one renewal each against renewLeases.
+    const [leased, dispatched] = await store.tasks.createTasks([
+      { ...task(), status: 'ready' },
+      { ...task(), status: 'ready' },
+    ]);
+    const taskLease = await store.locks.claimTaskLease(leased!.id, { holder: 'w', ttlMs: 60_000 });
+    const dispatch = await store.dispatches.createDispatch({ taskId: dispatched!.id, terminalHandle: id('hb') });
+    const ws = await store.org.createWorkspace({ companyId: company, name: 'hb' });
+    const paths = await store.paths.tryAcquirePaths({ workspaceId: ws.id, holder: 'w', paths: ['src'], ttlMs: 60_000 });
+    const slot = await store.semaphores.acquire('hb', { holder: 'w', limit: 1, ttlMs: 60_000 });
+    if (taskLease.status !== 'acquired' || paths.status !== 'acquired' || slot.status !== 'acquired')
+      throw new Error('heartbeat setup: a lease was busy');
+    let leases: readonly Lease[] = [taskLease.lease, dispatch.lease!, paths.lease, slot.lease];
+    const beats = items;
+    const singleBeat = await rate(beats * 4, runs, async () => {
+      for (let b = 0; b < beats; b++) {
+        const [t, d, p, s] = leases as [never, never, never, never];
+        leases = [
+          await store.locks.renewTaskLease(t, { ttlMs: 60_000 }),
+          await store.dispatches.heartbeatDispatch(d, { ttlMs: 60_000 }),
+          await store.paths.renewPaths(p, { ttlMs: 60_000 }),
+          await store.semaphores.renew(s, { ttlMs: 60_000 }),
+        ];
+      }
+    });
+    const batchBeat = await rate(beats * 4, runs, async () => {
+      for (let b = 0; b < beats; b++) {
+        const { renewed, lost } = await store.renewLeases(leases, { ttlMs: 60_000 });
+        if (lost.length > 0) throw new Error('heartbeat lost a lease');
+        leases = renewed;
+      }
+    });
+    row('4 renewals → renewLeases (a heartbeat of 4)', 4, singleBeat, batchBeat);
+
+    // graphile-worker: addJob × items against its add_jobs SQL function with items specs.
+    const gwUrl = await dbs.postgresUrl();
+    const utils = await makeWorkerUtils({ connectionString: gwUrl, logger: new Logger(() => () => {}) });
+    await utils.migrate();
+    const client = new pg.Client({ connectionString: gwUrl });
+    await client.connect();
+    try {
+      const singleJobs = await rate(items, runs, async () => {
+        for (let i = 0; i < items; i++) await utils.addJob('noop', { i });
+      });
+      const specs = JSON.stringify(Array.from({ length: items }, (_, i) => ({ identifier: 'noop', payload: { i } })));
+      const batchJobs = await rate(items, runs, () =>
+        client.query(
+          'select graphile_worker.add_jobs(array(select json_populate_recordset(null::graphile_worker.job_spec, $1::json)))',
+          [specs],
+        ),
+      );
+      row('graphile-worker: addJob → add_jobs', items, singleJobs, batchJobs);
+    } finally {
+      await client.end();
+      await utils.release();
+    }
+  } finally {
+    await store.close();
+  }
+  return rows;
+}
+
+/** The README table of `benchBatches`' rows. */
+export function batchesTable(rows: readonly BatchRow[]): string {
+  return [
+    '| operation (PostgreSQL, one connection) | items per batch | one call per item, items/s | batch, items/s | batch / single (target ≥ 10 at 100) |',
+    '|---|---|---|---|---|',
+    ...rows.map((r) => `| ${r.operation} | ${r.items} | ${r.singleItemsPerSec} | ${r.batchItemsPerSec} | ${r.ratio} |`),
+  ].join('\n');
+}
