@@ -74,7 +74,16 @@ export interface WriteTransactionOptions {
    * parameters are strings, finite numbers, booleans or null, and whose text holds no `$n` but
    * its parameters.
    */
-  readonly first?: CompiledQuery;
+  readonly first?: CompiledQuery | readonly CompiledQuery[];
+  /**
+   * With `first`: BEGIN's round trip also commits, so the whole transaction is one round trip
+   * (PostgreSQL). `fn` must then send nothing but `first` (read with `beginResult`; a statement
+   * after such a BEGIN throws), and a refusal it throws is thrown after a commit that wrote
+   * nothing: only for statements whose guards write nothing when they refuse. A connection lost
+   * in that round trip is `COMMIT_OUTCOME_UNKNOWN`. Where BEGIN does not carry `first`, `fn`
+   * sends it and the transaction commits as usual.
+   */
+  readonly commit?: boolean;
 }
 
 /** Counters a dialect keeps, for benchmarks and diagnostics, and the observers it was opened with. */

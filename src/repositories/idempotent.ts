@@ -150,7 +150,8 @@ export function keyedCall(
  * `lockKeys`: the keys `effect` locks first, taken as the transaction begins when the call is not
  * keyed (`WriteTransactionOptions.lockKeys`); a keyed call locks its key first and takes them in order.
  * `first`: the statement `effect` sends first, sent with BEGIN the same way
- * (`WriteTransactionOptions.first`; `effect` reads it with `beginResult`, else sends it).
+ * (`WriteTransactionOptions.first`; `effect` reads it with `beginResult`, else sends it), and
+ * `commit`: BEGIN commits too (`WriteTransactionOptions.commit`; `effect` sends nothing else).
  */
 export function keyedWrite<T>(
   ctx: StoreContext,
@@ -158,11 +159,12 @@ export function keyedWrite<T>(
   effect: (trx: Transaction<Database>) => Promise<T>,
   lockKeys?: readonly string[],
   first?: CompiledQuery,
+  commit = false,
 ): Promise<T> {
   if (call === null)
     return ctx.dialect.writeTransaction(
       effect,
-      lockKeys || first ? { ...(lockKeys ? { lockKeys } : {}), ...(first ? { first } : {}) } : undefined,
+      lockKeys || first ? { ...(lockKeys ? { lockKeys } : {}), ...(first ? { first, commit } : {}) } : undefined,
     );
   return runIdempotent(ctx.dialect, () => ctx.clock.now(), call, effect);
 }

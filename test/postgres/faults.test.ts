@@ -201,7 +201,7 @@ describe('connections cut by a proxy', () => {
     expect(proxy.commitCuts).toBe(4);
   });
 
-  it("reports COMMIT_OUTCOME_UNKNOWN for a COMMIT that carried the call's last statements (completeDispatch moving a dependent), which committed", async () => {
+  it("reports COMMIT_OUTCOME_UNKNOWN for a COMMIT that carried the call's statements (completeDispatch, keyed or not, and dispatchNext), which committed", async () => {
     const store = await fx.open(url, { writeDeadlineMs: 10_000 });
     const companyId = (await store.org.createCompany({ name: 'Commit with' })).id;
     const targetKey = 'worktree:commit-with';
@@ -219,10 +219,28 @@ describe('connections cut by a proxy', () => {
     expect(await codeOf(store.dispatches.completeDispatch(dispatch!.id, { lease: dispatch!.lease! }))).toBe(
       'COMMIT_OUTCOME_UNKNOWN',
     );
-    expect(proxy.commitCuts).toBe(cuts + 1);
     expect((await store.tasks.getTask(first.id))?.status).toBe('done');
     expect((await store.tasks.getTask(second.id))?.status).toBe('ready');
     expect((await store.dispatches.getDispatch(dispatch!.id))?.status).toBe('completed');
+
+    // The same with an idempotency key: the keyed path sends the dependents' lock and move with its
+    // COMMIT (commitWith), and its retry with the key replays the completion.
+    const third = await create('third', [second.id]);
+    const next = await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: 'term-commit-with-2' });
+    expect(next?.taskId).toBe(second.id);
+    proxy.cutAfterNextCommit();
+    const keyed = { lease: next!.lease!, idempotencyKey: 'complete-second' };
+    expect(await codeOf(store.dispatches.completeDispatch(next!.id, keyed))).toBe('COMMIT_OUTCOME_UNKNOWN');
+    expect((await store.tasks.getTask(third.id))?.status).toBe('ready');
+    expect((await store.dispatches.completeDispatch(next!.id, keyed)).task.status).toBe('done');
+
+    // And dispatchNext, whose BEGIN, claim and COMMIT are one round trip: the claim committed.
+    proxy.cutAfterNextCommit();
+    expect(await codeOf(store.dispatches.dispatchNext({ runId: run.id, terminalHandle: 'term-commit-with-3' }))).toBe(
+      'COMMIT_OUTCOME_UNKNOWN',
+    );
+    expect((await store.tasks.getTask(third.id))?.status).toBe('dispatched');
+    expect(proxy.commitCuts).toBe(cuts + 3);
   });
 
   it('retries a transaction whose connection died before COMMIT on a fresh connection: the call succeeds once', async () => {

@@ -598,6 +598,34 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
     });
   });
 
+  describe('claim-next: refusals', () => {
+    it('a refused dispatchNext (busy terminal, missing agent, stopped run) claims and writes nothing', async () => {
+      const { run, create } = await runOn();
+      await create({ priority: 5 });
+      const waiting = await create({ priority: 1 });
+      const terminal = unique('term');
+      await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: terminal });
+      const untouched = async () => {
+        expect((await store.tasks.getTask(waiting.id))?.status).toBe('ready');
+        expect(await store.dispatches.listDispatches({ taskId: waiting.id })).toEqual([]);
+      };
+      // On PostgreSQL the call's BEGIN also commits: its guards alone keep these from claiming.
+      await expect(store.dispatches.dispatchNext({ runId: run.id, terminalHandle: terminal })).rejects.toBeInstanceOf(
+        TerminalBusyError,
+      );
+      await untouched();
+      await expect(
+        store.dispatches.dispatchNext({ runId: run.id, terminalHandle: unique('term'), agentId: 'no-such-agent' }),
+      ).rejects.toMatchObject({ code: 'NOT_FOUND' });
+      await untouched();
+      await store.runs.stopCoordinatorRun(run.id, 'completed');
+      await expect(
+        store.dispatches.dispatchNext({ runId: run.id, terminalHandle: unique('term') }),
+      ).rejects.toMatchObject({ code: 'COORDINATOR_RUN_NOT_RUNNING' });
+      await untouched();
+    });
+  });
+
   describe('claim-next: batches and filters', () => {
     it('dispatchNextBatch fills terminals in order with the best ready tasks, up to limit, skipping busy ones', async () => {
       const { run, create } = await runOn();

@@ -11,9 +11,9 @@ import { HOT_CALLS, measureRoundTrips, statementCounter, type HotCall } from './
 export const ROUND_TRIP_BUDGET: Record<HotCall, { readonly sqlite: number; readonly postgres: number }> = {
   startCoordinatorRun: { sqlite: 6, postgres: 3 },
   'createTask (with a target)': { sqlite: 5, postgres: 3 },
-  dispatchNext: { sqlite: 7, postgres: 3 },
+  dispatchNext: { sqlite: 7, postgres: 1 },
   heartbeatDispatch: { sqlite: 3, postgres: 3 },
-  completeDispatch: { sqlite: 6, postgres: 3 },
+  completeDispatch: { sqlite: 6, postgres: 1 },
   claimWorkspaceLock: { sqlite: 4, postgres: 3 },
   renewWorkspaceLock: { sqlite: 3, postgres: 3 },
   releaseWorkspaceLock: { sqlite: 3, postgres: 3 },

@@ -329,14 +329,28 @@ class PostgresStoreDialect implements StoreDialect {
         }
       : fn;
     const keys = (options?.lockKeys ?? []).map((key) => schemaLockKey(this.#config.schema, key));
-    const first = options?.first;
+    const first: readonly CompiledQuery[] =
+      options?.first === undefined
+        ? []
+        : Array.isArray(options.first)
+          ? options.first
+          : [options.first as CompiledQuery];
+    const commit = options?.commit === true && first.length > 0;
     const attempt = () => this.db.transaction().setIsolationLevel(WRITE_ISOLATION).execute(run);
     return retryTransient(
       // Each attempt begins anew, so each takes the keys (and sends `first`) in its own BEGIN, and
       // collects its own statements for COMMIT (not for host code, which reads after its calls).
       () =>
         BEGIN_LOCKS.run(
-          { keys, first, taken: false, ...(options?.hostCode ? {} : { trailing: [] as CompiledQuery[] }) },
+          {
+            keys,
+            first,
+            commit,
+            results: new Map(),
+            committed: false,
+            taken: false,
+            ...(options?.hostCode ? {} : { trailing: [] as CompiledQuery[] }),
+          },
           attempt,
         ),
       (e) => this.classifyError(e),
@@ -367,14 +381,14 @@ class PostgresStoreDialect implements StoreDialect {
 
   beginResult<R>(first: CompiledQuery<R>): QueryResult<R> | undefined {
     const begun = BEGIN_LOCKS.getStore();
-    if (!begun?.taken || begun.first !== first || !begun.firstResult) return undefined;
-    const result = begun.firstResult as QueryResult<R>;
-    begun.firstResult = undefined;
-    return result;
+    const result = begun?.taken ? begun.results.get(first) : undefined;
+    if (result) begun!.results.delete(first);
+    return result as QueryResult<R> | undefined;
   }
 
   async commitWith(trx: Transaction<Schema>, statement: CompiledQuery): Promise<void> {
     const begun = BEGIN_LOCKS.getStore();
+    if (begun?.committed) throw new TypeError('taskfence: commitWith in a transaction that BEGIN already committed');
     if (begun?.taken && begun.trailing) begun.trailing.push(statement);
     else await runBound(trx, statement);
   }

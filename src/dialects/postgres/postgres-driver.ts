@@ -36,9 +36,14 @@ export const BEGIN_LOCKS = new AsyncLocalStorage<BeginWith>();
  */
 export interface BeginWith {
   readonly keys: readonly string[];
-  readonly first?: CompiledQuery;
-  /** The first statement's result, once BEGIN sent it; taken (set back to undefined) by `beginResult`. */
-  firstResult?: QueryResult<unknown>;
+  /** The statements BEGIN sends after its SELECT (`writeTransaction`'s `first`). */
+  readonly first: readonly CompiledQuery[];
+  /** BEGIN also sends COMMIT (`writeTransaction`'s `commit`): the transaction ends in that round trip. */
+  readonly commit: boolean;
+  /** Each statement's result, once BEGIN sent it; taken (deleted) by `beginResult`. */
+  readonly results: Map<CompiledQuery, QueryResult<unknown>>;
+  /** BEGIN's round trip committed the transaction: COMMIT sends nothing, ROLLBACK nothing. */
+  committed: boolean;
   /** Statements COMMIT sends before it (`commitWith`); absent where they may not wait (host code). */
   readonly trailing?: CompiledQuery[];
   taken: boolean;
@@ -221,16 +226,21 @@ export class FaultTolerantPostgresDriver implements Driver {
       await c.begin(begin, this.#limits);
       return;
     }
-    locks.firstResult = await c.begin(begin, this.#limits, locks.keys, locks.first);
+    const results = await c.begin(begin, this.#limits, locks.keys, locks.first, locks.commit);
+    locks.first.forEach((statement, i) => locks.results.set(statement, results[i]!));
+    locks.committed = locks.commit;
     locks.taken = true;
   }
 
   async commitTransaction(connection: DatabaseConnection): Promise<void> {
     const begun = BEGIN_LOCKS.getStore();
+    if (begun?.committed) return;
     await (connection as FaultTolerantPostgresConnection).commit(begun?.taken ? begun.trailing : undefined);
   }
 
   async rollbackTransaction(connection: DatabaseConnection): Promise<void> {
+    // A transaction BEGIN's round trip committed has nothing left to roll back.
+    if (BEGIN_LOCKS.getStore()?.committed) return;
     await (connection as FaultTolerantPostgresConnection).rollback();
   }
 
@@ -260,6 +270,8 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
   readonly #client: pg.PoolClient;
   /** A COMMIT (with its trailing statements) is in flight: its outcome is unknown if the connection dies. */
   #committing = false;
+  /** BEGIN's round trip committed (`commit`): until the next BEGIN, the connection sends nothing. */
+  #sealed = false;
   /** Every result of the last query (a multi-statement simple query answers with one per statement). */
   #results: pg.QueryResult[] = [];
   readonly #target: string;
@@ -304,36 +316,50 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
    * Begins a transaction in one simple-protocol round trip: BEGIN, then one SELECT that sets the
    * transaction's own limits (set_config(…, true) is SET LOCAL), takes the advisory locks the
    * transaction asked to begin with (after lock_timeout is set, in order) and reads the server's
-   * clock (after the locks: lease times follow commit order); then `first`, when given, with its
-   * values written as literals. Returns `first`'s result.
+   * clock; then the `first` statements, with their values written as literals, and COMMIT when
+   * `commit` is set (the whole query is then a COMMIT in flight). Returns `first`'s results.
    */
   async begin(
     begin: string,
     limits: TransactionLimits,
     lockKeys: readonly string[] = [],
-    first?: CompiledQuery,
-  ): Promise<QueryResult<unknown> | undefined> {
+    first: readonly CompiledQuery[] = [],
+    commit = false,
+  ): Promise<QueryResult<unknown>[]> {
     const locks = lockKeys.map(
       (key) => `pg_advisory_xact_lock(hashtextextended(${this.#client.escapeLiteral(key)}, 0)), `,
     );
     const text =
       `${begin}; select set_config('lock_timeout', '${Math.trunc(limits.lockTimeoutMs)}', true), ` +
       `set_config('statement_timeout', '${Math.trunc(limits.statementTimeoutMs)}', true), ${locks.join('')}${SERVER_NOW_EXPRESSION} as server_now` +
-      (first ? `; ${this.#inline(first)}` : '');
+      first.map((q) => `; ${this.#inline(q)}`).join('') +
+      (commit ? `; ${COMMIT_SQL}` : '');
+    this.#sealed = false;
     const sent = this.#offset.host.now();
-    let result: QueryResult<unknown>;
+    this.#committing = commit;
     try {
-      result = await this.executeQuery(CompiledQuery.raw(text));
+      await this.executeQuery(CompiledQuery.raw(text));
     } catch (error) {
       // BEGIN ran and a later statement failed (a lock timeout, a deadlock, a constraint): end the
       // aborted transaction here, since Kysely rolls back only a transaction whose begin succeeded.
-      if (lockKeys.length > 0 || first) await this.rollback();
+      if (lockKeys.length > 0 || first.length > 0) await this.rollback();
       throw error;
+    } finally {
+      this.#committing = false;
     }
-    this.#inTransaction = true;
-    const clock = first ? this.#results[1] : undefined;
-    this.#offset.observe(sent, ((clock?.rows ?? result.rows)[0] as { server_now?: number } | undefined)?.server_now);
-    return first ? result : undefined;
+    const results = this.#results;
+    // PostgreSQL answers COMMIT of an aborted transaction with ROLLBACK: nothing was written.
+    if (commit && results.at(-1)?.command === 'ROLLBACK') throw new TransactionAbortedError();
+    this.#inTransaction = !commit;
+    this.#sealed = commit;
+    this.#offset.observe(sent, (results[1]?.rows[0] as { server_now?: number } | undefined)?.server_now);
+    return results.slice(2, 2 + first.length).map((r) => ({
+      numAffectedRows:
+        r.command === 'INSERT' || r.command === 'UPDATE' || r.command === 'DELETE' || r.command === 'MERGE'
+          ? BigInt(r.rowCount ?? 0)
+          : undefined,
+      rows: Array.isArray(r.rows) ? r.rows : [],
+    }));
   }
 
   /**
@@ -391,11 +417,15 @@ class FaultTolerantPostgresConnection implements DatabaseConnection {
   }
 
   release(): void {
+    this.#sealed = false;
     this.#client.release(this.#broken ? new Error('taskfence: connection discarded after a fault') : undefined);
   }
 
   async executeQuery<R>(compiledQuery: CompiledQuery): Promise<QueryResult<R>> {
     const text = compiledQuery.sql;
+    // A statement after a BEGIN that committed would run outside any transaction: a bug, never sent.
+    if (this.#sealed && !/^begin\b/i.test(text))
+      throw new TypeError('taskfence: a statement was sent in a transaction that BEGIN already committed');
     const config: pg.QueryConfig & { query_timeout?: number } = { text };
     // pg falls back to the client's own query_timeout when a query's is 0: "none" is the longest
     // timer Node allows instead (a statement_timeout of 0, as a migration's index build states).

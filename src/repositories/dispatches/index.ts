@@ -21,14 +21,15 @@ import {
   endedReason,
   GateOpenError,
   moveInFlightTask,
+  finishStatements,
   moveInFlightTaskRow,
   propagateFinish,
 } from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../../protocol.js';
 import { toTask } from '../shared/records.js';
-import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
+import { auditLeaseActs, auditsLeaseAct, type LeaseActRecord } from '../shared/audit.js';
 import { explainAfterRollback } from '../shared/misses.js';
-import { CLAIM_NEXT, COMPLETE, type ClaimNextShape } from './statements.js';
+import { CLAIM_NEXT, COMPLETE, type ClaimNextRow, type ClaimNextShape } from './statements.js';
 import { runBound } from '../../query/prepared.js';
 import { CoordinatorRunNotRunningError, findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
@@ -368,27 +369,34 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
    * `dispatchNext`'s guards and claim in one statement (`CLAIM_NEXT`, writable CTEs): refused in
    * the order `requireDispatchable` refuses, and nothing written when a guard refuses.
    */
-  async function claimNextFolded(trx: Trx, p: ClaimNextInput): Promise<DispatchContextRow | null> {
+  /** `CLAIM_NEXT` bound for `p`, with the time it states (read now: before BEGIN when BEGIN sends it). */
+  function claimNextStatement(p: ClaimNextInput): { query: CompiledQuery<ClaimNextRow>; now: number } {
     const now = ctx.clock.now();
     const { assigneeAgentId, minPriority } = p.filter;
     const shape: ClaimNextShape = `${p.agentId === null ? 'no-agent' : 'agent'}|${
       assigneeAgentId === undefined ? 'any' : assigneeAgentId === null ? 'unassigned' : 'assignee'
     }|${minPriority === undefined ? 'all' : 'min'}`;
-    const result = await CLAIM_NEXT.first(
-      trx,
-      {
-        runId: p.runId,
-        terminalHandle: p.terminalHandle,
-        agentId: p.agentId,
-        assignee: assigneeAgentId ?? null,
-        minPriority: minPriority ?? 0,
-        id: ctx.newId(),
-        now,
-        expiresAt: now + p.ttlMs,
-        traceContext: p.traceContext,
-      },
-      shape,
-    );
+    const params = {
+      runId: p.runId,
+      terminalHandle: p.terminalHandle,
+      agentId: p.agentId,
+      assignee: assigneeAgentId ?? null,
+      minPriority: minPriority ?? 0,
+      id: ctx.newId(),
+      now,
+      expiresAt: now + p.ttlMs,
+      traceContext: p.traceContext,
+    };
+    return { query: CLAIM_NEXT.bind(db, params, shape), now };
+  }
+
+  async function claimNextFolded(
+    trx: Trx,
+    p: ClaimNextInput,
+    sent?: { query: CompiledQuery<ClaimNextRow>; now: number },
+  ): Promise<DispatchContextRow | null> {
+    const { query, now } = sent ?? claimNextStatement(p);
+    const result = (dialect.beginResult(query) ?? (await runBound(trx, query))).rows[0];
     if (!result) throw new NotFoundError('coordinator run', p.runId);
     const { run_status: status, agent_found: agent, busy_id: busy, ...made } = result;
     if (status !== 'running') throw new CoordinatorRunNotRunningError(p.runId, status as CoordinatorRunStatus);
@@ -516,7 +524,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       result === undefined ? 'keep' : 'set',
     );
     if (!read) throw new NotFoundError('dispatch', dispatchId);
-    const { open_gate_id: openGate, ended, moved_task: movedTask, ...dispatch } = read;
+    const { open_gate_id: openGate, ended, moved_task: movedTask, task_before: _before, ...dispatch } = read;
     await checkReport(trx, dispatch, lease);
     if (openGate !== null) throw new GateOpenError(dispatch.task_id, openGate);
     if (!ended) throw new Error(`taskfence: dispatch ${dispatchId} passed every check but did not complete`);
@@ -529,6 +537,35 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       await propagateFinish(trx, task.id, 'done', now, dialect.supportsSkipLocked, (t, q) => dialect.commitWith(t, q));
     } else task = await trx.selectFrom('tasks').selectAll().where('id', '=', row.task_id).executeTakeFirstOrThrow();
     return { dispatch: toDispatch(row), task: toTask(task) };
+  }
+
+  /**
+   * `completeDispatch` in one round trip (PostgreSQL, an unkeyed call whose release is not
+   * audited): BEGIN carries the task key's read, `COMPLETE`, the dependents' lock and move (their
+   * task named by a subquery, read after the lock), and COMMIT. Null when the completion was
+   * refused: `COMPLETE` then wrote nothing, and the caller runs the call again in an ordinary
+   * transaction, which explains the refusal (its reasons need reads this round trip cannot make).
+   */
+  async function completeOnce(
+    dispatchId: string,
+    lease: Lease<'dispatch'> | undefined,
+    result: string | null,
+    keyRead: CompiledQuery,
+  ): Promise<{ dispatch: Dispatch; task: ReturnType<typeof toTask> } | null> {
+    const now = ctx.clock.now();
+    const complete = COMPLETE.bind(db, { id: dispatchId, token: lease?.token ?? null, now, result }, 'set');
+    const taskOf = sql<string>`(select task_id from ${tableIn(db, 'dispatch_contexts')} where id = ${dispatchId})`;
+    const { lock, move } = finishStatements(db, taskOf, 'done', now);
+    return dialect.writeTransaction(
+      async () => {
+        const read = dialect.beginResult(complete)?.rows[0];
+        if (!read?.ended) return null;
+        const { open_gate_id: _gate, ended: _ended, moved_task: moved, task_before: before, ...dispatch } = read;
+        const row: DispatchContextRow = { ...dispatch, status: 'completed', updated_at: now, ended_at: now };
+        return { dispatch: toDispatch(row), task: toTask((moved ?? before) as unknown as TaskRow) };
+      },
+      { first: [keyRead, complete, lock, move!], commit: true },
+    );
   }
 
   /** Ends an active dispatch as completed or cancelled and moves its task (done with `result`, or ready). */
@@ -724,14 +761,25 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
         { runId, terminalHandle, agentId, filter, ttlMs },
         NEXT_REFUSALS,
       );
-      const row = await onFreeTerminal([terminalHandle], () =>
-        keyedWrite(ctx, call, async (trx) => {
-          if (dialect.writableCtes)
-            return claimNextFolded(trx, { runId, terminalHandle, agentId, filter, ttlMs, traceContext });
-          await requireDispatchable(trx, runId, agentId, terminalHandle);
-          return claimNextIn(trx, { runId, terminalHandle, agentId, filter, ttlMs, traceContext });
-        }),
-      );
+      const p = { runId, terminalHandle, agentId, filter, ttlMs, traceContext };
+      const row = await onFreeTerminal([terminalHandle], () => {
+        // PostgreSQL, unkeyed, no grant to audit: the whole call is one round trip, BEGIN carrying
+        // the claim and COMMIT (a refusal writes nothing, so it is thrown after that commit).
+        const once =
+          dialect.writableCtes && call === null && !auditsLeaseAct(ctx, 'granted') ? claimNextStatement(p) : undefined;
+        return keyedWrite(
+          ctx,
+          call,
+          async (trx) => {
+            if (dialect.writableCtes) return claimNextFolded(trx, p, once);
+            await requireDispatchable(trx, runId, agentId, terminalHandle);
+            return claimNextIn(trx, p);
+          },
+          undefined,
+          once?.query,
+          true,
+        );
+      });
       return row ? toDispatch(row) : null;
     },
 
@@ -795,6 +843,11 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const call = keyedCall('dispatches.completeDispatch', opts, { dispatchId, result, lease }, REPORT_REFUSALS);
       // The task key's read goes with BEGIN (PostgreSQL, an unkeyed call).
       const keyRead = dialect.writableCtes ? taskKeyRead(dispatchId) : null;
+      // The whole call in one round trip when nothing has to be read between its statements.
+      if (keyRead && call === null && !auditsLeaseAct(ctx, 'released') && (!lease || lease.resource === dispatchId)) {
+        const done = await completeOnce(dispatchId, lease, result, keyRead);
+        if (done) return done;
+      }
       return keyedWrite(
         ctx,
         call,

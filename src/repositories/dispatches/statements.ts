@@ -100,6 +100,8 @@ export type CompleteRow = DispatchContextRow & {
   open_gate_id: string | null;
   ended: boolean;
   moved_task: Record<string, unknown> | null;
+  /** The task as the statement's snapshot saw it, before `moved`. */
+  task_before: Record<string, unknown> | null;
 };
 
 /**
@@ -131,5 +133,6 @@ export const COMPLETE = prepared((db, p: CompleteParams, shape: 'set' | 'keep') 
       where id = (select task_id from ended) and status in ('dispatched', 'in_progress')
       returning *
     )
-    select d.*, exists (select 1 from ended) as ended, (select to_jsonb(moved) from moved) as moved_task from d`;
+    select d.*, exists (select 1 from ended) as ended, (select to_jsonb(moved) from moved) as moved_task,
+      (select to_jsonb(t) from ${tasks} t where t.id = d.task_id) as task_before from d`;
 });

@@ -8,7 +8,7 @@
  * The helpers below run inside the caller's write transaction, so a dispatch's end and its
  * task's move, and a task's finish and its dependents' readiness, commit together.
  */
-import { sql, type Kysely, type Transaction } from 'kysely';
+import { sql, type CompiledQuery, type Kysely, type RawBuilder, type Transaction } from 'kysely';
 import { TaskfenceError } from '../../errors.js';
 import { tableIn } from '../../query/schema.js';
 import type { Database, DispatchContextRow, DispatchStatus, TaskRow, TaskStatus } from '../../schema/database.js';
@@ -317,9 +317,43 @@ export async function propagateFinish(
   rowLocks: boolean,
   commitWith?: StoreContext['dialect']['commitWith'],
 ): Promise<void> {
-  const tasks = tableIn(trx, 'tasks');
-  const deps = tableIn(trx, 'task_dependencies');
-  const dependents = sql`${tasks}.id in (select task_id from ${deps} where depends_on_id = ${taskId})`;
+  const { lock, move } = finishStatements(trx, taskId, status, now);
+  if (rowLocks) {
+    // Two dependencies of one task finishing at once must not each miss the other's commit (READ
+    // COMMITTED: each UPDATE below reads as of its start). Locking the dependents first queues the
+    // second finisher behind the first, and its UPDATE then sees the first one's done.
+    if (commitWith) {
+      // The transaction's last writes: both go with COMMIT, each its own statement and snapshot.
+      await commitWith(trx, lock);
+      if (move) await commitWith(trx, move);
+      return;
+    }
+    const locked = await trx.executeQuery(lock);
+    // Every dependent either UPDATE below could move is among these rows (blocked or ready), and
+    // none can join them before this transaction ends: a new edge to this task locks its row,
+    // which this transaction holds. None locked: nothing to move, one round trip less.
+    if (locked.rows.length === 0) return;
+  }
+  if (move) await trx.executeQuery(move);
+}
+
+/**
+ * `propagateFinish`'s two statements, compiled: `lock` row-locks the dependents (blocked or ready,
+ * by id) and `move` moves those the finish releases or blocks (null for a status that moves
+ * none). `task`: the finished task's id, or an expression of it (a subquery, when the statements
+ * are sent before the caller knows the id).
+ */
+export function finishStatements(
+  db: Kysely<Database>,
+  task: string | RawBuilder<string>,
+  status: TaskStatus,
+  now: number,
+): { lock: CompiledQuery; move: CompiledQuery | null } {
+  if (typeof task !== 'string' && status !== 'done')
+    throw new TypeError('finishStatements: the reason of a failed or cancelled finish names the task id');
+  const tasks = tableIn(db, 'tasks');
+  const deps = tableIn(db, 'task_dependencies');
+  const dependents = sql`${tasks}.id in (select task_id from ${deps} where depends_on_id = ${task})`;
   const lifecycleBlocked = sql`${tasks}.status = 'blocked' and (${tasks}.blocked_reason like ${WAITING_REASON + '%'} or ${tasks}.blocked_reason like ${FAILED_DEPENDENCY_REASON + '%'})`;
   const move =
     status === 'done'
@@ -330,36 +364,20 @@ export async function propagateFinish(
           select 1 from ${deps} d join ${tasks} t on t.id = d.depends_on_id
           where d.task_id = ${tasks}.id and t.status <> 'done')
         and not exists (
-          select 1 from ${tableIn(trx, 'decision_gates')} g where g.task_id = ${tasks}.id and g.status = 'open')`
-      : status === 'failed' || status === 'cancelled'
+          select 1 from ${tableIn(db, 'decision_gates')} g where g.task_id = ${tasks}.id and g.status = 'open')`
+      : (status === 'failed' || status === 'cancelled') && typeof task === 'string'
         ? sql`
-      update ${tasks} set status = 'blocked', blocked_reason = ${failedDependencyReason(taskId, status)}, updated_at = ${now}
+      update ${tasks} set status = 'blocked', blocked_reason = ${failedDependencyReason(task, status)}, updated_at = ${now}
       where ${dependents} and (${lifecycleBlocked} or ${tasks}.status = 'ready')`
         : null;
-  if (rowLocks) {
-    // Two dependencies of one task finishing at once must not each miss the other's commit (READ
-    // COMMITTED: each UPDATE below reads as of its start). Locking the dependents first queues the
-    // second finisher behind the first, and its UPDATE then sees the first one's done.
-    const lock = trx
-      .selectFrom('tasks')
-      .select('id')
-      .where('id', 'in', trx.selectFrom('task_dependencies').select('task_id').where('depends_on_id', '=', taskId))
-      .where('status', 'in', ['blocked', 'ready'])
-      .orderBy('id')
-      .forUpdate();
-    if (commitWith) {
-      // The transaction's last writes: both go with COMMIT, each its own statement and snapshot.
-      await commitWith(trx, lock.compile());
-      if (move) await commitWith(trx, move.compile(trx));
-      return;
-    }
-    const locked = await lock.execute();
-    // Every dependent either UPDATE below could move is among these rows (blocked or ready), and
-    // none can join them before this transaction ends: a new edge to this task locks its row,
-    // which this transaction holds. None locked: nothing to move, one round trip less.
-    if (locked.length === 0) return;
-  }
-  if (move) await move.execute(trx);
+  const lock = db
+    .selectFrom('tasks')
+    .select('id')
+    .where('id', 'in', db.selectFrom('task_dependencies').select('task_id').where('depends_on_id', '=', task))
+    .where('status', 'in', ['blocked', 'ready'])
+    .orderBy('id')
+    .forUpdate();
+  return { lock: lock.compile(), move: move ? move.compile(db) : null };
 }
 
 /**
