@@ -117,10 +117,10 @@ async function analyze(store: Store): Promise<void> {
 /**
  * The claim `dispatchNext` sends on PostgreSQL (`CLAIM_NEXT` in src/repositories/dispatches/
  * statements.ts: the guards' CTE `g`, then the pick, `… limit 1 for update skip locked)`), as the
- * driver receives it. Matched by its CTEs, so no other statement (the inbox's `SKIP LOCKED`
- * receive, say) is touched.
+ * driver receives it, alone or inside the BEGIN … COMMIT query of a one-round-trip call. Matched
+ * by its CTEs, so no other statement (the inbox's `SKIP LOCKED` receive, say) is touched.
  */
-const PICK_TEXT = /^with g as \(\s+select r\.status as run_status,[^]*\bfor update skip locked\)[^]*\bmade as \(/;
+const PICK_TEXT = /\bwith g as \(\s+select r\.status as run_status,[^]*\bfor update skip locked\)[^]*\bmade as \(/;
 const PICK_LOCK = /limit 1\s+for update skip locked\)/;
 let picksRewritten = 0;
 
