@@ -75,3 +75,31 @@ describe('client-side query timeout (PostgreSQL)', () => {
     });
   }, 60_000);
 });
+
+// PostgreSQL only: statements sent with COMMIT (`commitWith`) and a read begun meanwhile.
+describe('statements sent with COMMIT (PostgreSQL)', () => {
+  let fx: DialectFixture;
+  beforeAll(() => {
+    fx = postgresFixture();
+  });
+  afterAll(() => fx.cleanup());
+
+  it('go with the COMMIT of their own transaction, never with a read transaction begun meanwhile', async () => {
+    const store = await fx.freshStore();
+    const table = 'commit_with_probe';
+    await sql`create table ${sql.table(table)} (id text primary key)`.execute(store.db);
+    const insert = sql`insert into ${sql.table(table)} (id) values (${'sent-with-commit'})`.compile(store.db);
+    const count = async (db: Kysely<any>) =>
+      Number((await sql<{ n: string }>`select count(*) as n from ${sql.table(table)}`.execute(db)).rows[0]!.n);
+    const seen = await store.dialect.writeTransaction(async (trx) => {
+      await store.dialect.commitWith(trx, insert);
+      // Not sent yet: the statement waits for this transaction's COMMIT.
+      const inside = await count(trx);
+      // A read transaction on another connection commits on its own (a read-only one would refuse the insert).
+      const elsewhere = await store.dialect.readTransaction((r) => count(r));
+      return { inside, elsewhere };
+    });
+    expect(seen).toEqual({ inside: 0, elsewhere: 0 });
+    expect(await count(store.db)).toBe(1);
+  });
+});

@@ -361,8 +361,12 @@ class PostgresStoreDialect implements StoreDialect {
   }
 
   readTransaction<T>(fn: WriteTransactionFn<T>): Promise<T> {
+    // Outside any write transaction's BEGIN_LOCKS: a read begun inside one (another connection)
+    // must neither skip its COMMIT nor carry that transaction's statements.
+    const attempt = () =>
+      this.db.transaction().setIsolationLevel(READ_ISOLATION).setAccessMode('read only').execute(fn);
     return retryTransient(
-      () => this.db.transaction().setIsolationLevel(READ_ISOLATION).setAccessMode('read only').execute(fn),
+      () => BEGIN_LOCKS.exit(attempt),
       (e) => this.classifyError(e),
       RETRYABLE,
       this.#config.writeDeadlineMs,
