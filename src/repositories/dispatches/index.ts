@@ -365,10 +365,6 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     });
   }
 
-  /**
-   * `dispatchNext`'s guards and claim in one statement (`CLAIM_NEXT`, writable CTEs): refused in
-   * the order `requireDispatchable` refuses, and nothing written when a guard refuses.
-   */
   /** `CLAIM_NEXT` bound for `p`, with the time it states (read now: before BEGIN when BEGIN sends it). */
   function claimNextStatement(p: ClaimNextInput): { query: CompiledQuery<ClaimNextRow>; now: number } {
     const now = ctx.clock.now();
@@ -390,6 +386,11 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     return { query: CLAIM_NEXT.bind(db, params, shape), now };
   }
 
+  /**
+   * `dispatchNext`'s guards and claim in one statement (`CLAIM_NEXT`, writable CTEs): refused in
+   * the order `requireDispatchable` refuses, and nothing written when a guard refuses. `sent`: the
+   * statement BEGIN already carried, if it did.
+   */
   async function claimNextFolded(
     trx: Trx,
     p: ClaimNextInput,
