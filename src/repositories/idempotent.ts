@@ -158,7 +158,7 @@ export function keyedWrite<T>(
   call: IdempotentCall | null,
   effect: (trx: Transaction<Database>) => Promise<T>,
   lockKeys?: readonly string[],
-  first?: CompiledQuery,
+  first?: CompiledQuery | readonly CompiledQuery[],
   commit = false,
 ): Promise<T> {
   if (call === null)

@@ -253,6 +253,22 @@ export async function claimAndHang(
   await new Promise(() => {});
 }
 
+/**
+ * One attempt on a workspace no grant has touched yet: `claimTask` of the contender's own task
+ * when it has one, else `tryAcquirePaths` of the same paths. Returns whether it was granted.
+ */
+export async function firstGrant(
+  store: Store,
+  args: { taskId: string | null; workspaceId: string; holder: string; paths: string[]; ttlMs: number },
+) {
+  if (args.taskId !== null) {
+    const claim = await store.paths.claimTask(args.taskId, args.holder, { ttlMs: args.ttlMs });
+    return { granted: claim.claimed, token: claim.claimed ? claim.lease.token : null };
+  }
+  const result = await store.paths.tryAcquirePaths(args);
+  return { granted: result.acquired, token: result.acquired ? result.lease.token : null };
+}
+
 /** The operations this module's contenders run (see test/support/operations.ts). */
 export const ops = defineOperations(import.meta.url, {
   raceRounds,
@@ -263,4 +279,5 @@ export const ops = defineOperations(import.meta.url, {
   acquireHoldRelease,
   acquire,
   claimAndHang,
+  firstGrant,
 });

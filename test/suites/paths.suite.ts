@@ -769,6 +769,39 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       SOAK_TIMEOUT,
     );
 
+    it('8 processes on a workspace no grant has touched (no token row yet): claimTask and tryAcquirePaths grant one', async () => {
+      // The workspace's key is what serializes the first grant there: before it, no token row
+      // exists to lock, so without the key every contender's check would find the workspace empty.
+      const counts: number[] = [];
+      for (let round = 0; round < 12; round++) {
+        const ws = await workspace(parent, raceCompany);
+        const paths = ['src/a', round % 2 === 0 ? 'src' : 'docs'];
+        const tasks = await Promise.all(
+          [0, 2, 4, 6].map((i) =>
+            parent.tasks.createTask({
+              companyId: raceCompany,
+              workspaceId: ws,
+              title: `first-${round}-${i}`,
+              requiresFilesystem: true,
+              writes: paths,
+              status: 'ready',
+            }),
+          ),
+        );
+        const outcomes = await contenders.race('firstGrant', (i) => ({
+          taskId: i % 2 === 0 ? tasks[i / 2]!.id : null,
+          workspaceId: ws,
+          holder: `c${i}`,
+          paths,
+          ttlMs: LONG_TTL,
+        }));
+        const granted = outcomes.map(ok).filter((o) => o.granted);
+        counts.push(granted.length);
+        expect(granted.map((g) => g.token)).toEqual([1]);
+      }
+      expect(counts, counts.join(',')).toEqual(Array(12).fill(1));
+    });
+
     it('one workspace, one exclusion rule: 4 lock holders and 4 path holders never hold at once', async () => {
       const ws = await workspace(parent, raceCompany);
       const seed = Date.now() % 100_000;

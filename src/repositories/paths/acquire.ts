@@ -4,29 +4,33 @@
  * workspace's token row, checks for conflicting live leases and, only if there are none, takes
  * the next fencing token and inserts the whole set under it.
  */
-import type { Transaction } from 'kysely';
+import type { CompiledQuery, Transaction } from 'kysely';
 import { NotFoundError } from '../../errors.js';
 import { decodePathLeaseKey, encodePathLeaseKey, WHOLE_WORKSPACE_KEY } from '../../domain/write-paths.js';
 import type { Database, PathLeaseRow } from '../../schema/database.js';
 import type { StoreContext } from '../context.js';
+import { runBound } from '../../query/prepared.js';
 import { pathsLockKey } from '../../protocol.js';
 import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import { liveWorkspaceLock } from '../shared/workspace-exclusion.js';
 import {
   chunked,
   conflictParams,
+  type ConflictParams,
   descendantRanges,
   FIND_CONFLICTS,
+  GRANT,
   INSERT_LEASES,
   LIST_CHUNK,
+  LOCK_TOKEN_ROW,
   NEXT_TOKEN,
-  NEXT_TOKEN_AND_PRUNE,
   PRUNE_EXPIRED,
   RANGE_CHUNK,
   toPathLease,
 } from './statements.js';
 import {
   PATH_CONFLICT_REPORT_LIMIT,
+  type PathLease,
   type PathLeaseConflict,
   type PathLeaseGrant,
   type TryAcquirePathsResult,
@@ -87,30 +91,46 @@ async function scanConflicts(
     const lockHere = withLock && i === 0;
     const params = { workspaceId, now, ancestors, ...descendantRanges(chunkKeys), withLock: lockHere };
     const shape = `${ancestors.length}:${chunkKeys.length}:${lockHere ? 1 : 0}`;
-    for (const row of await FIND_CONFLICTS.execute(trx, params, shape)) {
-      const token = row.token === null ? null : Number(row.token);
-      if (Number(row.from_lock ?? 0) === 1) {
-        lock = {
-          key: WHOLE_WORKSPACE_KEY,
-          holder: row.holder,
-          expiresAt: Number(row.expires_at),
-          token,
-          kind: 'workspace_lock',
-        };
-        continue;
-      }
-      const id = `${row.lease_key}\u0000${row.holder}`;
-      if (seen.has(id) || conflicts.length >= PATH_CONFLICT_REPORT_LIMIT) continue;
-      seen.add(id);
-      conflicts.push({
-        key: decodePathLeaseKey(row.lease_key),
-        holder: row.holder,
-        expiresAt: Number(row.expires_at),
-        token,
-      });
-    }
+    for (const row of await FIND_CONFLICTS.execute(trx, params, shape)) lock = addBlocker(row, seen, conflicts) ?? lock;
   }
   return { lock, conflicts };
+}
+
+/**
+ * One row of a conflict check: the workspace's lock (`from_lock` 1), returned for the caller to
+ * put first, or a lease, added to `conflicts` unless already there or past the report limit.
+ */
+function addBlocker(
+  row: {
+    lease_key: string;
+    holder: string;
+    expires_at: number | string;
+    token: number | string | null;
+    from_lock?: unknown;
+  },
+  seen: Set<string>,
+  conflicts: PathLeaseConflict[],
+): PathLeaseConflict | null {
+  const token = row.token === null ? null : Number(row.token);
+  if (Number(row.from_lock ?? 0) === 1) {
+    return {
+      key: WHOLE_WORKSPACE_KEY,
+      holder: row.holder,
+      expiresAt: Number(row.expires_at),
+      token,
+      kind: 'workspace_lock',
+    };
+  }
+  const id = `${row.lease_key}\u0000${row.holder}`;
+  if (seen.has(id) || conflicts.length >= PATH_CONFLICT_REPORT_LIMIT) return null;
+  seen.add(id);
+  conflicts.push({
+    key: decodePathLeaseKey(row.lease_key),
+    holder: row.holder,
+    expiresAt: Number(row.expires_at),
+    token,
+  });
+  return null;
 }
 
 /**
@@ -141,29 +161,18 @@ async function nextToken(ctx: StoreContext, trx: Transaction<Database>, workspac
 }
 
 /**
- * `nextToken` and the first `PRUNE_EXPIRED` in one statement where a WITH clause may write
- * (`NEXT_TOKEN_AND_PRUNE`, PostgreSQL). Returns the token and the pruned rows.
+ * Locks the caller has taken for an acquisition (PostgreSQL): the statement that locks the
+ * workspace's token row, which BEGIN may have sent (read with `beginResult`, else sent here), and
+ * whether the workspace's key was taken by SQL of the caller's (`lockKey` is then skipped).
  */
-async function nextTokenPruning(
-  ctx: StoreContext,
-  trx: Transaction<Database>,
-  workspaceId: string,
-  stored: readonly string[],
-  now: number,
-) {
-  const rows = await orMissingWorkspace(
-    ctx,
-    workspaceId,
-    NEXT_TOKEN_AND_PRUNE.execute(trx, { workspaceId, stored, now }, stored.length),
-  );
-  return {
-    token: Number(rows[0]!.next_token),
-    pruned: rows.flatMap((r) =>
-      r.lease_key === null
-        ? []
-        : [{ holder: r.holder!, token: r.token, lease_key: r.lease_key, expires_at: r.expires_at! }],
-    ),
-  };
+export interface HeldForGrant {
+  readonly tokenRow: CompiledQuery;
+  readonly keyTaken?: boolean;
+}
+
+/** The token row's lock for BEGIN to send (`WriteTransactionOptions.first`); null where it is not one statement (SQLite). */
+export function tokenRowLock(ctx: StoreContext, workspaceId: string): CompiledQuery | null {
+  return ctx.dialect.writableCtes ? LOCK_TOKEN_ROW.bind(ctx.dialect.db, { workspaceId }) : null;
 }
 
 /** The all-or-nothing acquisition, inside the caller's write transaction: one grant, or the blockers. */
@@ -175,44 +184,30 @@ export async function acquireKeys(
   keys: readonly string[],
   ttlMs: number,
   taskId: string | null,
+  held?: HeldForGrant,
 ): Promise<TryAcquirePathsResult> {
-  await ctx.dialect.lockKey(trx, pathsLockKey(workspaceId));
-  await lockTokenRow(ctx, trx, workspaceId);
+  if (!held?.keyTaken) await ctx.dialect.lockKey(trx, pathsLockKey(workspaceId));
+  if (!held) await lockTokenRow(ctx, trx, workspaceId);
+  else if (!ctx.dialect.beginResult(held.tokenRow)) await runBound(trx, held.tokenRow);
   // Read the clock only once the workspace is serialized, so lease times follow commit order.
   const now = ctx.clock.now();
+  const params = conflictParams(workspaceId, keys, now);
+  // A set checked in one statement is granted in one statement where a WITH clause may write.
+  if (ctx.dialect.writableCtes && keys.length <= RANGE_CHUNK && params.ancestors.length <= LIST_CHUNK)
+    return grantInOne(ctx, trx, params, holder, keys, ttlMs, taskId);
   // One exclusion rule per workspace: a live workspace lock is the whole-workspace key, so it
   // blocks every path claim there (and `claimWorkspaceLock` takes this key and checks the leases).
   const conflicts = await findBlockers(trx, workspaceId, keys, now);
-  if (conflicts.length > 0) {
-    const first = conflicts[0]!;
-    return {
-      status: 'busy',
-      heldBy: { holder: first.holder, expiresAt: first.expiresAt, conflicts },
-      acquired: false,
-      conflicts,
-    };
-  }
+  if (conflicts.length > 0) return busy(conflicts);
   const chunks = chunked(keys, LIST_CHUNK).map((chunk) => chunk.map(encodePathLeaseKey));
-  // With writable CTEs the token and the first chunk's prune are one statement (one round trip).
-  const head =
-    ctx.dialect.writableCtes && keys.length > 0 ? await nextTokenPruning(ctx, trx, workspaceId, chunks[0]!, now) : null;
-  const token = head ? head.token : await nextToken(ctx, trx, workspaceId, now);
+  const token = await nextToken(ctx, trx, workspaceId, now);
   const expiresAt = now + ttlMs;
   const rows: PathLeaseRow[] = [];
-  // The lapsed grants this one takes keys over from, for the trail: holder and token → keys.
-  const lost = new Map<string, { holder: string; token: number | null; expiresAt: number; keys: string[] }>();
+  const lost: LapsedLease[] = [];
   if (keys.length > 0) {
-    for (const [i, stored] of chunks.entries()) {
+    for (const stored of chunks) {
       // Expired leases of any grant on exactly these keys are garbage from now on.
-      const pruned =
-        i === 0 && head ? head.pruned : await PRUNE_EXPIRED.execute(trx, { workspaceId, stored, now }, stored.length);
-      for (const r of pruned) {
-        const token = r.token === null ? null : Number(r.token);
-        const id = `${token}\u0000${r.holder}`;
-        const grant = lost.get(id) ?? { holder: r.holder, token, expiresAt: Number(r.expires_at), keys: [] };
-        grant.keys.push(decodePathLeaseKey(r.lease_key));
-        lost.set(id, grant);
-      }
+      lost.push(...(await PRUNE_EXPIRED.execute(trx, { workspaceId, stored, now }, stored.length)));
       rows.push(
         ...(await INSERT_LEASES.execute(
           trx,
@@ -222,20 +217,96 @@ export async function acquireKeys(
       );
     }
   }
+  const order = new Map(keys.map((key, i) => [key, i]));
+  const leases = rows.map(toPathLease).sort((a, b) => order.get(a.key)! - order.get(b.key)!);
+  return granted(ctx, trx, { workspaceId, holder, keys, taskId, now, expiresAt, token }, leases, lost);
+}
+
+/** A lapsed lease a grant took its key over from. */
+type LapsedLease = { holder: string; token: number | string | null; lease_key: string; expires_at: number | string };
+
+function busy(conflicts: PathLeaseConflict[]): TryAcquirePathsResult {
+  const first = conflicts[0]!;
+  return {
+    status: 'busy',
+    heldBy: { holder: first.holder, expiresAt: first.expiresAt, conflicts },
+    acquired: false,
+    conflicts,
+  };
+}
+
+/** The acquisition as one `GRANT` statement (writable CTEs): the check, the token, the prune and the rows. */
+async function grantInOne(
+  ctx: StoreContext,
+  trx: Transaction<Database>,
+  params: ConflictParams,
+  holder: string,
+  keys: readonly string[],
+  ttlMs: number,
+  taskId: string | null,
+): Promise<TryAcquirePathsResult> {
+  const { workspaceId, now } = params;
+  const expiresAt = now + ttlMs;
+  const stored = keys.map(encodePathLeaseKey);
+  const rows = await orMissingWorkspace(
+    ctx,
+    workspaceId,
+    GRANT.execute(trx, { ...params, stored, holder, taskId, expiresAt }, `${params.ancestors.length}:${keys.length}`),
+  );
+  const seen = new Set<string>();
+  const conflicts: PathLeaseConflict[] = [];
+  let lock: PathLeaseConflict | null = null;
+  for (const row of rows)
+    if (row.kind === 'blocker') lock = addBlocker(row as Parameters<typeof addBlocker>[0], seen, conflicts) ?? lock;
+  if (lock || conflicts.length > 0) return busy(lock ? [lock, ...conflicts] : conflicts);
+  const grant = rows.find((row) => row.kind === 'granted');
+  if (!grant || Number(grant.from_lock) !== keys.length)
+    throw new Error(`taskfence: a path grant in workspace ${workspaceId} found no blocker but wrote no lease`);
+  const token = Number(grant.token);
+  const leases = keys.map((key) => ({ workspaceId, key, holder, taskId, acquiredAt: now, expiresAt, token }));
+  const lost = rows.filter((row) => row.kind === 'lost') as LapsedLease[];
+  return granted(ctx, trx, { workspaceId, holder, keys, taskId, now, expiresAt, token }, leases, lost);
+}
+
+/** The granted result, after the trail's rows: the grant, and one `lost` per lapsed grant it took keys over from. */
+async function granted(
+  ctx: StoreContext,
+  trx: Transaction<Database>,
+  g: {
+    workspaceId: string;
+    holder: string;
+    keys: readonly string[];
+    taskId: string | null;
+    now: number;
+    expiresAt: number;
+    token: number;
+  },
+  leases: PathLease[],
+  lapsed: readonly LapsedLease[],
+): Promise<TryAcquirePathsResult> {
+  const { workspaceId, holder, keys, taskId, now, expiresAt, token } = g;
+  // The lapsed grants this one takes keys over from, for the trail: holder and token → keys.
+  const lost = new Map<string, { holder: string; token: number | null; expiresAt: number; keys: string[] }>();
+  for (const r of lapsed) {
+    const lostToken = r.token === null ? null : Number(r.token);
+    const id = `${lostToken}\u0000${r.holder}`;
+    const grant = lost.get(id) ?? { holder: r.holder, token: lostToken, expiresAt: Number(r.expires_at), keys: [] };
+    grant.keys.push(decodePathLeaseKey(r.lease_key));
+    lost.set(id, grant);
+  }
   await auditLeaseActs(ctx, trx, now, [
     { act: 'granted', kind: 'path_lease', resource: workspaceId, holder, token, detail: { keys, taskId, expiresAt } },
     ...[...lost.values()].map(
-      (g): LeaseActRecord => ({
+      (l): LeaseActRecord => ({
         act: 'lost',
         kind: 'path_lease',
         resource: workspaceId,
-        holder: g.holder,
-        token: g.token,
-        detail: { reason: 'superseded', keys: g.keys, expiresAt: g.expiresAt, by: { holder, token } },
+        holder: l.holder,
+        token: l.token,
+        detail: { reason: 'superseded', keys: l.keys, expiresAt: l.expiresAt, by: { holder, token } },
       }),
     ),
   ]);
-  const order = new Map(keys.map((key, i) => [key, i]));
   const lease: PathLeaseGrant = Object.freeze({
     kind: 'path_lease' as const,
     resource: workspaceId,
@@ -246,10 +317,5 @@ export async function acquireKeys(
     keys: Object.freeze([...keys]),
     taskId,
   });
-  return {
-    status: 'acquired',
-    lease,
-    acquired: true,
-    leases: rows.map(toPathLease).sort((a, b) => order.get(a.key)! - order.get(b.key)!),
-  };
+  return { status: 'acquired', lease, acquired: true, leases };
 }

@@ -3,13 +3,17 @@
  * for its declared writes, and their release when it finishes.
  */
 import { leaseKeys, WHOLE_WORKSPACE_KEY, decodePathLeaseKey } from '../../domain/write-paths.js';
+import { sql, type CompiledQuery, type Transaction } from 'kysely';
 import { NotFoundError } from '../../errors.js';
+import { runBound } from '../../query/prepared.js';
+import type { Database } from '../../schema/database.js';
 import type { TaskStatus } from '../../schema/database.js';
 import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import type { StoreContext } from '../context.js';
 import { keyedWrite, type IdempotentCall } from '../idempotent.js';
 import type { Lease } from '../shared/lease.js';
 import {
+  activeDispatchRead,
   afterTaskFinished,
   GateOpenError,
   requireNoOpenGate,
@@ -38,6 +42,39 @@ export const SUBMITTABLE: readonly TaskStatus[] = ['in_progress'];
 export const CLAIM_REFUSALS = [NotFoundError, PathClaimRefusedError];
 export const SUBMIT_REFUSALS = [NotFoundError, PathClaimRefusedError, PathLeaseLostError, GateOpenError];
 
+/**
+ * `claimTask`'s reads and locks, bound, for BEGIN to send after the task's dispatch key
+ * (PostgreSQL; null where `lockKey` is a no-op): the task's row (locked), its active dispatch, and
+ * then, for a claimable task with a workspace, the workspace's paths key and its token row, in
+ * the lock order `acquireKeys` takes them. A refused claim takes no paths lock.
+ */
+function claimReads(ctx: StoreContext, taskId: string) {
+  const { db } = ctx.dialect;
+  const taking = ctx.dialect.lockKeyExpression(sql<string>`${pathsLockKey('')} || ${sql.ref('workspace_id')}`);
+  if (taking === null) return null;
+  const claimable = db
+    .selectFrom('tasks')
+    .where('id', '=', taskId)
+    .where('workspace_id', 'is not', null)
+    .where('status', 'in', CLAIMABLE);
+  return {
+    task: db
+      .selectFrom('tasks')
+      .select(['workspace_id', 'writes', 'status'])
+      .where('id', '=', taskId)
+      .forUpdate()
+      .compile(),
+    active: activeDispatchRead(db, taskId).compile(),
+    key: claimable.select(taking.as('locked')).compile(),
+    tokenRow: db
+      .selectFrom('path_lease_tokens')
+      .select('token')
+      .where('workspace_id', '=', claimable.select('workspace_id'))
+      .forUpdate()
+      .compile(),
+  };
+}
+
 /** `claimTask` (validated input); its guarantee is stated on `PathLeaseRepository`. */
 export async function claimTask(
   ctx: StoreContext,
@@ -48,41 +85,58 @@ export async function claimTask(
   call: IdempotentCall | null = null,
 ): Promise<PathClaimResult> {
   const { dialect } = ctx;
-  return keyedWrite(ctx, call, async (trx): Promise<PathClaimResult> => {
+  // PostgreSQL: BEGIN takes the keys and makes the reads, one statement grants, and the claim's
+  // writes go with COMMIT (3 round trips).
+  const reads = claimReads(ctx, taskId);
+  const effect = async (trx: Transaction<Database>): Promise<PathClaimResult> => {
+    const result = <R>(stmt: CompiledQuery<R>) => dialect.beginResult(stmt) ?? runBound(trx, stmt);
     // The task's dispatch key, then its row (locked on PostgreSQL) before the claim's row: a
     // dispatch of the task moves the task row first and then drops the claim, in the same order.
     await dialect.lockKey(trx, dispatchTaskLockKey(taskId));
     const read = trx.selectFrom('tasks').select(['workspace_id', 'writes', 'status']).where('id', '=', taskId);
-    const task = await (dialect.supportsSkipLocked ? read.forUpdate() : read).executeTakeFirst();
+    const task = reads ? (await result(reads.task)).rows[0] : await read.executeTakeFirst();
+    const active = reads ? ((await result(reads.active)).rows[0] ?? null) : undefined;
     if (!task) throw new NotFoundError('task', taskId);
     if (FINISHED.includes(task.status)) {
       throw new PathClaimRefusedError(taskId, holder, 'task_finished', `it is already ${task.status}`);
     }
     if (!CLAIMABLE.includes(task.status))
       throw new TaskTransitionRefusedError(taskId, task.status, 'in_progress', task.status, 'not_in_table');
-    await requireTaskDispatchLease(trx, taskId, dispatchLease);
+    await requireTaskDispatchLease(trx, taskId, dispatchLease, active);
     if (task.workspace_id === null) {
       throw new PathClaimRefusedError(taskId, holder, 'task_has_no_workspace', 'it has no workspace to lease paths in');
     }
     const writes = task.writes === null ? null : (JSON.parse(task.writes) as string[]);
     const mode: TaskWriteMode = writes === null ? 'whole-workspace' : writes.length === 0 ? 'dynamic' : 'paths';
     const keys = writes === null ? [WHOLE_WORKSPACE_KEY] : leaseKeys(writes);
-    const result = await acquireKeys(ctx, trx, task.workspace_id, holder, keys, ttlMs, taskId);
-    if (result.status === 'busy')
-      return { status: 'busy', mode, heldBy: result.heldBy, claimed: false, conflicts: result.conflicts };
+    if (reads) await result(reads.key);
+    const held = reads ? { tokenRow: reads.tokenRow, keyTaken: true } : undefined;
+    const acquired = await acquireKeys(ctx, trx, task.workspace_id, holder, keys, ttlMs, taskId, held);
+    if (acquired.status === 'busy')
+      return { status: 'busy', mode, heldBy: acquired.heldBy, claimed: false, conflicts: acquired.conflicts };
     const now = ctx.clock.now();
     // The task's current claim: a later claim supersedes this grant, whatever its holder name.
-    const { token, workspaceId } = result.lease;
-    await trx
-      .insertInto('path_lease_claims')
-      .values({ task_id: taskId, workspace_id: workspaceId, holder, token, claimed_at: now })
-      .onConflict((oc) =>
-        oc.column('task_id').doUpdateSet({ workspace_id: workspaceId, holder, token, claimed_at: now }),
-      )
-      .execute();
-    await trx.updateTable('tasks').set({ status: 'in_progress', updated_at: now }).where('id', '=', taskId).execute();
-    return { status: 'acquired', mode, lease: result.lease, claimed: true, leases: result.leases };
-  });
+    // These are the call's last writes: they go with COMMIT.
+    const { token, workspaceId } = acquired.lease;
+    const claimRow = { task_id: taskId, workspace_id: workspaceId, holder, token, claimed_at: now };
+    await dialect.commitWith(
+      trx,
+      trx
+        .insertInto('path_lease_claims')
+        .values(claimRow)
+        .onConflict((oc) =>
+          oc.column('task_id').doUpdateSet({ workspace_id: workspaceId, holder, token, claimed_at: now }),
+        )
+        .compile(),
+    );
+    await dialect.commitWith(
+      trx,
+      trx.updateTable('tasks').set({ status: 'in_progress', updated_at: now }).where('id', '=', taskId).compile(),
+    );
+    return { status: 'acquired', mode, lease: acquired.lease, claimed: true, leases: acquired.leases };
+  };
+  const first = reads ? [reads.task, reads.active, reads.key, reads.tokenRow] : undefined;
+  return keyedWrite(ctx, call, effect, [dispatchTaskLockKey(taskId)], first);
 }
 
 /** The trail's rows of the task's path leases a result released: one per grant (token), with its keys. */

@@ -20,7 +20,7 @@ import {
   requirePositiveMs,
 } from '../validate.js';
 import { keyedCall, keyedWrite, type IdempotencyOptions } from '../idempotent.js';
-import { acquireKeys } from './acquire.js';
+import { acquireKeys, tokenRowLock } from './acquire.js';
 import { CLAIM_REFUSALS, claimTask, SUBMIT_REFUSALS, submitTaskResult } from './claims.js';
 import { GRANT_REFUSALS, isGrant, releaseGrant, renewGrant, requirePathGrant } from './grants.js';
 import { chunked, descendantRanges, RANGE_CHUNK, RELEASE, RENEW, toPathLease } from './statements.js';
@@ -70,9 +70,16 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
     async tryAcquirePaths(input) {
       const { workspaceId, holder, ttlMs, keys, taskId } = checkAcquireInput(input);
       const call = keyedCall('paths.tryAcquirePaths', input, { workspaceId, holder, ttlMs, keys, taskId }, []);
-      return keyedWrite(ctx, call, (trx) => acquireKeys(ctx, trx, workspaceId, holder, keys, ttlMs, taskId), [
-        pathsLockKey(workspaceId),
-      ]);
+      // PostgreSQL: BEGIN takes the workspace's key and its token row, then one statement grants (3 round trips).
+      const tokenRow = tokenRowLock(ctx, workspaceId);
+      const held = tokenRow ? { tokenRow } : undefined;
+      return keyedWrite(
+        ctx,
+        call,
+        (trx) => acquireKeys(ctx, trx, workspaceId, holder, keys, ttlMs, taskId, held),
+        [pathsLockKey(workspaceId)],
+        tokenRow ?? undefined,
+      );
     },
 
     async acquirePaths(input, options) {
@@ -85,19 +92,23 @@ export function createPathLeaseRepository(ctx: StoreContext): PathLeaseRepositor
       // Keyed, only the acquiring attempt is recorded (a busy one rolls back with its key): a retry
       // of a wait that acquired returns its grant; one that timed out waits again.
       const call = keyedCall('paths.acquirePaths', input, { workspaceId, holder, ttlMs, keys, taskId }, []);
+      const tokenRow = tokenRowLock(ctx, workspaceId);
+      const held = tokenRow ? { tokenRow } : undefined;
       const attempt = (trx: Parameters<typeof acquireKeys>[1]) =>
-        acquireKeys(ctx, trx, workspaceId, holder, keys, ttlMs, taskId).then((r) => {
+        acquireKeys(ctx, trx, workspaceId, holder, keys, ttlMs, taskId, held).then((r) => {
           if (call !== null && r.status === 'busy') throw new BusyAttempt(r);
           return r;
         });
       for (;;) {
         // Subscribe before trying: a release committed between the try and the wait still wakes us.
         const wake = dialect.wakeups.subscribe(pathsTopic(workspaceId), maxPollMs);
-        const result = await keyedWrite(ctx, call, attempt, [pathsLockKey(workspaceId)]).catch((error: unknown) => {
-          if (error instanceof BusyAttempt) return error.result;
-          wake.cancel();
-          throw error;
-        });
+        const result = await keyedWrite(ctx, call, attempt, [pathsLockKey(workspaceId)], tokenRow ?? undefined).catch(
+          (error: unknown) => {
+            if (error instanceof BusyAttempt) return error.result;
+            wake.cancel();
+            throw error;
+          },
+        );
         if (result.status === 'acquired') {
           wake.cancel();
           return Object.assign([...result.leases], { lease: result.lease });

@@ -87,10 +87,12 @@ function conflictSql(db: Kysely<Database> | undefined, p: ConflictParams) {
   };
   if (!p.withLock) return sql<ConflictRow>`${leases}`;
   // The lock's row first, then at most the report limit of leases (a subquery keeps the limit theirs).
-  return sql<ConflictRow>`select '' as lease_key, holder, expires_at, token, 1 as from_lock
+  const lock = sql`select '' as lease_key, holder, expires_at, token, 1 as from_lock
     from ${tableIn(db, 'workspace_locks')}
-    where workspace_id = ${p.workspaceId} and holder is not null and expires_at > ${p.now}
-    union all select lease_key, holder, expires_at, token, 0 as from_lock from (${leases}) l`;
+    where workspace_id = ${p.workspaceId} and holder is not null and expires_at > ${p.now}`;
+  // No keys (a task of dynamic writes): the lock alone blocks.
+  if (branches.length === 0) return sql<ConflictRow>`${lock}`;
+  return sql<ConflictRow>`${lock} union all select lease_key, holder, expires_at, token, 0 as from_lock from (${leases}) l`;
 }
 
 /** The conflict check, prepared per (number of ancestors, number of keys, with the lock or not). */
@@ -136,20 +138,6 @@ export const PRUNE_EXPIRED = prepared((db, p: PruneParams, n: number) => pruneEx
 
 export const NEXT_TOKEN = prepared((db, p: { workspaceId: string; now: number }) => takeToken(db, p));
 
-/**
- * `NEXT_TOKEN` and `PRUNE_EXPIRED` in one statement, where a WITH clause may write (PostgreSQL):
- * two tables, so no row is written twice. One row per pruned lease, or one with nulls.
- */
-export const NEXT_TOKEN_AND_PRUNE = prepared((db, p: PruneParams, n: number) =>
-  db
-    .with('pruned', (q) => pruneExpired(q, p, n))
-    // The CTE before adds `pruned` to the creator's tables; takeToken reads none of them.
-    .with('next', (q) => takeToken(q as unknown as QueryCreator<Database>, p))
-    .selectFrom('next')
-    .leftJoin('pruned', (join) => join.onTrue())
-    .select(['next.token as next_token', 'pruned.holder', 'pruned.token', 'pruned.lease_key', 'pruned.expires_at']),
-);
-
 export const INSERT_LEASES = prepared(
   (
     db,
@@ -187,6 +175,92 @@ export const INSERT_LEASES = prepared(
       )
       .returningAll(),
 );
+
+/** The token row of a workspace, locked (`FOR UPDATE`): every grant there waits for the others, and for fenced writes. */
+export const LOCK_TOKEN_ROW = prepared((db, p: { workspaceId: string }) =>
+  db.selectFrom('path_lease_tokens').select('token').where('workspace_id', '=', p.workspaceId).forUpdate(),
+);
+
+export interface GrantParams extends ConflictParams {
+  /** The keys to grant, stored (`encodePathLeaseKey`); the same keys `froms` and `tos` range over. */
+  readonly stored: readonly string[];
+  readonly holder: string;
+  readonly taskId: string | null;
+  readonly expiresAt: number;
+}
+
+/** `GRANT`'s rows: the blockers (none when granted), the lapsed leases taken over, and the grant's token. */
+export type GrantRow = {
+  kind: 'blocker' | 'lost' | 'granted';
+  lease_key: string | null;
+  holder: string | null;
+  expires_at: number | string | null;
+  token: number | string | null;
+  from_lock: number | string | null;
+};
+
+/**
+ * An acquisition's check and writes in one statement, where a WITH clause may write (PostgreSQL),
+ * run once the caller holds the workspace's key and its token row (`LOCK_TOKEN_ROW`), so its
+ * snapshot sees every earlier grant:
+ * - `blockers`: the conflict check of `FIND_CONFLICTS` with the workspace lock, as before;
+ * - only when there are none (`go`), `next` takes the token, `pruned` deletes other holders'
+ *   lapsed leases on these keys, and `made` writes the grant's rows. A lapsed lease of the same
+ *   holder on a key is overwritten by `made` (read first by `own`, for the trail), so no row is
+ *   written twice in the statement.
+ *
+ * A refusal writes nothing. Shape: `ancestors:keys`, the lengths of the lists.
+ */
+export const GRANT = prepared((db, p: GrantParams, shape: string) => {
+  const [ancestorCount, keyCount] = shape.split(':').map(Number) as [number, number];
+  const leases = tableIn(db, 'path_leases');
+  const blockers = conflictSql(db, {
+    workspaceId: p.workspaceId,
+    now: p.now,
+    ancestors: elements(p.ancestors, ancestorCount),
+    froms: elements(p.froms, keyCount),
+    tos: elements(p.tos, keyCount),
+    withLock: true,
+  });
+  const stored = elements(p.stored, keyCount);
+  const lapsed = (holder: RawBuilder<unknown>) =>
+    sql`workspace_id = ${p.workspaceId} and lease_key in (${sql.join(stored)}) and expires_at <= ${p.now}
+      and ${holder} and exists (select 1 from go where go.ok)`;
+  const writes =
+    keyCount === 0
+      ? sql``
+      : sql`, pruned as (
+          delete from ${leases} where ${lapsed(sql`holder <> ${p.holder}`)}
+          returning holder, token, lease_key, expires_at
+        ), own as (
+          select holder, token, lease_key, expires_at from ${leases} where ${lapsed(sql`holder = ${p.holder}`)}
+        ), made as (
+          insert into ${leases} (workspace_id, lease_key, holder, task_id, acquired_at, expires_at, token)
+          select ${p.workspaceId}::text, k.lease_key, ${p.holder}::text, ${p.taskId}::text, ${p.now}::bigint,
+            ${p.expiresAt}::bigint, next.token
+          from next cross join (values ${sql.join(stored.map((key) => sql`(${key}::text)`))}) k(lease_key)
+          on conflict (workspace_id, lease_key, holder) do update set task_id = excluded.task_id,
+            acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, token = excluded.token
+          returning 1
+        )`;
+  const lost =
+    keyCount === 0
+      ? sql``
+      : sql`union all select 'lost', lease_key, holder, expires_at, token, 0 from pruned
+        union all select 'lost', lease_key, holder, expires_at, token, 0 from own`;
+  const made = keyCount === 0 ? sql`0` : sql`(select count(*) from made)`;
+  return sql<GrantRow>`with blockers as (${blockers}),
+      go as (select not exists (select 1 from blockers) as ok),
+      next as (
+        insert into ${tableIn(db, 'path_lease_tokens')} (workspace_id, token, updated_at)
+        select ${p.workspaceId}::text, 1, ${p.now}::bigint from go where go.ok
+        on conflict (workspace_id) do update set token = path_lease_tokens.token + 1, updated_at = excluded.updated_at
+        returning token
+      )${writes}
+    select 'blocker' as kind, lease_key, holder, expires_at, token, from_lock from blockers
+    ${lost}
+    union all select 'granted', null, null, null, token, ${made} from next`;
+});
 
 /** A holder's leases in a workspace, all of them (shape -1) or those on or below n keys. */
 export const RELEASE = prepared(

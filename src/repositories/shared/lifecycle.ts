@@ -197,6 +197,17 @@ export async function endedReason(
   return row.error === LEASE_EXPIRED ? 'expired' : 'released';
 }
 
+/** The read of a task's active dispatch (its newest, by `seq`), for `requireTaskDispatchLease`. */
+export function activeDispatchRead(db: Kysely<Database>, taskId: string) {
+  return db
+    .selectFrom('dispatch_contexts')
+    .selectAll()
+    .where('task_id', '=', taskId)
+    .where('status', '=', 'active')
+    .orderBy('seq', 'desc')
+    .limit(1);
+}
+
 /**
  * The dispatch-lease fence of a result reported outside the dispatch calls
  * (`paths.submitTaskResult`, `paths.claimTask` with `dispatchLease`), in `trx` under the task's
@@ -209,16 +220,10 @@ export async function requireTaskDispatchLease(
   trx: Trx,
   taskId: string,
   lease: Lease<'dispatch'> | undefined,
+  /** The task's active dispatch as the caller read it (`activeDispatchRead`), else read here. */
+  read?: DispatchContextRow | null,
 ): Promise<DispatchContextRow | null> {
-  const active =
-    (await trx
-      .selectFrom('dispatch_contexts')
-      .selectAll()
-      .where('task_id', '=', taskId)
-      .where('status', '=', 'active')
-      .orderBy('seq', 'desc')
-      .limit(1)
-      .executeTakeFirst()) ?? null;
+  const active = read !== undefined ? read : ((await activeDispatchRead(trx, taskId).executeTakeFirst()) ?? null);
   if (lease === undefined) return active;
   if (active !== null && active.id === lease.resource && Number(active.seq) === lease.token) return active;
   const named = await trx
