@@ -42,6 +42,12 @@ export interface ColumnTypes {
    * SQLite has neither: its CHECKs sit on the column, its indexes build in one short transaction.
    */
   readonly concurrentDdl: boolean;
+  /**
+   * Does the database keep stored functions' statement plans per connection (PostgreSQL
+   * PL/pgSQL)? Then the hot calls' statements live in functions a migration installs (0101), so
+   * a call costs one planned function call instead of parsing and planning its statements anew.
+   */
+  readonly storedFunctions: boolean;
 }
 
 export interface WriteTransactionOptions {

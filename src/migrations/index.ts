@@ -19,6 +19,7 @@ import { migration0097 } from './0097_trace_context.js';
 import { migration0098 } from './0098_semaphore_limits.js';
 import { migration0099 } from './0099_message_lease_index.js';
 import { migration0100 } from './0100_unfinished_task_index.js';
+import { migration0101 } from './0101_dispatch_functions.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -44,6 +45,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0098,
   migration0099,
   migration0100,
+  migration0101,
 ]);
 
 /** The schema version this code expects. */

@@ -7,4 +7,5 @@ export const POSTGRES_COLUMN_TYPES: ColumnTypes = Object.freeze({
   integerIs64Bit: false,
   nativeSequences: true,
   concurrentDdl: true,
+  storedFunctions: true,
 });

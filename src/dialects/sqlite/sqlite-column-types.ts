@@ -7,4 +7,5 @@ export const SQLITE_COLUMN_TYPES: ColumnTypes = Object.freeze({
   integerIs64Bit: true,
   nativeSequences: false,
   concurrentDdl: false,
+  storedFunctions: false,
 });

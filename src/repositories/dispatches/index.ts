@@ -17,19 +17,12 @@ import type {
 import type { StoreContext } from '../context.js';
 import type { LeaseFence } from '../shared/fence.js';
 import { requireLease, type Lease } from '../shared/lease.js';
-import {
-  endedReason,
-  GateOpenError,
-  moveInFlightTask,
-  finishStatements,
-  moveInFlightTaskRow,
-  propagateFinish,
-} from '../shared/lifecycle.js';
+import { endedReason, GateOpenError, moveInFlightTask, moveInFlightTaskRow } from '../shared/lifecycle.js';
 import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../../protocol.js';
 import { toTask } from '../shared/records.js';
 import { auditLeaseActs, auditsLeaseAct, type LeaseActRecord } from '../shared/audit.js';
 import { explainAfterRollback } from '../shared/misses.js';
-import { CLAIM_NEXT, COMPLETE, type ClaimNextRow, type ClaimNextShape } from './statements.js';
+import { CLAIM_NEXT, COMPLETE, type ClaimNextRow } from './statements.js';
 import { runBound } from '../../query/prepared.js';
 import { CoordinatorRunNotRunningError, findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
@@ -369,21 +362,19 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
   function claimNextStatement(p: ClaimNextInput): { query: CompiledQuery<ClaimNextRow>; now: number } {
     const now = ctx.clock.now();
     const { assigneeAgentId, minPriority } = p.filter;
-    const shape: ClaimNextShape = `${p.agentId === null ? 'no-agent' : 'agent'}|${
-      assigneeAgentId === undefined ? 'any' : assigneeAgentId === null ? 'unassigned' : 'assignee'
-    }|${minPriority === undefined ? 'all' : 'min'}`;
     const params = {
       runId: p.runId,
       terminalHandle: p.terminalHandle,
       agentId: p.agentId,
+      assigneeMode: assigneeAgentId === undefined ? 'any' : assigneeAgentId === null ? 'unassigned' : 'assignee',
       assignee: assigneeAgentId ?? null,
-      minPriority: minPriority ?? 0,
+      minPriority: minPriority ?? null,
       id: ctx.newId(),
       now,
       expiresAt: now + p.ttlMs,
       traceContext: p.traceContext,
-    };
-    return { query: CLAIM_NEXT.bind(db, params, shape), now };
+    } as const;
+    return { query: CLAIM_NEXT.bind(db, params), now };
   }
 
   /**
@@ -399,12 +390,11 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     const { query, now } = sent ?? claimNextStatement(p);
     const result = (dialect.beginResult(query) ?? (await runBound(trx, query))).rows[0];
     if (!result) throw new NotFoundError('coordinator run', p.runId);
-    const { run_status: status, agent_found: agent, busy_id: busy, ...made } = result;
+    const { run_status: status, agent_found: agent, busy_id: busy, made: row } = result;
     if (status !== 'running') throw new CoordinatorRunNotRunningError(p.runId, status as CoordinatorRunStatus);
     if (p.agentId !== null && agent === null) throw new NotFoundError('agent', p.agentId);
     if (busy !== null) throw new TerminalBusyError(p.terminalHandle, busy);
-    if (made.id === null) return null;
-    const row = made as DispatchContextRow;
+    if (row === null) return null;
     await auditLeaseActs(ctx, trx, now, [
       dispatchAct('granted', row, { taskId: row.task_id, expiresAt: Number(row.lease_expires_at) }),
     ]);
@@ -519,31 +509,32 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
   ) {
     await takeTaskKey(trx, dispatchId, keyRead);
     const now = ctx.clock.now();
-    const read = await COMPLETE.first(
-      trx,
-      { id: dispatchId, token: lease?.token ?? null, now, result: result ?? null },
-      result === undefined ? 'keep' : 'set',
-    );
+    const read = await COMPLETE.first(trx, {
+      id: dispatchId,
+      token: lease?.token ?? null,
+      now,
+      setResult: result !== undefined,
+      result: result ?? null,
+    });
     if (!read) throw new NotFoundError('dispatch', dispatchId);
-    const { open_gate_id: openGate, ended, moved_task: movedTask, task_before: _before, ...dispatch } = read;
+    const { open_gate_id: openGate, ended, moved_task: movedTask, dispatch } = read;
     await checkReport(trx, dispatch, lease);
     if (openGate !== null) throw new GateOpenError(dispatch.task_id, openGate);
     if (!ended) throw new Error(`taskfence: dispatch ${dispatchId} passed every check but did not complete`);
     const row: DispatchContextRow = { ...dispatch, status: 'completed', updated_at: now, ended_at: now };
     await auditLeaseActs(ctx, trx, now, [dispatchAct('released', row, { status: 'completed' })]);
-    let task: TaskRow;
-    if (movedTask !== null) {
-      task = movedTask as unknown as TaskRow;
-      // The call's last writes: the dependents' lock and move go with COMMIT.
-      await propagateFinish(trx, task.id, 'done', now, dialect.supportsSkipLocked, (t, q) => dialect.commitWith(t, q));
-    } else task = await trx.selectFrom('tasks').selectAll().where('id', '=', row.task_id).executeTakeFirstOrThrow();
+    // `COMPLETE` moved the task's dependents too, once the task moved to done.
+    const task =
+      movedTask !== null
+        ? (movedTask as unknown as TaskRow)
+        : await trx.selectFrom('tasks').selectAll().where('id', '=', row.task_id).executeTakeFirstOrThrow();
     return { dispatch: toDispatch(row), task: toTask(task) };
   }
 
   /**
    * `completeDispatch` in one round trip (PostgreSQL, an unkeyed call whose release is not
-   * audited): BEGIN carries the task key's read, `COMPLETE`, the dependents' lock and move (their
-   * task named by a subquery, read after the lock), and COMMIT. Null when the completion was
+   * audited): BEGIN carries the task key's read, `COMPLETE` (which moves the dependents too), and
+   * COMMIT. Null when the completion was
    * refused: `COMPLETE` then wrote nothing, and the caller runs the call again in an ordinary
    * transaction, which explains the refusal (its reasons need reads this round trip cannot make).
    */
@@ -554,18 +545,16 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     keyRead: CompiledQuery,
   ): Promise<{ dispatch: Dispatch; task: ReturnType<typeof toTask> } | null> {
     const now = ctx.clock.now();
-    const complete = COMPLETE.bind(db, { id: dispatchId, token: lease?.token ?? null, now, result }, 'set');
-    const taskOf = sql<string>`(select task_id from ${tableIn(db, 'dispatch_contexts')} where id = ${dispatchId})`;
-    const { lock, move } = finishStatements(db, taskOf, 'done', now);
+    const complete = COMPLETE.bind(db, { id: dispatchId, token: lease?.token ?? null, now, setResult: true, result });
     return dialect.writeTransaction(
       async () => {
         const read = dialect.beginResult(complete)?.rows[0];
         if (!read?.ended) return null;
-        const { open_gate_id: _gate, ended: _ended, moved_task: moved, task_before: before, ...dispatch } = read;
+        const { moved_task: moved, task_before: before, dispatch } = read;
         const row: DispatchContextRow = { ...dispatch, status: 'completed', updated_at: now, ended_at: now };
         return { dispatch: toDispatch(row), task: toTask((moved ?? before) as unknown as TaskRow) };
       },
-      { first: [keyRead, complete, lock, move!], commit: true },
+      { first: [keyRead, complete], commit: true },
     );
   }
 

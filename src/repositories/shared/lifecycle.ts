@@ -8,7 +8,7 @@
  * The helpers below run inside the caller's write transaction, so a dispatch's end and its
  * task's move, and a task's finish and its dependents' readiness, commit together.
  */
-import { sql, type CompiledQuery, type Kysely, type RawBuilder, type Transaction } from 'kysely';
+import { sql, type CompiledQuery, type Kysely, type Transaction } from 'kysely';
 import { TaskfenceError } from '../../errors.js';
 import { tableIn } from '../../query/schema.js';
 import type { Database, DispatchContextRow, DispatchStatus, TaskRow, TaskStatus } from '../../schema/database.js';
@@ -311,8 +311,7 @@ export async function openDependencies(
  * task's dependents waiting on it become `ready` when every dependency is done; a failed or
  * cancelled one blocks them with the reason. Only dependents the lifecycle blocked are moved (a
  * task blocked by its caller stays so). `rowLocks`: the dialect has row locks (PostgreSQL).
- * `commitWith` (the dialect's): send the lock and the move with COMMIT, for a caller whose
- * transaction writes and reads nothing after this.
+ * `completeDispatch` does the same for `done` inside `taskfence_complete_dispatch_v1` (0101).
  */
 export async function propagateFinish(
   trx: Trx,
@@ -320,19 +319,12 @@ export async function propagateFinish(
   status: TaskStatus,
   now: number,
   rowLocks: boolean,
-  commitWith?: StoreContext['dialect']['commitWith'],
 ): Promise<void> {
   const { lock, move } = finishStatements(trx, taskId, status, now);
   if (rowLocks) {
     // Two dependencies of one task finishing at once must not each miss the other's commit (READ
     // COMMITTED: each UPDATE below reads as of its start). Locking the dependents first queues the
     // second finisher behind the first, and its UPDATE then sees the first one's done.
-    if (commitWith) {
-      // The transaction's last writes: both go with COMMIT, each its own statement and snapshot.
-      await commitWith(trx, lock);
-      if (move) await commitWith(trx, move);
-      return;
-    }
     const locked = await trx.executeQuery(lock);
     // Every dependent either UPDATE below could move is among these rows (blocked or ready), and
     // none can join them before this transaction ends: a new edge to this task locks its row,
@@ -345,17 +337,14 @@ export async function propagateFinish(
 /**
  * `propagateFinish`'s two statements, compiled: `lock` row-locks the dependents (blocked or ready,
  * by id) and `move` moves those the finish releases or blocks (null for a status that moves
- * none). `task`: the finished task's id, or an expression of it (a subquery, when the statements
- * are sent before the caller knows the id).
+ * none). `task`: the finished task's id.
  */
-export function finishStatements(
+function finishStatements(
   db: Kysely<Database>,
-  task: string | RawBuilder<string>,
+  task: string,
   status: TaskStatus,
   now: number,
 ): { lock: CompiledQuery; move: CompiledQuery | null } {
-  if (typeof task !== 'string' && status !== 'done')
-    throw new TypeError('finishStatements: the reason of a failed or cancelled finish names the task id');
   const tasks = tableIn(db, 'tasks');
   const deps = tableIn(db, 'task_dependencies');
   const dependents = sql`${tasks}.id in (select task_id from ${deps} where depends_on_id = ${task})`;
@@ -370,7 +359,7 @@ export function finishStatements(
           where d.task_id = ${tasks}.id and t.status <> 'done')
         and not exists (
           select 1 from ${tableIn(db, 'decision_gates')} g where g.task_id = ${tasks}.id and g.status = 'open')`
-      : (status === 'failed' || status === 'cancelled') && typeof task === 'string'
+      : status === 'failed' || status === 'cancelled'
         ? sql`
       update ${tasks} set status = 'blocked', blocked_reason = ${failedDependencyReason(task, status)}, updated_at = ${now}
       where ${dependents} and (${lifecycleBlocked} or ${tasks}.status = 'ready')`

@@ -1,0 +1,151 @@
+import { sql, type Kysely } from 'kysely';
+import { tableIn } from '../query/schema.js';
+import type { MigrationDefinition } from './types.js';
+
+/**
+ * The dispatch cycle's statements as PL/pgSQL functions (issue 24), PostgreSQL only: a function
+ * keeps its statements' plans for the connection, where a statement sent by the client is parsed
+ * and planned on every call (about half the server time of a claim). No session state: the plans
+ * are the server's own cache, so a transaction-mode pooler is unaffected.
+ *
+ * - `taskfence_dispatch_next_v1`: `dispatchNext`'s guards and claim, the statement `CLAIM_NEXT`
+ *   was (guards read in `g`; the claim only when they passed; the earlier path claim dropped; the
+ *   dispatch inserted with its lease). The filters are parameters: assignee mode `any`,
+ *   `unassigned` or `assignee`, and a minimum priority or null.
+ * - `taskfence_complete_dispatch_v1`: `completeDispatch`'s read, end and task move (the statement
+ *   `COMPLETE` was), then, when the task moved to done, its dependents' lock and move
+ *   (`propagateFinish` for `done`), each a statement of its own, so each takes a fresh READ
+ *   COMMITTED snapshot after the one before waited. The caller holds the task's key.
+ *
+ * Each returns its rows as `jsonb` (a row's columns as they are when it runs), so a column added
+ * to a table later needs no new function. The `_v1` suffix is the contract: a change to what a
+ * function does is a new function in a new migration, so a release still running calls the one
+ * it knows. The literals are the lifecycle's own (`WAITING_REASON`, `FAILED_DEPENDENCY_REASON`).
+ */
+export const migration0101: MigrationDefinition = {
+  version: 101,
+  name: 'dispatch_functions',
+  async up({ db, types }) {
+    if (!types.storedFunctions) return;
+    await sql`${createDispatchNext(db)}`.execute(db);
+    await sql`${createCompleteDispatch(db)}`.execute(db);
+  },
+  async down({ db, types }) {
+    if (!types.storedFunctions) return;
+    await sql`drop function if exists ${tableIn(db, 'taskfence_complete_dispatch_v1')}(text, bigint, bigint, boolean, text)`.execute(
+      db,
+    );
+    await sql`drop function if exists ${tableIn(db, 'taskfence_dispatch_next_v1')}(text, text, text, text, text, integer, text, bigint, bigint, text)`.execute(
+      db,
+    );
+  },
+};
+
+function createDispatchNext(db: Kysely<any>) {
+  const tasks = tableIn(db, 'tasks');
+  const dispatches = tableIn(db, 'dispatch_contexts');
+  return sql`create or replace function ${tableIn(db, 'taskfence_dispatch_next_v1')}(
+    p_run text, p_terminal text, p_agent text, p_assignee_mode text, p_assignee text, p_min_priority integer,
+    p_id text, p_now bigint, p_expires_at bigint, p_trace text)
+  returns table (o_run_status text, o_agent_found text, o_busy_id text, o_made jsonb)
+  language plpgsql volatile as $fn$
+  begin
+    return query
+    with g as (
+      select r.status as run_status,
+        case when p_agent is null then null::text
+          else (select a.id from ${tableIn(db, 'agents')} a where a.id = p_agent) end as agent_found,
+        (select d.id from ${dispatches} d where d.terminal_handle = p_terminal and d.status = 'active'
+          order by d.seq desc limit 1) as busy_id
+      from ${tableIn(db, 'coordinator_runs')} r where r.id = p_run
+    ), pick as (
+      update ${tasks} set status = 'dispatched', updated_at = p_now
+      where id = (
+        select t.id from ${tasks} t
+        where t.coordinator_run_id = p_run and t.status = 'ready'
+          and not exists (select 1 from ${tableIn(db, 'task_dependencies')} dd join ${tasks} dep on dep.id = dd.depends_on_id
+            where dd.task_id = t.id and dep.status <> 'done')
+          and (p_assignee_mode = 'any'
+            or (p_assignee_mode = 'unassigned' and t.assignee_agent_id is null)
+            or (p_assignee_mode = 'assignee' and t.assignee_agent_id = p_assignee))
+          and (p_min_priority is null or t.priority >= p_min_priority)
+          and exists (select 1 from g where g.run_status = 'running' and g.busy_id is null
+            and (p_agent is null or g.agent_found is not null))
+        order by t.priority desc, t.seq
+        limit 1
+        for update skip locked)
+      and status = 'ready'
+      returning id, coordinator_run_id
+    ), dropped as (
+      delete from ${tableIn(db, 'path_lease_claims')} where task_id in (select id from pick)
+    ), made as (
+      insert into ${dispatches} (id, task_id, agent_id, terminal_handle, status, error, created_at, updated_at,
+        ended_at, coordinator_run_id, lease_expires_at, trace_context)
+      select p_id, pick.id, p_agent, p_terminal, 'active', null, p_now, p_now, null, pick.coordinator_run_id,
+        p_expires_at, p_trace
+      from pick
+      returning *
+    )
+    select g.run_status, g.agent_found, g.busy_id, (select to_jsonb(made) from made) from g;
+  end
+  $fn$`;
+}
+
+function createCompleteDispatch(db: Kysely<any>) {
+  const tasks = tableIn(db, 'tasks');
+  const deps = tableIn(db, 'task_dependencies');
+  const dispatches = tableIn(db, 'dispatch_contexts');
+  const gates = tableIn(db, 'decision_gates');
+  return sql`create or replace function ${tableIn(db, 'taskfence_complete_dispatch_v1')}(
+    p_id text, p_token bigint, p_now bigint, p_set_result boolean, p_result text)
+  returns table (o_dispatch jsonb, o_open_gate_id text, o_ended boolean, o_moved_task jsonb, o_task_before jsonb)
+  language plpgsql volatile as $fn$
+  declare
+    v_task text;
+  begin
+    with d as (
+      select dc.id, dc.task_id, dc.seq, to_jsonb(dc) as row,
+        (select g.id from ${gates} g where g.task_id = dc.task_id and g.status = 'open'
+          order by g.created_at, g.id limit 1) as open_gate_id
+      from ${dispatches} dc where dc.id = p_id
+    ), ended as (
+      update ${dispatches} set status = 'completed', updated_at = p_now, ended_at = p_now
+      where id = p_id and status = 'active'
+        and exists (select 1 from d where d.open_gate_id is null and d.seq = coalesce(p_token, d.seq))
+      returning task_id
+    ), moved as (
+      update ${tasks} set status = 'done', updated_at = p_now, blocked_reason = null,
+        result = case when p_set_result then p_result else ${tasks}.result end
+      where id = (select task_id from ended) and status in ('dispatched', 'in_progress')
+      returning *
+    )
+    select d.row, d.open_gate_id, exists (select 1 from ended), (select to_jsonb(moved) from moved),
+      (select to_jsonb(t) from ${tasks} t where t.id = d.task_id), d.task_id
+    into o_dispatch, o_open_gate_id, o_ended, o_moved_task, o_task_before, v_task
+    from d;
+    if not found then
+      return;
+    end if;
+    if o_moved_task is not null then
+      -- The dependents, locked in id order, then moved: each its own statement and snapshot.
+      perform 1 from ${tasks}
+      where id in (select task_id from ${deps} where depends_on_id = v_task) and status in ('blocked', 'ready')
+      order by id
+      for update;
+      -- None locked: none to move (the same shortcut as propagateFinish's).
+      if found then
+        update ${tasks} set status = 'ready', blocked_reason = null, updated_at = p_now
+      where ${tasks}.id in (select task_id from ${deps} where depends_on_id = v_task)
+        and ${tasks}.status = 'blocked'
+        and (${tasks}.blocked_reason like 'dependencies: waiting for %'
+          or ${tasks}.blocked_reason like 'dependency_failed: %')
+        and not exists (
+          select 1 from ${deps} dd join ${tasks} t on t.id = dd.depends_on_id
+          where dd.task_id = ${tasks}.id and t.status <> 'done')
+        and not exists (select 1 from ${gates} g where g.task_id = ${tasks}.id and g.status = 'open');
+      end if;
+    end if;
+    return next;
+  end
+  $fn$`;
+}
