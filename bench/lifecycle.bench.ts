@@ -114,35 +114,32 @@ async function analyze(store: Store): Promise<void> {
   await sql`analyze`.execute(store.db);
 }
 
-/**
- * The claim `dispatchNext` sends on PostgreSQL (`CLAIM_NEXT` in src/repositories/dispatches/
- * statements.ts: the guards' CTE `g`, then the pick, `… limit 1 for update skip locked)`), as the
- * driver receives it, alone or inside the BEGIN … COMMIT query of a one-round-trip call. Matched
- * by its CTEs, so no other statement (the inbox's `SKIP LOCKED` receive, say) is touched.
- */
-const PICK_TEXT = /\bwith g as \(\s+select r\.status as run_status,[^]*\bfor update skip locked\)[^]*\bmade as \(/;
+/** The pick's lock in `taskfence_dispatch_next_v1` (migration 0101), the claim `dispatchNext` calls on PostgreSQL. */
 const PICK_LOCK = /limit 1\s+for update skip locked\)/;
-let picksRewritten = 0;
 
 /**
- * The mutant without SKIP LOCKED, for this benchmark only: a pg client that sends the pick with a
- * plain `FOR UPDATE`. It reaches the stores through the public `pool` option (the host's
- * `pg.Pool`), so the library carries no switch for it. Every rewrite is counted: a pick whose text
- * changed fails the run instead of quietly measuring the normal pick.
+ * Issue 22's mutant without SKIP LOCKED, for this benchmark only: the claim function redefined in
+ * the benchmark's database with a plain `FOR UPDATE` for the length of `fn`, then restored. The
+ * library carries no switch for it; a definition whose pick is not found fails the run instead of
+ * quietly measuring the normal pick.
  */
-class PlainForUpdateClient extends pg.Client {
-  override query(...args: unknown[]): never {
-    const config = args[0] as { text?: unknown } | null;
-    if (
-      typeof config === 'object' &&
-      config !== null &&
-      typeof config.text === 'string' &&
-      PICK_TEXT.test(config.text)
-    ) {
-      args[0] = { ...config, text: config.text.replace(PICK_LOCK, 'limit 1 for update)') };
-      picksRewritten++;
+async function withPlainForUpdate<T>(url: string, fn: () => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ def: string }>(
+      `select pg_get_functiondef('taskfence_dispatch_next_v1'::regproc) as def`,
+    );
+    const shipped = rows[0]!.def;
+    if (!PICK_LOCK.test(shipped)) throw new Error('the claim function has no SKIP LOCKED pick to replace');
+    await client.query(shipped.replace(PICK_LOCK, 'limit 1 for update)'));
+    try {
+      return await fn();
+    } finally {
+      await client.query(shipped);
     }
-    return (super.query as (...a: unknown[]) => never)(...args);
+  } finally {
+    await client.end();
   }
 }
 
@@ -160,16 +157,8 @@ async function lifecycleCycles(
   await seedReady(setup.db as never, 0, tasks);
   await analyze(setup);
   const stores: Store[] = [];
-  const pools: pg.Pool[] = [];
-  for (let w = 0; w < workers; w++) {
-    if (lock === 'for update') {
-      const pool = new pg.Pool({ connectionString: url, max: 1, Client: PlainForUpdateClient });
-      pools.push(pool);
-      stores.push(await openStore({ pool }));
-    } else stores.push(await openStore({ url, poolSize: 1 }));
-  }
-  const rewrittenBefore = picksRewritten;
-  try {
+  for (let w = 0; w < workers; w++) stores.push(await openStore({ url, poolSize: 1 }));
+  const drain = async () => {
     let done = 0;
     const t0 = performance.now();
     await Promise.all(
@@ -184,12 +173,12 @@ async function lifecycleCycles(
     );
     const elapsed = performance.now() - t0;
     if (done !== tasks) throw new Error(`drained ${done} of ${tasks} tasks`);
-    if (lock === 'for update' && picksRewritten - rewrittenBefore < tasks)
-      throw new Error(`only ${picksRewritten - rewrittenBefore} of ${tasks} picks ran without SKIP LOCKED`);
     return (done / elapsed) * 1000;
+  };
+  try {
+    return await (lock === 'for update' ? withPlainForUpdate(url, drain) : drain());
   } finally {
     for (const s of stores) await s.close();
-    for (const p of pools) await p.end();
     await setup.close();
   }
 }
@@ -506,7 +495,7 @@ export function lifecycleTable(result: LifecycleResult): string {
   const sizes = [...new Set(result.latency.map((r) => r.readyTasks))];
   const histories = [...new Set(result.runStart.map((r) => r.finishedTasks))];
   return [
-    `Floor (raw pg, one connection, one-row autocommit inserts): ${result.floor.commitsPerSec} commits/s. A taskfence cycle is two transactions (claim, complete); graphile-worker's cycle includes adding the job, taskfence's queue was pre-created. PostgreSQL workers run in this process, each its own store and connection; SQLite workers are separate processes on one file. "Without SKIP LOCKED" is issue 22's mutant: the same drain with the pick sent as plain \`FOR UPDATE\` (a bench-only pg client, through the stores' \`pool\` option).`,
+    `Floor (raw pg, one connection, one-row autocommit inserts): ${result.floor.commitsPerSec} commits/s. A taskfence cycle is two transactions (claim, complete); graphile-worker's cycle includes adding the job, taskfence's queue was pre-created. PostgreSQL workers run in this process, each its own store and connection; SQLite workers are separate processes on one file. "Without SKIP LOCKED" is issue 22's mutant: the same drain with the claim function redefined, for the run only, with a plain \`FOR UPDATE\` pick.`,
     '',
     '| dialect | workers | taskfence: dispatchNext → completeDispatch (cycles/s) | same, pick without SKIP LOCKED (cycles/s) | without / with SKIP LOCKED | graphile-worker: add → run → complete (cycles/s) | taskfence / graphile-worker | taskfence / floor commits |',
     '|---|---|---|---|---|---|---|---|',
