@@ -12,6 +12,9 @@ import type { MigrationDefinition } from './types.js';
  *   was (guards read in `g`; the claim only when they passed; the earlier path claim dropped; the
  *   dispatch inserted with its lease). The filters are parameters: assignee mode `any`,
  *   `unassigned` or `assignee`, and a minimum priority or null.
+ * - `taskfence_dispatch_next_batch_v1`: `dispatchNextBatch` as one set-based statement: the free
+ *   terminals in the caller's order, the best ready tasks up to their number and the limit
+ *   (`FOR UPDATE SKIP LOCKED`), the n-th best task to the n-th free terminal; the same guards.
  * - `taskfence_complete_dispatch_v1`: `completeDispatch`'s read, end and task move (the statement
  *   `COMPLETE` was), then, when the task moved to done, its dependents' lock and move
  *   (`propagateFinish` for `done`), each a statement of its own, so each takes a fresh READ
@@ -28,6 +31,7 @@ export const migration0101: MigrationDefinition = {
   async up({ db, types }) {
     if (!types.storedFunctions) return;
     await sql`${createDispatchNext(db)}`.execute(db);
+    await sql`${createDispatchNextBatch(db)}`.execute(db);
     await sql`${createCompleteDispatch(db)}`.execute(db);
   },
   async down({ db, types }) {
@@ -35,7 +39,10 @@ export const migration0101: MigrationDefinition = {
     await sql`drop function if exists ${tableIn(db, 'taskfence_complete_dispatch_v1')}(text, bigint, bigint, boolean, text)`.execute(
       db,
     );
-    await sql`drop function if exists ${tableIn(db, 'taskfence_dispatch_next_v1')}(text, text, text, text, text, integer, text, bigint, bigint, text)`.execute(
+    await sql`drop function if exists ${tableIn(db, 'taskfence_dispatch_next_batch_v1')}(text, text[], text[], text, text, text, numeric, integer, bigint, bigint, text)`.execute(
+      db,
+    );
+    await sql`drop function if exists ${tableIn(db, 'taskfence_dispatch_next_v1')}(text, text, text, text, text, numeric, text, bigint, bigint, text)`.execute(
       db,
     );
   },
@@ -45,7 +52,7 @@ function createDispatchNext(db: Kysely<any>) {
   const tasks = tableIn(db, 'tasks');
   const dispatches = tableIn(db, 'dispatch_contexts');
   return sql`create or replace function ${tableIn(db, 'taskfence_dispatch_next_v1')}(
-    p_run text, p_terminal text, p_agent text, p_assignee_mode text, p_assignee text, p_min_priority integer,
+    p_run text, p_terminal text, p_agent text, p_assignee_mode text, p_assignee text, p_min_priority numeric,
     p_id text, p_now bigint, p_expires_at bigint, p_trace text)
   returns table (o_run_status text, o_agent_found text, o_busy_id text, o_made jsonb)
   language plpgsql volatile as $fn$
@@ -87,6 +94,63 @@ function createDispatchNext(db: Kysely<any>) {
       returning *
     )
     select g.run_status, g.agent_found, g.busy_id, (select to_jsonb(made) from made) from g;
+  end
+  $fn$`;
+}
+
+function createDispatchNextBatch(db: Kysely<any>) {
+  const tasks = tableIn(db, 'tasks');
+  const dispatches = tableIn(db, 'dispatch_contexts');
+  return sql`create or replace function ${tableIn(db, 'taskfence_dispatch_next_batch_v1')}(
+    p_run text, p_terminals text[], p_ids text[], p_agent text, p_assignee_mode text, p_assignee text,
+    p_min_priority numeric, p_limit integer, p_now bigint, p_expires_at bigint, p_trace text)
+  returns table (o_run_status text, o_agent_found text, o_made jsonb)
+  language plpgsql volatile as $fn$
+  begin
+    return query
+    with g as (
+      select r.status as run_status,
+        case when p_agent is null then null::text
+          else (select a.id from ${tableIn(db, 'agents')} a where a.id = p_agent) end as agent_found
+      from ${tableIn(db, 'coordinator_runs')} r where r.id = p_run
+    ), free as (
+      select f.handle, f.id, row_number() over (order by f.ord) as n
+      from unnest(p_terminals, p_ids) with ordinality as f(handle, id, ord)
+      where not exists (select 1 from ${dispatches} d where d.terminal_handle = f.handle and d.status = 'active')
+    ), locked as (
+      select t.id, t.coordinator_run_id, t.priority, t.seq from ${tasks} t
+      where t.coordinator_run_id = p_run and t.status = 'ready'
+        and not exists (select 1 from ${tableIn(db, 'task_dependencies')} dd join ${tasks} dep on dep.id = dd.depends_on_id
+          where dd.task_id = t.id and dep.status <> 'done')
+        and (p_assignee_mode = 'any'
+          or (p_assignee_mode = 'unassigned' and t.assignee_agent_id is null)
+          or (p_assignee_mode = 'assignee' and t.assignee_agent_id = p_assignee))
+        and (p_min_priority is null or t.priority >= p_min_priority)
+        and exists (select 1 from g where g.run_status = 'running' and (p_agent is null or g.agent_found is not null))
+      order by t.priority desc, t.seq
+      limit least(p_limit, (select count(*) from free))
+      for update skip locked
+    ), ranked as (
+      select locked.id, locked.coordinator_run_id, row_number() over (order by locked.priority desc, locked.seq) as n
+      from locked
+    ), pick as (
+      update ${tasks} set status = 'dispatched', updated_at = p_now
+      from ranked where ${tasks}.id = ranked.id and ${tasks}.status = 'ready'
+      returning ${tasks}.id, ranked.coordinator_run_id, ranked.n
+    ), dropped as (
+      delete from ${tableIn(db, 'path_lease_claims')} where task_id in (select id from pick)
+    ), made as (
+      insert into ${dispatches} (id, task_id, agent_id, terminal_handle, status, error, created_at, updated_at,
+        ended_at, coordinator_run_id, lease_expires_at, trace_context)
+      select free.id, pick.id, p_agent, free.handle, 'active', null, p_now, p_now, null, pick.coordinator_run_id,
+        p_expires_at, p_trace
+      from pick join free on free.n = pick.n
+      returning *
+    )
+    select g.run_status, g.agent_found,
+      (select coalesce(jsonb_agg(to_jsonb(made) order by free.n), '[]'::jsonb)
+        from made join free on free.handle = made.terminal_handle)
+    from g;
   end
   $fn$`;
 }

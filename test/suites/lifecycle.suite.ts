@@ -624,6 +624,30 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       ).rejects.toMatchObject({ code: 'COORDINATOR_RUN_NOT_RUNNING' });
       await untouched();
     });
+
+    it('a refused dispatchNextBatch (missing agent, stopped run) refuses typed and claims nothing', async () => {
+      const { run, create } = await runOn();
+      const waiting = await create({ priority: 1 });
+      const terminals = [unique('term'), unique('term')];
+      const untouched = async () => {
+        expect((await store.tasks.getTask(waiting.id))?.status).toBe('ready');
+        expect(await store.dispatches.listDispatches({ taskId: waiting.id })).toEqual([]);
+      };
+      // Mutant "batch-fn-no-guards" (the batch function claims whatever its guards read) reaches
+      // the insert with the missing agent: a raw foreign-key error instead of NOT_FOUND.
+      await expect(
+        store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: terminals, agentId: 'no-such-agent' }),
+      ).rejects.toMatchObject({ code: 'NOT_FOUND' });
+      await untouched();
+      await store.runs.stopCoordinatorRun(run.id, 'completed');
+      await expect(
+        store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: terminals }),
+      ).rejects.toMatchObject({ code: 'COORDINATOR_RUN_NOT_RUNNING' });
+      await untouched();
+      await expect(
+        store.dispatches.dispatchNextBatch({ runId: 'no-such-run', terminalHandles: terminals }),
+      ).rejects.toMatchObject({ code: 'NOT_FOUND' });
+    });
   });
 
   describe('claim-next: batches and filters', () => {

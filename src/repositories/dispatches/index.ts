@@ -22,7 +22,7 @@ import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../../protocol.js'
 import { toTask } from '../shared/records.js';
 import { auditLeaseActs, auditsLeaseAct, type LeaseActRecord } from '../shared/audit.js';
 import { explainAfterRollback } from '../shared/misses.js';
-import { CLAIM_NEXT, COMPLETE, type ClaimNextRow } from './statements.js';
+import { CLAIM_NEXT, CLAIM_NEXT_BATCH, COMPLETE, type ClaimNextRow } from './statements.js';
 import { runBound } from '../../query/prepared.js';
 import { CoordinatorRunNotRunningError, findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
@@ -399,6 +399,43 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       dispatchAct('granted', row, { taskId: row.task_id, expiresAt: Number(row.lease_expires_at) }),
     ]);
     return row;
+  }
+
+  /**
+   * `dispatchNextBatch` in one set-based statement (`CLAIM_NEXT_BATCH`, writable CTEs): the guards
+   * refused in `requireDispatchable`'s order, busy terminals skipped, the best tasks to the free
+   * terminals in order; nothing written when a guard refuses.
+   */
+  async function claimBatchFolded(
+    trx: Trx,
+    p: Omit<ClaimNextInput, 'terminalHandle'> & { handles: readonly string[]; limit: number },
+  ): Promise<DispatchContextRow[]> {
+    const now = ctx.clock.now();
+    const { assigneeAgentId, minPriority } = p.filter;
+    const result = await CLAIM_NEXT_BATCH.first(trx, {
+      runId: p.runId,
+      terminalHandles: JSON.stringify(p.handles),
+      ids: JSON.stringify(p.handles.map(() => ctx.newId())),
+      agentId: p.agentId,
+      assigneeMode: assigneeAgentId === undefined ? 'any' : assigneeAgentId === null ? 'unassigned' : 'assignee',
+      assignee: assigneeAgentId ?? null,
+      minPriority: minPriority ?? null,
+      limit: p.limit,
+      now,
+      expiresAt: now + p.ttlMs,
+      traceContext: p.traceContext,
+    });
+    if (!result) throw new NotFoundError('coordinator run', p.runId);
+    const { run_status: status, agent_found: agent, made } = result;
+    if (status !== 'running') throw new CoordinatorRunNotRunningError(p.runId, status as CoordinatorRunStatus);
+    if (p.agentId !== null && agent === null) throw new NotFoundError('agent', p.agentId);
+    await auditLeaseActs(
+      ctx,
+      trx,
+      now,
+      made.map((row) => dispatchAct('granted', row, { taskId: row.task_id, expiresAt: Number(row.lease_expires_at) })),
+    );
+    return made;
   }
 
   /** Checks the agent reference. */
@@ -795,22 +832,9 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       );
       const rows = await onFreeTerminal(handles, () =>
         keyedWrite(ctx, call, async (trx) => {
+          if (dialect.writableCtes)
+            return claimBatchFolded(trx, { runId, handles, agentId, filter, ttlMs, traceContext, limit });
           const made: DispatchContextRow[] = [];
-          if (dialect.writableCtes) {
-            // One statement per terminal (CLAIM_NEXT): its guards refuse a stopped run or a missing
-            // agent at the first terminal, as the separate read did, and a busy terminal writes nothing.
-            for (const terminalHandle of handles) {
-              if (made.length >= limit) break;
-              const p = { runId, terminalHandle, agentId, filter, ttlMs, traceContext };
-              const row = await claimNextFolded(trx, p).catch((error: unknown) => {
-                if (error instanceof TerminalBusyError) return undefined;
-                throw error;
-              });
-              if (row === null) break;
-              if (row) made.push(row);
-            }
-            return made;
-          }
           await requireDispatchable(trx, runId, agentId, null);
           for (const terminalHandle of handles) {
             if (made.length >= limit) break;

@@ -52,8 +52,43 @@ export const CLAIM_NEXT = prepared(
     sql<ClaimNextRow>`select o_run_status as run_status, o_agent_found as agent_found, o_busy_id as busy_id,
       o_made as made
     from ${tableIn(db, 'taskfence_dispatch_next_v1')}(${p.runId}::text, ${p.terminalHandle}::text, ${p.agentId}::text,
-      ${p.assigneeMode}::text, ${p.assignee}::text, ${p.minPriority}::integer, ${p.id}::text, ${p.now}::bigint,
+      ${p.assigneeMode}::text, ${p.assignee}::text, ${p.minPriority}::numeric, ${p.id}::text, ${p.now}::bigint,
       ${p.expiresAt}::bigint, ${p.traceContext}::text)`,
+);
+
+interface ClaimNextBatchParams extends Omit<ClaimNextParams, 'terminalHandle' | 'id'> {
+  /** The terminals, a JSON array of strings (a value BEGIN can carry as a literal). */
+  readonly terminalHandles: string;
+  /** One new dispatch id per terminal, in the same order, a JSON array of strings. */
+  readonly ids: string;
+  readonly limit: number;
+}
+
+/** `CLAIM_NEXT_BATCH`'s row: the guards' reads and the dispatches made, in the terminals' order. */
+export interface ClaimNextBatchRow {
+  run_status: string;
+  agent_found: string | null;
+  made: DispatchContextRow[];
+}
+
+/**
+ * `dispatchNextBatch` in one statement: a call of `taskfence_dispatch_next_batch_v1` (migration
+ * 0101), set-based: the terminals without an active dispatch in the caller's order, the best
+ * ready tasks (as `CLAIM_NEXT` picks) up to their number and `limit` (`FOR UPDATE SKIP LOCKED`),
+ * the n-th best task to the n-th free terminal, each task's earlier path claim dropped. The
+ * guards are `CLAIM_NEXT`'s (the run, the agent); a refused call claims and writes nothing.
+ * No row: the run does not exist.
+ */
+export const CLAIM_NEXT_BATCH = prepared(
+  (db, p: ClaimNextBatchParams) =>
+    sql<ClaimNextBatchRow>`select o_run_status as run_status, o_agent_found as agent_found, o_made as made
+    from ${tableIn(db, 'taskfence_dispatch_next_batch_v1')}(${p.runId}::text,
+      (select coalesce(array_agg(h order by i), '{}') from jsonb_array_elements_text(${p.terminalHandles}::jsonb)
+        with ordinality as x(h, i)),
+      (select coalesce(array_agg(h order by i), '{}') from jsonb_array_elements_text(${p.ids}::jsonb)
+        with ordinality as x(h, i)),
+      ${p.agentId}::text, ${p.assigneeMode}::text, ${p.assignee}::text, ${p.minPriority}::numeric, ${p.limit}::integer,
+      ${p.now}::bigint, ${p.expiresAt}::bigint, ${p.traceContext}::text)`,
 );
 
 interface CompleteParams {
