@@ -143,7 +143,7 @@ async function withPlainForUpdate<T>(url: string, fn: () => Promise<T>): Promise
   }
 }
 
-/** How the PostgreSQL pick locks: as shipped, or issue 22's mutant (`PlainForUpdateClient`). */
+/** How the PostgreSQL pick locks: as shipped, or issue 22's mutant (`withPlainForUpdate`). */
 type PickLock = 'for update skip locked' | 'for update';
 
 /** `workers` stores drain `tasks` pre-created ready tasks with dispatchNext → completeDispatch. */

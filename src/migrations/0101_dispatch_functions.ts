@@ -48,6 +48,21 @@ export const migration0101: MigrationDefinition = {
   },
 };
 
+/**
+ * The run's tasks a claim may take (`t`): ready, every dependency done, and the filters (assignee
+ * mode, minimum priority). Shared by the single and the batch claim.
+ */
+function claimable(db: Kysely<any>) {
+  const tasks = tableIn(db, 'tasks');
+  return sql`t.coordinator_run_id = p_run and t.status = 'ready'
+    and not exists (select 1 from ${tableIn(db, 'task_dependencies')} dd join ${tasks} dep on dep.id = dd.depends_on_id
+      where dd.task_id = t.id and dep.status <> 'done')
+    and (p_assignee_mode = 'any'
+      or (p_assignee_mode = 'unassigned' and t.assignee_agent_id is null)
+      or (p_assignee_mode = 'assignee' and t.assignee_agent_id = p_assignee))
+    and (p_min_priority is null or t.priority >= p_min_priority)`;
+}
+
 function createDispatchNext(db: Kysely<any>) {
   const tasks = tableIn(db, 'tasks');
   const dispatches = tableIn(db, 'dispatch_contexts');
@@ -69,13 +84,7 @@ function createDispatchNext(db: Kysely<any>) {
       update ${tasks} set status = 'dispatched', updated_at = p_now
       where id = (
         select t.id from ${tasks} t
-        where t.coordinator_run_id = p_run and t.status = 'ready'
-          and not exists (select 1 from ${tableIn(db, 'task_dependencies')} dd join ${tasks} dep on dep.id = dd.depends_on_id
-            where dd.task_id = t.id and dep.status <> 'done')
-          and (p_assignee_mode = 'any'
-            or (p_assignee_mode = 'unassigned' and t.assignee_agent_id is null)
-            or (p_assignee_mode = 'assignee' and t.assignee_agent_id = p_assignee))
-          and (p_min_priority is null or t.priority >= p_min_priority)
+        where ${claimable(db)}
           and exists (select 1 from g where g.run_status = 'running' and g.busy_id is null
             and (p_agent is null or g.agent_found is not null))
         order by t.priority desc, t.seq
@@ -119,13 +128,7 @@ function createDispatchNextBatch(db: Kysely<any>) {
       where not exists (select 1 from ${dispatches} d where d.terminal_handle = f.handle and d.status = 'active')
     ), locked as (
       select t.id, t.coordinator_run_id, t.priority, t.seq from ${tasks} t
-      where t.coordinator_run_id = p_run and t.status = 'ready'
-        and not exists (select 1 from ${tableIn(db, 'task_dependencies')} dd join ${tasks} dep on dep.id = dd.depends_on_id
-          where dd.task_id = t.id and dep.status <> 'done')
-        and (p_assignee_mode = 'any'
-          or (p_assignee_mode = 'unassigned' and t.assignee_agent_id is null)
-          or (p_assignee_mode = 'assignee' and t.assignee_agent_id = p_assignee))
-        and (p_min_priority is null or t.priority >= p_min_priority)
+      where ${claimable(db)}
         and exists (select 1 from g where g.run_status = 'running' and (p_agent is null or g.agent_found is not null))
       order by t.priority desc, t.seq
       limit least(p_limit, (select count(*) from free))
