@@ -222,6 +222,8 @@ export {
   LEASE_EXPIRED,
   TerminalBusyError,
   type CompletedDispatch,
+  type CompleteDispatchOptions,
+  type NextDispatchOptions,
   type DispatchNextBatchInput,
   type DispatchNextFilter,
   type DispatchNextInput,

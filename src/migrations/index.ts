@@ -20,6 +20,7 @@ import { migration0098 } from './0098_semaphore_limits.js';
 import { migration0099 } from './0099_message_lease_index.js';
 import { migration0100 } from './0100_unfinished_task_index.js';
 import { migration0101 } from './0101_dispatch_functions.js';
+import { migration0102 } from './0102_complete_and_next.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -46,6 +47,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0099,
   migration0100,
   migration0101,
+  migration0102,
 ]);
 
 /** The schema version this code expects. */

@@ -1,5 +1,5 @@
 /** Contender operations for the lifecycle race suite (run in child processes by the race helper). */
-import { DispatchLeaseLostError, TerminalBusyError, type Lease, type Store } from '../../src/index.js';
+import { DispatchLeaseLostError, TerminalBusyError, type Dispatch, type Lease, type Store } from '../../src/index.js';
 import type { ContenderTools } from '../support/contender.js';
 import { defineOperations } from '../support/operations.js';
 
@@ -17,6 +17,8 @@ interface LoopReport {
   failed: number;
   abandoned: number;
   lateRefused: number;
+  /** Claims made by a completion with `next` (counted in `claims` too). */
+  chained: number;
   /** Broken invariants, described; must stay empty. */
   violations: string[];
 }
@@ -33,7 +35,7 @@ interface LoopReport {
  */
 export async function work(
   store: Store,
-  args: { runId: string; loops: number; failRate: number; abandonRate: number; seed: number },
+  args: { runId: string; loops: number; failRate: number; abandonRate: number; chainRate: number; seed: number },
   tools: ContenderTools,
 ) {
   let seed = args.seed + tools.index * 7919;
@@ -67,36 +69,41 @@ export async function work(
       failed: 0,
       abandoned: 0,
       lateRefused: 0,
+      chained: 0,
       violations: [],
     };
+    // The next dispatch a completion with `next` claimed for this terminal (the worker loop's step).
+    let chained: Dispatch | null = null;
     const abandoned: Lease<'dispatch'>[] = [];
     const log: string[] = [];
     for (let idle = 0; ; ) {
       if (Date.now() > deadline) throw new Error(`${worker}: the queue did not drain in time`);
-      const abandon = random() < args.abandonRate;
-      let d;
-      try {
-        d = await store.dispatches.dispatchNext({
-          runId: args.runId,
-          terminalHandle: terminal,
-          ttlMs: abandon ? 250 : 30_000,
-        });
-      } catch (error) {
-        if (!(error instanceof TerminalBusyError)) throw error;
-        const lastAbandoned = abandoned.at(-1)?.resource;
-        if (lastAbandoned !== undefined && error.activeDispatchId === lastAbandoned) {
-          // The replacing worker waits for the abandoned dispatch to lapse and be reclaimed.
-          report.terminalWaits++;
-          await store.dispatches.reclaimExpiredDispatches({ runId: args.runId });
-          await sleep(10);
-          continue;
+      const abandon = chained === null && random() < args.abandonRate;
+      let d: Dispatch | null = chained;
+      chained = null;
+      if (d === null)
+        try {
+          d = await store.dispatches.dispatchNext({
+            runId: args.runId,
+            terminalHandle: terminal,
+            ttlMs: abandon ? 250 : 30_000,
+          });
+        } catch (error) {
+          if (!(error instanceof TerminalBusyError)) throw error;
+          const lastAbandoned = abandoned.at(-1)?.resource;
+          if (lastAbandoned !== undefined && error.activeDispatchId === lastAbandoned) {
+            // The replacing worker waits for the abandoned dispatch to lapse and be reclaimed.
+            report.terminalWaits++;
+            await store.dispatches.reclaimExpiredDispatches({ runId: args.runId });
+            await sleep(10);
+            continue;
+          }
+          const held = await store.dispatches.getDispatch(error.activeDispatchId ?? '-');
+          report.violations.push(
+            `${worker}: its own terminal ${terminal} is busy with ${JSON.stringify(held)}; last: ${JSON.stringify(log.slice(-4))}`,
+          );
+          break;
         }
-        const held = await store.dispatches.getDispatch(error.activeDispatchId ?? '-');
-        report.violations.push(
-          `${worker}: its own terminal ${terminal} is busy with ${JSON.stringify(held)}; last: ${JSON.stringify(log.slice(-4))}`,
-        );
-        break;
-      }
       if (!d) {
         await store.dispatches.reclaimExpiredDispatches({ runId: args.runId });
         const open = await store.db
@@ -151,6 +158,19 @@ export async function work(
         if (!exit) report.violations.push(`exit of ${terminal} found its dispatch ${d.id} already ended`);
         log.push(`exit ${d.id}: ${exit?.dispatch.status}`);
         report.failed++;
+      } else if (random() < args.chainRate) {
+        // The completion claims this terminal's next task in its transaction.
+        const done = await store.dispatches.completeDispatch(d.id, {
+          result: { by: worker },
+          lease: d.lease!,
+          next: true,
+        });
+        log.push(`completed ${d.id}, next ${done.next?.id ?? 'none'}`);
+        report.completed++;
+        if (done.next) {
+          report.chained++;
+          chained = done.next;
+        }
       } else {
         await store.dispatches.completeDispatch(d.id, { result: { by: worker }, lease: d.lease! });
         log.push(`completed ${d.id}`);
@@ -254,4 +274,43 @@ export async function readinessRound(
   throw new Error(`claimer ${tools.index}: task ${args.taskId} was never refused`);
 }
 
-export const ops = defineOperations(import.meta.url, { work, drain, holdAndHang, readinessRound });
+/**
+ * One round of the terminal race: the `worker` completes its dispatch with `next` while every
+ * `claimer` calls `dispatchNext` for the same terminal, again and again for 80 ms. Each returns
+ * the dispatch it made (if any) and whether it met `TerminalBusyError`. A worker refused busy
+ * checks that its dispatch is still active and completes it again.
+ */
+export async function terminalRound(
+  store: Store,
+  args:
+    | { role: 'worker'; dispatchId: string; lease: Lease<'dispatch'> }
+    | { role: 'claimer'; runId: string; terminal: string },
+): Promise<{ made: string | null; busy: boolean; stillActiveWhenBusy?: boolean }> {
+  if (args.role === 'claimer') {
+    // Keeps trying for a while: a terminal left free for a moment between the completion and
+    // its next claim would be taken here.
+    const until = Date.now() + 80;
+    let busy = false;
+    do {
+      try {
+        const d = await store.dispatches.dispatchNext({ runId: args.runId, terminalHandle: args.terminal });
+        if (d) return { made: d.id, busy };
+      } catch (error) {
+        if (!(error instanceof TerminalBusyError)) throw error;
+        busy = true;
+      }
+    } while (Date.now() < until);
+    return { made: null, busy };
+  }
+  try {
+    const done = await store.dispatches.completeDispatch(args.dispatchId, { lease: args.lease, next: true });
+    return { made: done.next?.id ?? null, busy: false };
+  } catch (error) {
+    if (!(error instanceof TerminalBusyError)) throw error;
+    const still = (await store.dispatches.getDispatch(args.dispatchId))?.status === 'active';
+    const done = await store.dispatches.completeDispatch(args.dispatchId, { lease: args.lease, next: true });
+    return { made: done.next?.id ?? null, busy: true, stillActiveWhenBusy: still };
+  }
+}
+
+export const ops = defineOperations(import.meta.url, { work, drain, holdAndHang, readinessRound, terminalRound });

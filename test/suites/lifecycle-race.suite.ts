@@ -164,6 +164,8 @@ export function defineLifecycleRaceSuite(makeFixture: () => DialectFixture, proc
         loops,
         failRate: 0.25,
         abandonRate: 0.03,
+        // Half the completions claim the terminal's next task in their transaction (`next`).
+        chainRate: 0.5,
         seed,
       }));
       const reports = outcomes.flatMap((o) => {
@@ -174,9 +176,12 @@ export function defineLifecycleRaceSuite(makeFixture: () => DialectFixture, proc
       const violations = reports.flatMap((r) => r.violations);
       if (violations.length > 0) console.log(`[lifecycle race] seed ${seed} violations:\n${violations.join('\n')}`);
       expect(violations, `seed ${seed}`).toEqual([]);
-      const total = (k: 'claims' | 'completed' | 'failed' | 'abandoned' | 'lateRefused' | 'terminalWaits') =>
-        reports.reduce((sum, r) => sum + r[k], 0);
+      const total = (
+        k: 'claims' | 'completed' | 'failed' | 'abandoned' | 'lateRefused' | 'terminalWaits' | 'chained',
+      ) => reports.reduce((sum, r) => sum + r[k], 0);
       expect(total('lateRefused')).toBe(total('abandoned'));
+      // Mutant "next-before-complete" (the function claims before it completes) claims nothing here.
+      expect(total('chained')).toBeGreaterThan(0);
 
       const tasks = await store.tasks.listTasks({ runId: run.id });
       expect(tasks).toHaveLength(TASKS);
@@ -221,7 +226,8 @@ export function defineLifecycleRaceSuite(makeFixture: () => DialectFixture, proc
       }
       console.log(
         `[lifecycle race] seed ${seed}: ${total('claims')} claims (${total('completed')} completed, ${total('failed')} failed, ` +
-          `${total('abandoned')} abandoned and reclaimed, ${total('terminalWaits')} waits on a held terminal) in ${elapsed} ms; tasks: ` +
+          `${total('abandoned')} abandoned and reclaimed, ${total('terminalWaits')} waits on a held terminal, ` +
+          `${total('chained')} claimed by a completion with next) in ${elapsed} ms; tasks: ` +
           `${tasks.filter((t) => t.status === 'done').length} done, ${failedTasks.length} failed, ` +
           `${tasks.filter((t) => t.status === 'blocked').length} blocked`,
       );
@@ -304,6 +310,57 @@ export function defineLifecycleRaceSuite(makeFixture: () => DialectFixture, proc
       console.log(`[lifecycle race] dispatchRun readiness: ${grants} grants in 24 rounds`);
       expect(grants).toBeGreaterThan(0);
       expect(violations).toEqual([]);
+    }, 300_000);
+
+    it('a completion with next and dispatchNext race for one terminal: it passes straight to the next dispatch, claimers typed, nothing lost', async () => {
+      const targetKey = `worktree:terminal-${Date.now()}`;
+      const run = await store.runs.startCoordinatorRun({ targetKey });
+      const rounds = 30;
+      let collisions = 0;
+      let busyWorkers = 0;
+      for (let round = 0; round < rounds; round++) {
+        for (let i = 0; i < processes + 1; i++)
+          await store.tasks.createTask({
+            companyId: company,
+            title: `tr${round}-${i}`,
+            targetKey,
+            requiresFilesystem: false,
+            status: 'ready',
+          });
+        const terminal = `tr-${round}`;
+        const held = (await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: terminal }))!;
+        const outcomes = await contenders.race('terminalRound', (index) =>
+          index === 0
+            ? { role: 'worker' as const, dispatchId: held.id, lease: held.lease! }
+            : { role: 'claimer' as const, runId: run.id, terminal },
+        );
+        const results = outcomes.map((o) => {
+          if (!o.ok) throw new Error(`contender ${o.index}, round ${round}: ${o.error.message}`);
+          return o.value;
+        });
+        const made = results.flatMap((r) => (r.made === null ? [] : [r.made]));
+        const active = await store.dispatches.listDispatches({ runId: run.id, status: 'active' });
+        expect(made.length, `round ${round}`).toBeLessThanOrEqual(1);
+        expect(
+          active.map((d) => d.id),
+          `round ${round}`,
+        ).toEqual(made);
+        // Tasks were ready throughout: the terminal went from the worker's dispatch straight to
+        // its next one, never free, so no claimer took it. Mutant "next-in-two-transactions"
+        // (the completion commits, then the claim runs) leaves it free in between: a claimer wins.
+        expect(results[0]!.made, `round ${round}`).not.toBeNull();
+        // The worker's completion was never lost: refused busy with its dispatch untouched, then done.
+        expect((await store.dispatches.getDispatch(held.id))?.status, `round ${round}`).toBe('completed');
+        if (results[0]!.busy) {
+          busyWorkers++;
+          expect(results[0]!.stillActiveWhenBusy, `round ${round}`).toBe(true);
+        }
+        collisions += results.filter((r) => r.busy).length;
+        for (const d of active) await store.dispatches.completeDispatch(d.id);
+      }
+      console.log(
+        `[lifecycle race] terminal race: ${rounds} rounds; ${collisions} contenders met TerminalBusyError, ${busyWorkers} of them completions with next`,
+      );
     }, 300_000);
 
     // Last: it kills a contender.

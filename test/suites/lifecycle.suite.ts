@@ -650,6 +650,121 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
     });
   });
 
+  describe('the worker loop: completeDispatch with next', () => {
+    it("completes, readies the dependents, and claims the terminal's next task in the same call", async () => {
+      const { run, create } = await runOn();
+      const first = await create({ priority: 5 });
+      const last = await create({ priority: 1 });
+      const unlocked = await create({ priority: 9, dependsOn: [first.id] });
+      const terminal = unique('term');
+      const d = (await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: terminal }))!;
+      expect(d.taskId).toBe(first.id);
+      // The claim runs after the completion in its transaction: it sees the dependent it readied.
+      // Mutant "next-before-complete" (the function claims, then completes) finds the terminal
+      // busy and claims nothing here.
+      const done = await store.dispatches.completeDispatch(d.id, { lease: d.lease!, result: { n: 1 }, next: true });
+      expect(done.dispatch).toMatchObject({ id: d.id, status: 'completed', lease: null });
+      expect(done.task).toMatchObject({ id: first.id, status: 'done', result: { n: 1 } });
+      expect(done.next).toMatchObject({ taskId: unlocked.id, terminalHandle: terminal, status: 'active' });
+      expect(done.next!.lease).toMatchObject({ kind: 'dispatch', resource: done.next!.id, token: done.next!.seq });
+      expect((await store.tasks.requireTask(unlocked.id)).status).toBe('dispatched');
+      const second = await store.dispatches.completeDispatch(done.next!.id, { lease: done.next!.lease!, next: {} });
+      expect(second.next).toMatchObject({ taskId: last.id, terminalHandle: terminal });
+      const third = await store.dispatches.completeDispatch(second.next!.id, {
+        lease: second.next!.lease!,
+        next: true,
+      });
+      expect(third.task.status).toBe('done');
+      expect(third.next).toBeNull();
+      expect(await store.dispatches.listDispatches({ runId: run.id, status: 'active' })).toEqual([]);
+      // Without next, the result has no next.
+      const plain = await create();
+      const p = (await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: terminal }))!;
+      expect(p.taskId).toBe(plain.id);
+      expect('next' in (await store.dispatches.completeDispatch(p.id))).toBe(false);
+    });
+
+    it("next takes dispatchNext's options: the agent, the filter, the lease's lifetime", async () => {
+      const { run, create } = await runOn();
+      const agent = await store.org.createAgent({ companyId: company, name: unique('agent') });
+      await create({ priority: 1 });
+      const mine = await create({ priority: 2, assigneeAgentId: agent.id });
+      const first = await create({ priority: 9 });
+      const terminal = unique('term');
+      const d = (await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: terminal }))!;
+      expect(d.taskId).toBe(first.id);
+      const before = clock.now();
+      const done = await store.dispatches.completeDispatch(d.id, {
+        next: { agentId: agent.id, filter: { assigneeAgentId: agent.id, minPriority: 2 }, ttlMs: 5_000 },
+      });
+      expect(done.next).toMatchObject({ taskId: mine.id, agentId: agent.id });
+      expect(done.next!.leaseExpiresAt! - before).toBeGreaterThanOrEqual(5_000);
+      expect(done.next!.leaseExpiresAt! - before).toBeLessThan(60_000);
+      await expect(store.dispatches.completeDispatch(d.id, { next: 'yes' as never })).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+      });
+    });
+
+    it('a refused completion claims nothing; a missing agent refuses before anything changes; a stopped run keeps the completion', async () => {
+      const { run, create } = await runOn();
+      const waiting = await create({ priority: 1 });
+      const gated = await create({ priority: 9 });
+      const terminal = unique('term');
+      const d = (await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: terminal }))!;
+      expect(d.taskId).toBe(gated.id);
+      const untouched = async () => {
+        expect((await store.tasks.getTask(waiting.id))?.status).toBe('ready');
+        expect(await store.dispatches.listDispatches({ taskId: waiting.id })).toEqual([]);
+      };
+      // An open gate refuses the completion: nothing is claimed (the terminal is still busy).
+      const gate = await store.gates.openGate({ question: 'go?', taskId: gated.id });
+      await expect(store.dispatches.completeDispatch(d.id, { next: true })).rejects.toBeInstanceOf(GateOpenError);
+      await untouched();
+      await store.gates.resolveGate(gate.id, 'yes');
+      // A missing agent: NOT_FOUND, and the dispatch is still active (mutant "next-agent-after-complete"
+      // checks the agent after completing: the completion would stand).
+      await expect(
+        store.dispatches.completeDispatch(d.id, { lease: d.lease!, next: { agentId: 'no-such-agent' } }),
+      ).rejects.toMatchObject({ code: 'NOT_FOUND' });
+      expect((await store.dispatches.getDispatch(d.id))?.status).toBe('active');
+      expect((await store.tasks.requireTask(gated.id)).status).toBe('dispatched');
+      await untouched();
+      // A reclaimed dispatch: its late completion is refused and claims nothing, though the
+      // terminal is free (mutant "next-after-refusal" claims here).
+      await store.db.updateTable('dispatch_contexts').set({ lease_expires_at: 1 }).where('id', '=', d.id).execute();
+      await store.dispatches.reclaimExpiredDispatches({ runId: run.id });
+      await expect(store.dispatches.completeDispatch(d.id, { lease: d.lease!, next: true })).rejects.toBeInstanceOf(
+        DispatchLeaseLostError,
+      );
+      expect(await store.dispatches.getActiveDispatchForTerminal(terminal)).toBeNull();
+      await untouched();
+      // A run stopped meanwhile: the completion stands, and nothing is claimed.
+      const again = (await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: terminal }))!;
+      expect(again.taskId).toBe(gated.id);
+      await store.runs.stopCoordinatorRun(run.id, 'completed');
+      const done = await store.dispatches.completeDispatch(again.id, { lease: again.lease!, next: true });
+      expect(done.task.status).toBe('done');
+      expect(done.next).toBeNull();
+      await untouched();
+    });
+
+    it('a keyed completion with next replays its next dispatch; another terminal claim in between is TerminalBusyError, nothing lost', async () => {
+      const { run, create } = await runOn();
+      await create({ priority: 1 });
+      await create({ priority: 2 });
+      const terminal = unique('term');
+      const d = (await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: terminal }))!;
+      const key = unique('key');
+      const done = await store.dispatches.completeDispatch(d.id, { idempotencyKey: key, next: true });
+      const replay = await store.dispatches.completeDispatch(d.id, { idempotencyKey: key, next: true });
+      expect(replay.next?.id).toBe(done.next!.id);
+      await expect(store.dispatches.completeDispatch(d.id, { idempotencyKey: key })).rejects.toMatchObject({
+        code: 'IDEMPOTENCY_KEY_CONFLICT',
+      });
+      expect(await store.dispatches.listDispatches({ runId: run.id, status: 'active' })).toHaveLength(1);
+    });
+  });
+
   describe('claim-next: batches and filters', () => {
     it('dispatchNextBatch fills terminals in order with the best ready tasks, up to limit, skipping busy ones', async () => {
       const { run, create } = await runOn();

@@ -19,6 +19,7 @@ export const HOT_CALLS = [
   'dispatchNext',
   'heartbeatDispatch',
   'completeDispatch',
+  'completeDispatch (with next)',
   'claimWorkspaceLock',
   'renewWorkspaceLock',
   'releaseWorkspaceLock',
@@ -77,6 +78,16 @@ export async function measureRoundTrips(
   const dispatchLease = dispatch.lease;
   const lease = await measure('heartbeatDispatch', () => store.dispatches.heartbeatDispatch(dispatchLease));
   await measure('completeDispatch', () => store.dispatches.completeDispatch(dispatch.id, { lease }));
+  // The worker loop's step: a completion that claims the terminal's next task (three are ready).
+  await task('chained-1');
+  await task('chained-2');
+  await task('chained-3');
+  const chained = await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: `term-chain-${tag}` });
+  const warmed = await store.dispatches.completeDispatch(chained!.id, { lease: chained!.lease!, next: true });
+  const step = await measure('completeDispatch (with next)', () =>
+    store.dispatches.completeDispatch(warmed.next!.id, { lease: warmed.next!.lease!, next: true }),
+  );
+  if (!step.next) throw new Error('completeDispatch with next found nothing ready');
 
   // Workspace lock and task lease.
   const lock = await measure('claimWorkspaceLock', () =>

@@ -14,6 +14,7 @@ export const ROUND_TRIP_BUDGET: Record<HotCall, { readonly sqlite: number; reado
   dispatchNext: { sqlite: 7, postgres: 1 },
   heartbeatDispatch: { sqlite: 3, postgres: 3 },
   completeDispatch: { sqlite: 6, postgres: 1 },
+  'completeDispatch (with next)': { sqlite: 12, postgres: 1 },
   claimWorkspaceLock: { sqlite: 4, postgres: 3 },
   renewWorkspaceLock: { sqlite: 3, postgres: 3 },
   releaseWorkspaceLock: { sqlite: 3, postgres: 3 },

@@ -22,7 +22,7 @@ import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../../protocol.js'
 import { toTask } from '../shared/records.js';
 import { auditLeaseActs, auditsLeaseAct, type LeaseActRecord } from '../shared/audit.js';
 import { explainAfterRollback } from '../shared/misses.js';
-import { CLAIM_NEXT, CLAIM_NEXT_BATCH, COMPLETE, type ClaimNextRow } from './statements.js';
+import { CLAIM_NEXT, CLAIM_NEXT_BATCH, COMPLETE, COMPLETE_NEXT, type ClaimNextRow } from './statements.js';
 import { runBound } from '../../query/prepared.js';
 import { CoordinatorRunNotRunningError, findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
@@ -47,7 +47,9 @@ import {
   LEASE_EXPIRED,
   TerminalBusyError,
   type DispatchExitResult,
+  type CompletedDispatch,
   type DispatchNextFilter,
+  type NextDispatchOptions,
   type ReclaimedDispatch,
   DispatchNotActiveError,
   DispatchRunMismatchError,
@@ -228,6 +230,30 @@ function checkFilter(value: unknown): DispatchNextFilter {
   return filter;
 }
 
+/** `completeDispatch`'s `next`, checked: the claim's options with their defaults; null without `next`. */
+function checkNext(value: unknown): Omit<ClaimNextInput, 'runId' | 'terminalHandle'> | null {
+  if (value === undefined) return null;
+  if (value !== true && (typeof value !== 'object' || value === null || Array.isArray(value)))
+    throw new InvalidArgumentError('next', 'must be true or an object of dispatchNext options');
+  const next: NextDispatchOptions = value === true ? {} : value;
+  return {
+    agentId: optionalId('next.agentId', next.agentId),
+    filter: checkFilter(next.filter),
+    ttlMs: next.ttlMs === undefined ? DEFAULT_DISPATCH_LEASE_TTL_MS : requirePositiveMs('next.ttlMs', next.ttlMs),
+    traceContext: optionalTraceContext('next.traceContext', next.traceContext),
+  };
+}
+
+/** The assignee mode and minimum priority a claim function takes for `filter`. */
+function claimFilterParams(filter: DispatchNextFilter) {
+  const { assigneeAgentId, minPriority } = filter;
+  return {
+    assigneeMode: assigneeAgentId === undefined ? 'any' : assigneeAgentId === null ? 'unassigned' : 'assignee',
+    assignee: assigneeAgentId ?? null,
+    minPriority: minPriority ?? null,
+  } as const;
+}
+
 async function escalationFor(
   trx: Transaction<Database>,
   dispatch: DispatchContextRow,
@@ -277,6 +303,8 @@ interface ClaimNextInput {
 // after the rollback is not stored: a retry meets it again).
 const NEXT_REFUSALS = [NotFoundError, CoordinatorRunNotRunningError, TerminalBusyError];
 const REPORT_REFUSALS = [NotFoundError, DispatchLeaseLostError, DispatchNotActiveError, GateOpenError];
+/** `completeNextOnce`'s result when the next claim's agent does not exist. */
+const AGENT_MISSING = Symbol('agent missing');
 
 export function createDispatchRepository(ctx: StoreContext): DispatchRepository {
   const { dialect } = ctx;
@@ -361,14 +389,11 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
   /** `CLAIM_NEXT` bound for `p`, with the time it states (read now: before BEGIN when BEGIN sends it). */
   function claimNextStatement(p: ClaimNextInput): { query: CompiledQuery<ClaimNextRow>; now: number } {
     const now = ctx.clock.now();
-    const { assigneeAgentId, minPriority } = p.filter;
     const params = {
       runId: p.runId,
       terminalHandle: p.terminalHandle,
       agentId: p.agentId,
-      assigneeMode: assigneeAgentId === undefined ? 'any' : assigneeAgentId === null ? 'unassigned' : 'assignee',
-      assignee: assigneeAgentId ?? null,
-      minPriority: minPriority ?? null,
+      ...claimFilterParams(p.filter),
       id: ctx.newId(),
       now,
       expiresAt: now + p.ttlMs,
@@ -411,15 +436,12 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     p: Omit<ClaimNextInput, 'terminalHandle'> & { handles: readonly string[]; limit: number },
   ): Promise<DispatchContextRow[]> {
     const now = ctx.clock.now();
-    const { assigneeAgentId, minPriority } = p.filter;
     const result = await CLAIM_NEXT_BATCH.first(trx, {
       runId: p.runId,
       terminalHandles: JSON.stringify(p.handles),
       ids: JSON.stringify(p.handles.map(() => ctx.newId())),
       agentId: p.agentId,
-      assigneeMode: assigneeAgentId === undefined ? 'any' : assigneeAgentId === null ? 'unassigned' : 'assignee',
-      assignee: assigneeAgentId ?? null,
-      minPriority: minPriority ?? null,
+      ...claimFilterParams(p.filter),
       limit: p.limit,
       now,
       expiresAt: now + p.ttlMs,
@@ -593,6 +615,109 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       },
       { first: [keyRead, complete], commit: true },
     );
+  }
+
+  /**
+   * `completeDispatch` with `next` in one round trip (PostgreSQL, unkeyed, neither act audited):
+   * BEGIN carries the task key's read, `COMPLETE_NEXT` and COMMIT. `AGENT_MISSING` when the next
+   * claim's agent does not exist (nothing was written); null when the completion was refused
+   * (nothing was written: the caller explains it in an ordinary transaction, as `completeOnce`).
+   */
+  async function completeNextOnce(
+    dispatchId: string,
+    lease: Lease<'dispatch'> | undefined,
+    result: string | null,
+    keyRead: CompiledQuery,
+    next: Omit<ClaimNextInput, 'runId' | 'terminalHandle'>,
+  ): Promise<CompletedDispatch | typeof AGENT_MISSING | null> {
+    const now = ctx.clock.now();
+    const complete = COMPLETE_NEXT.bind(db, {
+      id: dispatchId,
+      token: lease?.token ?? null,
+      now,
+      setResult: true,
+      result,
+      agentId: next.agentId,
+      ...claimFilterParams(next.filter),
+      nextId: ctx.newId(),
+      expiresAt: now + next.ttlMs,
+      traceContext: next.traceContext,
+    });
+    return dialect.writeTransaction(
+      async () => {
+        const read = dialect.beginResult(complete)?.rows[0];
+        if (read && next.agentId !== null && read.agent_found === null) return AGENT_MISSING;
+        if (!read?.ended || read.dispatch === null) return null;
+        const { moved_task: moved, task_before: before, dispatch } = read;
+        const row: DispatchContextRow = { ...dispatch, status: 'completed', updated_at: now, ended_at: now };
+        return {
+          dispatch: toDispatch(row),
+          task: toTask((moved ?? before) as unknown as TaskRow),
+          next: read.next === null ? null : toDispatch(read.next),
+        };
+      },
+      { first: [keyRead, complete], commit: true },
+    );
+  }
+
+  /**
+   * `completeDispatch` with `next` in `trx`: the next claim's agent checked first (`NotFoundError`
+   * before anything changes), the completion (`endIn`), then the claim for the dispatch's run and
+   * terminal (`claimAfterCompletion`).
+   */
+  async function completeThenNext(
+    trx: Trx,
+    dispatchId: string,
+    lease: Lease<'dispatch'> | undefined,
+    result: string | null,
+    keyRead: CompiledQuery | null,
+    next: Omit<ClaimNextInput, 'runId' | 'terminalHandle'>,
+  ): Promise<CompletedDispatch> {
+    await requireAgent(trx, next.agentId);
+    const done = await endIn(trx, dispatchId, 'completed', lease, result, keyRead);
+    const runId = done.dispatch.coordinatorRunId;
+    const made =
+      runId === null
+        ? null
+        : await claimAfterCompletion(trx, { ...next, runId, terminalHandle: done.dispatch.terminalHandle });
+    return { ...done, next: made === null ? null : toDispatch(made) };
+  }
+
+  /**
+   * `dispatchNext`'s claim after a completion in the same transaction: where `dispatchNext` would
+   * refuse (the run no longer runs, the terminal is busy again), nothing is claimed and the
+   * completion stands. The agent was checked before the completion.
+   */
+  async function claimAfterCompletion(trx: Trx, p: ClaimNextInput): Promise<DispatchContextRow | null> {
+    if (dialect.writableCtes) {
+      const { query, now } = claimNextStatement(p);
+      const read = (await runBound(trx, query)).rows[0];
+      if (!read || read.run_status !== 'running' || read.busy_id !== null || read.made === null) return null;
+      const row = read.made;
+      await auditLeaseActs(ctx, trx, now, [
+        dispatchAct('granted', row, { taskId: row.task_id, expiresAt: Number(row.lease_expires_at) }),
+      ]);
+      return row;
+    }
+    const run = await trx.selectFrom('coordinator_runs').select('status').where('id', '=', p.runId).executeTakeFirst();
+    if (run?.status !== 'running' || (await newestActiveFor(trx, p.terminalHandle))) return null;
+    return claimNextIn(trx, p);
+  }
+
+  /**
+   * Runs a completion with `next`: the one-active-per-terminal index's violation (another call
+   * gave the terminal a dispatch meanwhile) becomes `TerminalBusyError`, read after the rollback.
+   */
+  function onNextTerminal<T>(dispatchId: string, write: () => Promise<T>): Promise<T> {
+    return explainAfterRollback(dialect, 'unique_violation', write, async (db) => {
+      const ended = await db
+        .selectFrom('dispatch_contexts')
+        .select('terminal_handle')
+        .where('id', '=', dispatchId)
+        .executeTakeFirstOrThrow();
+      const active = await newestActiveFor(db, ended.terminal_handle);
+      throw new TerminalBusyError(ended.terminal_handle, active?.id ?? null);
+    });
   }
 
   /** Ends an active dispatch as completed or cancelled and moves its task (done with `result`, or ready). */
@@ -854,21 +979,50 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const opts = optionalInput('options', options);
       const result = requireJson('result', opts.result);
       const lease = optionalLease(options);
-      const call = keyedCall('dispatches.completeDispatch', opts, { dispatchId, result, lease }, REPORT_REFUSALS);
+      const next = checkNext(opts.next);
+      const { traceContext: _trace, ...nextInput } = next ?? {};
+      const call = keyedCall(
+        'dispatches.completeDispatch',
+        opts,
+        { dispatchId, result, lease, next: next === null ? undefined : nextInput },
+        REPORT_REFUSALS,
+      );
       // The task key's read goes with BEGIN (PostgreSQL, an unkeyed call).
       const keyRead = dialect.writableCtes ? taskKeyRead(dispatchId) : null;
       // The whole call in one round trip when nothing has to be read between its statements.
-      if (keyRead && call === null && !auditsLeaseAct(ctx, 'released') && (!lease || lease.resource === dispatchId)) {
-        const done = await completeOnce(dispatchId, lease, result, keyRead);
-        if (done) return done;
+      const once =
+        keyRead !== null &&
+        call === null &&
+        !auditsLeaseAct(ctx, 'released') &&
+        (next === null || !auditsLeaseAct(ctx, 'granted')) &&
+        (!lease || lease.resource === dispatchId);
+      if (next === null) {
+        if (once) {
+          const done = await completeOnce(dispatchId, lease, result, keyRead);
+          if (done) return done;
+        }
+        return keyedWrite(
+          ctx,
+          call,
+          (trx) => endIn(trx, dispatchId, 'completed', lease, result, keyRead),
+          undefined,
+          keyRead ?? undefined,
+        );
       }
-      return keyedWrite(
-        ctx,
-        call,
-        (trx) => endIn(trx, dispatchId, 'completed', lease, result, keyRead),
-        undefined,
-        keyRead ?? undefined,
-      );
+      return onNextTerminal(dispatchId, async () => {
+        if (once) {
+          const done = await completeNextOnce(dispatchId, lease, result, keyRead, next);
+          if (done === AGENT_MISSING) throw new NotFoundError('agent', next.agentId!);
+          if (done) return done;
+        }
+        return keyedWrite(
+          ctx,
+          call,
+          (trx) => completeThenNext(trx, dispatchId, lease, result, keyRead, next),
+          undefined,
+          keyRead ?? undefined,
+        );
+      });
     },
 
     async heartbeatDispatch(value, options) {

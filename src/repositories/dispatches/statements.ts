@@ -130,3 +130,39 @@ export const COMPLETE = prepared(
     from ${tableIn(db, 'taskfence_complete_dispatch_v1')}(${p.id}::text, ${p.token}::bigint, ${p.now}::bigint,
       ${p.setResult}::boolean, ${p.result}::text)`,
 );
+
+interface CompleteNextParams extends CompleteParams {
+  readonly agentId: string | null;
+  readonly assigneeMode: ClaimNextParams['assigneeMode'];
+  readonly assignee: string | null;
+  readonly minPriority: number | null;
+  /** The next dispatch's id. */
+  readonly nextId: string;
+  readonly expiresAt: number;
+  readonly traceContext: string | null;
+}
+
+/** `COMPLETE_NEXT`'s row: `COMPLETE`'s, the next claim's agent and run reads, and the next dispatch (null when none was made). */
+export interface CompleteNextRow extends Omit<CompleteRow, 'dispatch'> {
+  /** Null only when the agent was missing (nothing was read or written). */
+  dispatch: DispatchContextRow | null;
+  agent_found: string | null;
+  run_status: string | null;
+  next: DispatchContextRow | null;
+}
+
+/**
+ * `completeDispatch` with `next` in one statement: a call of `taskfence_complete_dispatch_next_v1`
+ * (migration 0102), the caller holding the task's key: the agent's read (a missing one: nothing
+ * else), `COMPLETE`, then, only once the dispatch ended, `CLAIM_NEXT` for its run and terminal.
+ * No row: no dispatch has the id.
+ */
+export const COMPLETE_NEXT = prepared(
+  (db, p: CompleteNextParams) =>
+    sql<CompleteNextRow>`select o_dispatch as dispatch, o_open_gate_id as open_gate_id, o_ended as ended,
+      o_moved_task as moved_task, o_task_before as task_before, o_agent_found as agent_found,
+      o_run_status as run_status, o_next as next
+    from ${tableIn(db, 'taskfence_complete_dispatch_next_v1')}(${p.id}::text, ${p.token}::bigint, ${p.now}::bigint,
+      ${p.setResult}::boolean, ${p.result}::text, ${p.agentId}::text, ${p.assigneeMode}::text, ${p.assignee}::text,
+      ${p.minPriority}::numeric, ${p.nextId}::text, ${p.expiresAt}::bigint, ${p.traceContext}::text)`,
+);

@@ -48,6 +48,36 @@ export interface Dispatch {
 export interface CompletedDispatch {
   readonly dispatch: Dispatch;
   readonly task: Task;
+  /**
+   * With the `next` option only: the terminal's next dispatch, claimed in the completion's
+   * transaction, or null when nothing was ready, the run no longer runs, or the terminal was
+   * given another dispatch meanwhile. Absent without `next`.
+   */
+  readonly next?: Dispatch | null;
+}
+
+/**
+ * `completeDispatch`'s `next`: the next claim for the completed dispatch's run and terminal, as
+ * `dispatchNext` makes it (`true`: with its defaults).
+ */
+export interface NextDispatchOptions {
+  readonly agentId?: string | null;
+  readonly filter?: DispatchNextFilter;
+  /** The next dispatch lease's lifetime (default `DEFAULT_DISPATCH_LEASE_TTL_MS`). */
+  readonly ttlMs?: number;
+  /** The dispatcher's W3C trace context to store with the next dispatch. Default: none. */
+  readonly traceContext?: TraceContext | null;
+}
+
+/** `completeDispatch`'s options. */
+export interface CompleteDispatchOptions extends DispatchReportOptions {
+  /** The task's result, stored as JSON (default: the task's `result` is kept). */
+  readonly result?: unknown;
+  /**
+   * Claim the terminal's next task in the same transaction (one round trip on PostgreSQL), as
+   * `dispatchNext` would right after: the worker loop's step. Returned as `next`.
+   */
+  readonly next?: true | NextDispatchOptions;
 }
 
 /** Options of the reports a worker makes on its dispatch. */
@@ -245,11 +275,13 @@ export interface DispatchRepository {
    * transaction; dependents whose dependencies are now all done become `ready` in it too.
    * A dispatch that was reclaimed or superseded (or whose `lease` is) is `DispatchLeaseLostError`,
    * one ended otherwise `DispatchNotActiveError`; neither changes anything.
+   *
+   * With `next`, the same transaction then claims the next ready task of the dispatch's run for
+   * its terminal, as `dispatchNext` does (returned as `next`, null when none). A refused
+   * completion claims nothing; a missing `next.agentId` is `NotFoundError` before anything
+   * changes; a run that no longer runs leaves the completion standing and `next` null.
    */
-  completeDispatch(
-    dispatchId: string,
-    options?: { result?: unknown } & DispatchReportOptions,
-  ): Promise<CompletedDispatch>;
+  completeDispatch(dispatchId: string, options?: CompleteDispatchOptions): Promise<CompletedDispatch>;
   /**
    * Renews a live dispatch lease for `ttlMs` (default: the lease's own lifetime at creation is not
    * kept; `DEFAULT_DISPATCH_LEASE_TTL_MS`). Renew never revives a lapsed lease: one lapsed but not
