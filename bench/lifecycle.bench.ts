@@ -37,6 +37,9 @@ export interface LifecycleCycleRow {
   /** graphile-worker's add → run → complete at the same concurrency (PostgreSQL only). */
   readonly graphileWorkerCyclesPerSec: number | null;
   readonly ratioToGraphile: number | null;
+  /** The worker loop's step: `completeDispatch` with `next` (the completion and the next claim in one transaction). */
+  readonly chainedCyclesPerSec: number;
+  readonly chainedRatioToGraphile: number | null;
   /** Cycles per second over the floor's one-row commits per second (PostgreSQL only). */
   readonly ratioToFloor: number | null;
 }
@@ -146,12 +149,19 @@ async function withPlainForUpdate<T>(url: string, fn: () => Promise<T>): Promise
 /** How the PostgreSQL pick locks: as shipped, or issue 22's mutant (`withPlainForUpdate`). */
 type PickLock = 'for update skip locked' | 'for update';
 
-/** `workers` stores drain `tasks` pre-created ready tasks with dispatchNext → completeDispatch. */
+/**
+ * How a worker loop takes its next task: `dispatchNext` after each `completeDispatch` (two
+ * transactions a cycle), or the completion's own `next` (one).
+ */
+type Loop = 'two-calls' | 'chained';
+
+/** `workers` stores drain `tasks` pre-created ready tasks with dispatchNext → completeDispatch (or chained completions). */
 async function lifecycleCycles(
   url: string,
   tasks: number,
   workers: number,
   lock: PickLock = 'for update skip locked',
+  loop: Loop = 'two-calls',
 ): Promise<number> {
   const setup = await setUp(url);
   await seedReady(setup.db as never, 0, tasks);
@@ -163,6 +173,19 @@ async function lifecycleCycles(
     const t0 = performance.now();
     await Promise.all(
       stores.map(async (store, w) => {
+        if (loop === 'chained') {
+          let d = await store.dispatches.dispatchNext({ runId: RUN, terminalHandle: `term-${w}` });
+          while (d) {
+            const completed = await store.dispatches.completeDispatch(d.id, {
+              result: { ok: true },
+              lease: d.lease ?? undefined,
+              next: true,
+            });
+            done++;
+            d = completed.next ?? null;
+          }
+          return;
+        }
         for (;;) {
           const d = await store.dispatches.dispatchNext({ runId: RUN, terminalHandle: `term-${w}` });
           if (!d) return;
@@ -187,7 +210,12 @@ async function lifecycleCycles(
  * The same drain from `workers` processes (each its own connection, built `dist/`), released at
  * one wall-clock instant: cycles over the window from the first start to the last end.
  */
-async function lifecycleCyclesInProcesses(url: string, tasks: number, workers: number): Promise<number> {
+async function lifecycleCyclesInProcesses(
+  url: string,
+  tasks: number,
+  workers: number,
+  loop: Loop = 'two-calls',
+): Promise<number> {
   const setup = await setUp(url);
   await seedReady(setup.db as never, 0, tasks);
   await analyze(setup);
@@ -195,7 +223,7 @@ async function lifecycleCyclesInProcesses(url: string, tasks: number, workers: n
   const startAt = Date.now() + 1500 + workers * 300;
   const outputs = await Promise.all(
     Array.from({ length: workers }, (_, worker) =>
-      execFileAsync(process.execPath, [CHILD, JSON.stringify({ url, runId: RUN, worker, startAt })]),
+      execFileAsync(process.execPath, [CHILD, JSON.stringify({ url, runId: RUN, worker, startAt, loop })]),
     ),
   );
   const results = outputs.map(
@@ -443,12 +471,19 @@ export async function benchLifecycle(
       const tf: number[] = [];
       const plain: number[] = [];
       const gw: number[] = [];
+      const chained: number[] = [];
       for (let r = 0; r < options.runs; r++) {
         const url = await urlFor(dbs, dialect);
         tf.push(
           dialect === 'sqlite'
             ? await lifecycleCyclesInProcesses(url, options.tasks, workers)
             : await lifecycleCycles(url, options.tasks, workers),
+        );
+        const chainUrl = await urlFor(dbs, dialect);
+        chained.push(
+          dialect === 'sqlite'
+            ? await lifecycleCyclesInProcesses(chainUrl, options.tasks, workers, 'chained')
+            : await lifecycleCycles(chainUrl, options.tasks, workers, 'for update skip locked', 'chained'),
         );
         if (dialect === 'postgres') {
           plain.push(await lifecycleCycles(await dbs.postgresUrl(), options.tasks, workers, 'for update'));
@@ -458,6 +493,7 @@ export async function benchLifecycle(
       const t = Math.round(median(tf));
       const p = plain.length ? Math.round(median(plain)) : null;
       const g = gw.length ? Math.round(median(gw)) : null;
+      const c = Math.round(median(chained));
       const row: LifecycleCycleRow = {
         dialect,
         workers,
@@ -466,11 +502,13 @@ export async function benchLifecycle(
         ratioWithoutSkipLocked: p === null ? null : round(p / t),
         graphileWorkerCyclesPerSec: g,
         ratioToGraphile: g ? round(t / g) : null,
+        chainedCyclesPerSec: c,
+        chainedRatioToGraphile: g ? round(c / g) : null,
         ratioToFloor: dialect === 'postgres' ? round(t / floor.commitsPerSec) : null,
       };
       cycles.push(row);
       console.log(
-        `  lifecycle ${dialect} at ${workers} workers: ${t} cycles/s${p === null ? '' : ` (without SKIP LOCKED ${p})`}${g ? ` (graphile-worker ${g})` : ''}`,
+        `  lifecycle ${dialect} at ${workers} workers: ${t} cycles/s, chained ${c}${p === null ? '' : ` (without SKIP LOCKED ${p})`}${g ? ` (graphile-worker ${g})` : ''}`,
       );
     }
   }
@@ -495,13 +533,13 @@ export function lifecycleTable(result: LifecycleResult): string {
   const sizes = [...new Set(result.latency.map((r) => r.readyTasks))];
   const histories = [...new Set(result.runStart.map((r) => r.finishedTasks))];
   return [
-    `Floor (raw pg, one connection, one-row autocommit inserts): ${result.floor.commitsPerSec} commits/s. A taskfence cycle is two transactions (claim, complete); graphile-worker's cycle includes adding the job, taskfence's queue was pre-created. PostgreSQL workers run in this process, each its own store and connection; SQLite workers are separate processes on one file. "Without SKIP LOCKED" is issue 22's mutant: the same drain with the claim function redefined, for the run only, with a plain \`FOR UPDATE\` pick.`,
+    `Floor (raw pg, one connection, one-row autocommit inserts): ${result.floor.commitsPerSec} commits/s. A taskfence cycle is two transactions (claim, complete); a chained cycle is one (\`completeDispatch\` with \`next\`: the completion and the terminal's next claim). graphile-worker's cycle includes adding the job (on the producers' own connections, while the runner works), taskfence's queue was pre-created. PostgreSQL workers run in this process, each its own store and connection; SQLite workers are separate processes on one file. "Without SKIP LOCKED" is issue 22's mutant: the same drain with the claim function redefined, for the run only, with a plain \`FOR UPDATE\` pick.`,
     '',
-    '| dialect | workers | taskfence: dispatchNext → completeDispatch (cycles/s) | same, pick without SKIP LOCKED (cycles/s) | without / with SKIP LOCKED | graphile-worker: add → run → complete (cycles/s) | taskfence / graphile-worker | taskfence / floor commits |',
-    '|---|---|---|---|---|---|---|---|',
+    '| dialect | workers | taskfence: dispatchNext → completeDispatch (cycles/s) | chained: completeDispatch with next (cycles/s) | same, pick without SKIP LOCKED (cycles/s) | without / with SKIP LOCKED | graphile-worker: add → run → complete (cycles/s) | taskfence / graphile-worker | chained / graphile-worker | taskfence / floor commits |',
+    '|---|---|---|---|---|---|---|---|---|---|',
     ...result.cycles.map(
       (r) =>
-        `| ${r.dialect} | ${r.workers} | ${r.cyclesPerSec} | ${r.withoutSkipLockedCyclesPerSec ?? '—'} | ${r.ratioWithoutSkipLocked ?? '—'} | ${r.graphileWorkerCyclesPerSec ?? '—'} | ${r.ratioToGraphile ?? '—'} | ${r.ratioToFloor ?? '—'} |`,
+        `| ${r.dialect} | ${r.workers} | ${r.cyclesPerSec} | ${r.chainedCyclesPerSec} | ${r.withoutSkipLockedCyclesPerSec ?? '—'} | ${r.ratioWithoutSkipLocked ?? '—'} | ${r.graphileWorkerCyclesPerSec ?? '—'} | ${r.ratioToGraphile ?? '—'} | ${r.chainedRatioToGraphile ?? '—'} | ${r.ratioToFloor ?? '—'} |`,
     ),
     '',
     `| dialect | ${sizes.map((s) => `claim p50 / p99 at ${s.toLocaleString('en')} ready (ms)`).join(' | ')} | p50 largest / smallest |`,
