@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { redactDatabaseUrl, type DatabaseLocation } from '../config.js';
 import type { StoreDialect } from '../dialects/types.js';
 import { MIGRATIONS } from '../migrations/index.js';
@@ -9,7 +10,7 @@ import { STEPS_TABLE } from '../migrator/steps.js';
 import { formatVersion } from '../errors.js';
 import { diffSchemas, historyCheck } from './drift.js';
 import { postgresEnvironmentChecks, postgresGuaranteeChecks } from './postgres-probes.js';
-import { errorMessage } from './probe-support.js';
+import { errorMessage, taskfenceSchema } from './probe-support.js';
 import { referenceSchemas, scratchSchemaReference } from './reference.js';
 import type { SchemaDescription } from '../schema/describe.js';
 import { check, worst, type DoctorCheck, type DoctorReport } from './report.js';
@@ -106,6 +107,28 @@ function databaseReference(dialect: StoreDialect, migrations: readonly Migration
   };
 }
 
+/**
+ * PostgreSQL: the functions the chain's migrations up to `version` create (`functions`) that the
+ * store's schema lacks. A call of a missing one would fail raw ("function does not exist").
+ */
+async function missingFunctions(
+  dialect: StoreDialect,
+  migrations: readonly MigrationDefinition[],
+  version: number,
+): Promise<{ severity: 'fail'; text: string }[]> {
+  const wanted = migrations
+    .filter((m) => m.version <= version)
+    .flatMap((m) => (m.functions ?? []).map((name) => ({ name, by: `${formatVersion(m.version)} ${m.name}` })));
+  if (wanted.length === 0) return [];
+  const schema = await taskfenceSchema(dialect.db);
+  const { rows } = await sql<{ name: string }>`select p.proname as name from pg_proc p
+    join pg_namespace n on n.oid = p.pronamespace where n.nspname = ${schema}`.execute(dialect.db);
+  const present = new Set(rows.map((r) => r.name));
+  return wanted
+    .filter((f) => !present.has(f.name))
+    .map((f) => ({ severity: 'fail' as const, text: `missing function ${f.name} (installed by ${f.by})` }));
+}
+
 /** `drift.schema`: the live schema against the chain's reference at the recorded version. */
 async function schemaCheck(
   status: MigrationStatus,
@@ -158,7 +181,10 @@ async function schemaCheck(
     expected = { tables: { ...expected.tables, ...bookkeeping } };
     chainTables = new Set([...chainTables, STATE_TABLE, RELEASES_TABLE, STEPS_TABLE]);
   }
-  const differences = diffSchemas(expected, live, chainTables);
+  const differences = [
+    ...diffSchemas(expected, live, chainTables),
+    ...(dialect.kind === 'postgres' ? await missingFunctions(dialect, migrations, version) : []),
+  ];
   const items = differences.map((d) => d.text);
   const verdict = worst(differences.map((d) => d.severity));
   const failures = differences.filter((d) => d.severity === 'fail').length;

@@ -28,6 +28,7 @@ import type { MigrationDefinition } from './types.js';
 export const migration0101: MigrationDefinition = {
   version: 101,
   name: 'dispatch_functions',
+  functions: ['taskfence_dispatch_next_v1', 'taskfence_dispatch_next_batch_v1', 'taskfence_complete_dispatch_v1'],
   async up({ db, types }) {
     if (!types.storedFunctions) return;
     await sql`${createDispatchNext(db)}`.execute(db);

@@ -23,6 +23,7 @@ import type { MigrationDefinition } from './types.js';
 export const migration0102: MigrationDefinition = {
   version: 102,
   name: 'complete_and_next',
+  functions: ['taskfence_complete_dispatch_next_v1'],
   async up({ db, types }) {
     if (!types.storedFunctions) return;
     await sql`${createCompleteAndNext(db)}`.execute(db);

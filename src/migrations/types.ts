@@ -112,4 +112,9 @@ export interface MigrationDefinition {
    * `openStore` of an older release refuses with `ReleaseOutsideWindowError`.
    */
   readonly minWriterRelease?: string;
+  /**
+   * PostgreSQL: the functions `up` creates in the store's schema (by name). `doctor` reports one
+   * missing at a later version as drift; `down` drops them.
+   */
+  readonly functions?: readonly string[];
 }

@@ -85,6 +85,21 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
       expect(drift.items).toEqual(['missing table path_leases', 'changed column tasks.writes: type text → integer']);
     });
 
+    it('names a stored function dropped by hand as drift (PostgreSQL; SQLite has none to drop)', async () => {
+      const store = await fx.freshStore();
+      if (fx.kind === 'sqlite') {
+        expect(failing(await store.doctor())).toEqual([]);
+        return;
+      }
+      await sql`drop function ${tbl(store.db, 'taskfence_complete_dispatch_next_v1')}`.execute(store.db);
+      const report = await store.doctor();
+      expect(failing(report)).toEqual(['drift.schema']);
+      // Mutant "doctor-ignores-functions" (no function check) passes this database.
+      expect(byId(report, 'drift.schema').items).toEqual([
+        'missing function taskfence_complete_dispatch_next_v1 (installed by 0102 complete_and_next)',
+      ]);
+    });
+
     it('fails the guard check when the one-running-run index is gone (drift names it too)', async () => {
       const store = await fx.freshStore();
       await sql`drop index ${tbl(store.db, 'coordinator_runs_one_running_per_target')}`.execute(store.db);
