@@ -91,12 +91,12 @@ export function defineDoctorSuite(makeFixture: () => DialectFixture) {
         expect(failing(await store.doctor())).toEqual([]);
         return;
       }
-      await sql`drop function ${tbl(store.db, 'taskfence_complete_dispatch_next_v1')}`.execute(store.db);
+      await sql`drop function ${tbl(store.db, 'taskfence_complete_dispatch_v2')}`.execute(store.db);
       const report = await store.doctor();
       expect(failing(report)).toEqual(['drift.schema']);
       // Mutant "doctor-ignores-functions" (no function check) passes this database.
       expect(byId(report, 'drift.schema').items).toEqual([
-        'missing function taskfence_complete_dispatch_next_v1 (installed by 0102 complete_and_next)',
+        'missing function taskfence_complete_dispatch_v2 (installed by 0102 complete_and_next)',
       ]);
     });
 

@@ -4,7 +4,7 @@
  */
 import { sql, type CompiledQuery, type Kysely, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError } from '../../errors.js';
-import { tableIn } from '../../query/schema.js';
+import { schemaOf, tableIn } from '../../query/schema.js';
 import type {
   CoordinatorRunRow,
   CoordinatorRunStatus,
@@ -18,11 +18,11 @@ import type { StoreContext } from '../context.js';
 import type { LeaseFence } from '../shared/fence.js';
 import { requireLease, type Lease } from '../shared/lease.js';
 import { endedReason, GateOpenError, moveInFlightTask, moveInFlightTaskRow } from '../shared/lifecycle.js';
-import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../../protocol.js';
+import { dispatchTaskLockKey, dispatchTerminalLockKey, schemaLockKey } from '../../protocol.js';
 import { toTask } from '../shared/records.js';
 import { auditLeaseActs, auditsLeaseAct, type LeaseActRecord } from '../shared/audit.js';
 import { explainAfterRollback } from '../shared/misses.js';
-import { CLAIM_NEXT, CLAIM_NEXT_BATCH, COMPLETE, COMPLETE_NEXT, type ClaimNextRow } from './statements.js';
+import { CLAIM_NEXT, CLAIM_NEXT_BATCH, COMPLETE, COMPLETE_V2, type ClaimNextRow } from './statements.js';
 import { runBound } from '../../query/prepared.js';
 import { CoordinatorRunNotRunningError, findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
@@ -303,12 +303,14 @@ interface ClaimNextInput {
 // after the rollback is not stored: a retry meets it again).
 const NEXT_REFUSALS = [NotFoundError, CoordinatorRunNotRunningError, TerminalBusyError];
 const REPORT_REFUSALS = [NotFoundError, DispatchLeaseLostError, DispatchNotActiveError, GateOpenError];
-/** `completeNextOnce`'s result when the next claim's agent does not exist. */
+/** `completeOnce`'s result when the next claim's agent does not exist. */
 const AGENT_MISSING = Symbol('agent missing');
 
 export function createDispatchRepository(ctx: StoreContext): DispatchRepository {
   const { dialect } = ctx;
   const { db } = dialect;
+  /** The dispatch-task key's prefix as `lockKey` scopes it, for `COMPLETE_V2` to take the key itself. */
+  const taskKeyPrefix = schemaLockKey(schemaOf(db), dispatchTaskLockKey(''));
 
   async function getDispatch(id: string): Promise<Dispatch | null> {
     requireId('id', id);
@@ -591,72 +593,45 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
   }
 
   /**
-   * `completeDispatch` in one round trip (PostgreSQL, an unkeyed call whose release is not
-   * audited): BEGIN carries the task key's read, `COMPLETE` (which moves the dependents too), and
-   * COMMIT. Null when the completion was
-   * refused: `COMPLETE` then wrote nothing, and the caller runs the call again in an ordinary
-   * transaction, which explains the refusal (its reasons need reads this round trip cannot make).
+   * `completeDispatch` in one round trip (PostgreSQL, an unkeyed call whose acts are not
+   * audited): BEGIN carries `COMPLETE_V2` (the task key, the completion, the dependents' move
+   * and, with `next`, the terminal's next claim) and COMMIT. `AGENT_MISSING` when the next
+   * claim's agent does not exist; null when the completion was refused. Either way nothing was
+   * written, and the caller refuses, or runs the call again in an ordinary transaction, which
+   * explains the refusal (its reasons need reads this round trip cannot make).
    */
   async function completeOnce(
     dispatchId: string,
     lease: Lease<'dispatch'> | undefined,
     result: string | null,
-    keyRead: CompiledQuery,
-  ): Promise<{ dispatch: Dispatch; task: ReturnType<typeof toTask> } | null> {
-    const now = ctx.clock.now();
-    const complete = COMPLETE.bind(db, { id: dispatchId, token: lease?.token ?? null, now, setResult: true, result });
-    return dialect.writeTransaction(
-      async () => {
-        const read = dialect.beginResult(complete)?.rows[0];
-        if (!read?.ended) return null;
-        const { moved_task: moved, task_before: before, dispatch } = read;
-        const row: DispatchContextRow = { ...dispatch, status: 'completed', updated_at: now, ended_at: now };
-        return { dispatch: toDispatch(row), task: toTask((moved ?? before) as unknown as TaskRow) };
-      },
-      { first: [keyRead, complete], commit: true },
-    );
-  }
-
-  /**
-   * `completeDispatch` with `next` in one round trip (PostgreSQL, unkeyed, neither act audited):
-   * BEGIN carries the task key's read, `COMPLETE_NEXT` and COMMIT. `AGENT_MISSING` when the next
-   * claim's agent does not exist (nothing was written); null when the completion was refused
-   * (nothing was written: the caller explains it in an ordinary transaction, as `completeOnce`).
-   */
-  async function completeNextOnce(
-    dispatchId: string,
-    lease: Lease<'dispatch'> | undefined,
-    result: string | null,
-    keyRead: CompiledQuery,
-    next: Omit<ClaimNextInput, 'runId' | 'terminalHandle'>,
+    next: Omit<ClaimNextInput, 'runId' | 'terminalHandle'> | null,
   ): Promise<CompletedDispatch | typeof AGENT_MISSING | null> {
     const now = ctx.clock.now();
-    const complete = COMPLETE_NEXT.bind(db, {
+    const complete = COMPLETE_V2.bind(db, {
+      keyPrefix: taskKeyPrefix,
       id: dispatchId,
       token: lease?.token ?? null,
       now,
       setResult: true,
       result,
-      agentId: next.agentId,
-      ...claimFilterParams(next.filter),
-      nextId: ctx.newId(),
-      expiresAt: now + next.ttlMs,
-      traceContext: next.traceContext,
+      next: next !== null,
+      agentId: next?.agentId ?? null,
+      ...claimFilterParams(next?.filter ?? {}),
+      nextId: next === null ? '' : ctx.newId(),
+      expiresAt: now + (next?.ttlMs ?? 0),
+      traceContext: next?.traceContext ?? null,
     });
     return dialect.writeTransaction(
       async () => {
         const read = dialect.beginResult(complete)?.rows[0];
-        if (read && next.agentId !== null && read.agent_found === null) return AGENT_MISSING;
+        if (read && next !== null && next.agentId !== null && read.agent_found === null) return AGENT_MISSING;
         if (!read?.ended || read.dispatch === null) return null;
         const { moved_task: moved, task_before: before, dispatch } = read;
         const row: DispatchContextRow = { ...dispatch, status: 'completed', updated_at: now, ended_at: now };
-        return {
-          dispatch: toDispatch(row),
-          task: toTask((moved ?? before) as unknown as TaskRow),
-          next: read.next === null ? null : toDispatch(read.next),
-        };
+        const done = { dispatch: toDispatch(row), task: toTask((moved ?? before) as unknown as TaskRow) };
+        return next === null ? done : { ...done, next: read.next === null ? null : toDispatch(read.next) };
       },
-      { first: [keyRead, complete], commit: true },
+      { first: complete, commit: true },
     );
   }
 
@@ -987,40 +962,42 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
         { dispatchId, result, lease, next: next === null ? undefined : nextInput },
         REPORT_REFUSALS,
       );
-      // The task key's read goes with BEGIN (PostgreSQL, an unkeyed call).
-      const keyRead = dialect.writableCtes ? taskKeyRead(dispatchId) : null;
       // The whole call in one round trip when nothing has to be read between its statements.
       const once =
-        keyRead !== null &&
+        dialect.writableCtes &&
         call === null &&
         !auditsLeaseAct(ctx, 'released') &&
         (next === null || !auditsLeaseAct(ctx, 'granted')) &&
         (!lease || lease.resource === dispatchId);
+      // Otherwise the task key's read goes with BEGIN (PostgreSQL).
+      const keyRead = () => (dialect.writableCtes ? taskKeyRead(dispatchId) : null);
       if (next === null) {
         if (once) {
-          const done = await completeOnce(dispatchId, lease, result, keyRead);
-          if (done) return done;
+          const done = await completeOnce(dispatchId, lease, result, null);
+          if (done !== null && done !== AGENT_MISSING) return done;
         }
+        const read = keyRead();
         return keyedWrite(
           ctx,
           call,
-          (trx) => endIn(trx, dispatchId, 'completed', lease, result, keyRead),
+          (trx) => endIn(trx, dispatchId, 'completed', lease, result, read),
           undefined,
-          keyRead ?? undefined,
+          read ?? undefined,
         );
       }
       return onNextTerminal(dispatchId, async () => {
         if (once) {
-          const done = await completeNextOnce(dispatchId, lease, result, keyRead, next);
+          const done = await completeOnce(dispatchId, lease, result, next);
           if (done === AGENT_MISSING) throw new NotFoundError('agent', next.agentId!);
           if (done) return done;
         }
+        const read = keyRead();
         return keyedWrite(
           ctx,
           call,
-          (trx) => completeThenNext(trx, dispatchId, lease, result, keyRead, next),
+          (trx) => completeThenNext(trx, dispatchId, lease, result, read, next),
           undefined,
-          keyRead ?? undefined,
+          read ?? undefined,
         );
       });
     },

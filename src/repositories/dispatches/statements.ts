@@ -131,7 +131,11 @@ export const COMPLETE = prepared(
       ${p.setResult}::boolean, ${p.result}::text)`,
 );
 
-interface CompleteNextParams extends CompleteParams {
+interface CompleteV2Params extends CompleteParams {
+  /** The task key's prefix as `lockKey` scopes it (the schema, then `dispatchTaskLockKey('')`). */
+  readonly keyPrefix: string;
+  /** Claim the terminal's next task after the completion (`completeDispatch`'s `next`). */
+  readonly next: boolean;
   readonly agentId: string | null;
   readonly assigneeMode: ClaimNextParams['assigneeMode'];
   readonly assignee: string | null;
@@ -142,9 +146,9 @@ interface CompleteNextParams extends CompleteParams {
   readonly traceContext: string | null;
 }
 
-/** `COMPLETE_NEXT`'s row: `COMPLETE`'s, the next claim's agent and run reads, and the next dispatch (null when none was made). */
-export interface CompleteNextRow extends Omit<CompleteRow, 'dispatch'> {
-  /** Null only when the agent was missing (nothing was read or written). */
+/** `COMPLETE_V2`'s row: `COMPLETE`'s, the next claim's agent and run reads, and the next dispatch (null when none was made). */
+export interface CompleteV2Row extends Omit<CompleteRow, 'dispatch'> {
+  /** Null only when the next claim's agent was missing (nothing was read or written). */
   dispatch: DispatchContextRow | null;
   agent_found: string | null;
   run_status: string | null;
@@ -152,17 +156,19 @@ export interface CompleteNextRow extends Omit<CompleteRow, 'dispatch'> {
 }
 
 /**
- * `completeDispatch` with `next` in one statement: a call of `taskfence_complete_dispatch_next_v1`
- * (migration 0102), the caller holding the task's key: the agent's read (a missing one: nothing
- * else), `COMPLETE`, then, only once the dispatch ended, `CLAIM_NEXT` for its run and terminal.
- * No row: no dispatch has the id.
+ * `completeDispatch` in one statement that takes the task's key itself, and with `next` the
+ * terminal's next claim: a call of `taskfence_complete_dispatch_v2` (migration 0102): the next
+ * claim's agent read (a missing one: nothing else), the task key, `COMPLETE`, then, only with
+ * `next` and once the dispatch ended, `CLAIM_NEXT` for its run and terminal. No row: no dispatch
+ * has the id.
  */
-export const COMPLETE_NEXT = prepared(
-  (db, p: CompleteNextParams) =>
-    sql<CompleteNextRow>`select o_dispatch as dispatch, o_open_gate_id as open_gate_id, o_ended as ended,
+export const COMPLETE_V2 = prepared(
+  (db, p: CompleteV2Params) =>
+    sql<CompleteV2Row>`select o_dispatch as dispatch, o_open_gate_id as open_gate_id, o_ended as ended,
       o_moved_task as moved_task, o_task_before as task_before, o_agent_found as agent_found,
       o_run_status as run_status, o_next as next
-    from ${tableIn(db, 'taskfence_complete_dispatch_next_v1')}(${p.id}::text, ${p.token}::bigint, ${p.now}::bigint,
-      ${p.setResult}::boolean, ${p.result}::text, ${p.agentId}::text, ${p.assigneeMode}::text, ${p.assignee}::text,
-      ${p.minPriority}::numeric, ${p.nextId}::text, ${p.expiresAt}::bigint, ${p.traceContext}::text)`,
+    from ${tableIn(db, 'taskfence_complete_dispatch_v2')}(${p.keyPrefix}::text, ${p.id}::text, ${p.token}::bigint,
+      ${p.now}::bigint, ${p.setResult}::boolean, ${p.result}::text, ${p.next}::boolean, ${p.agentId}::text,
+      ${p.assigneeMode}::text, ${p.assignee}::text, ${p.minPriority}::numeric, ${p.nextId}::text, ${p.expiresAt}::bigint,
+      ${p.traceContext}::text)`,
 );
