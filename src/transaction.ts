@@ -160,6 +160,7 @@ function boundDialect(dialect: StoreDialect, binding: Binding): StoreDialect {
   const coordination: DialectCoordination = {
     lockKey: (trx: Transaction<Database>, key: string) => dialect.lockKey(trx, key),
     lockKeyExpression: (key: Expression<string>) => dialect.lockKeyExpression(key),
+    lockKeyText: (key: string) => dialect.lockKeyText(key),
     // A joined transaction was begun by the host: the caller sends `first` itself.
     beginResult: () => undefined,
     // Host code may read what the statement writes before its transaction ends: send it now.

@@ -234,6 +234,12 @@ export interface DialectCoordination {
    */
   lockKeyExpression(key: Expression<string>): RawBuilder<unknown> | null;
   /**
+   * The key string `lockKey` locks for `key` (PostgreSQL: prefixed with the configured schema;
+   * SQLite: `key` as is), for SQL that takes the key itself from a prefix and a column (a stored
+   * function: `pg_advisory_xact_lock(hashtextextended(prefix || id, 0))`).
+   */
+  lockKeyText(key: string): string;
+  /**
    * The result of `writeTransaction`'s `first` statement when BEGIN sent it (PostgreSQL), taken
    * once: `undefined` when it was not sent there, and the caller sends it itself.
    */

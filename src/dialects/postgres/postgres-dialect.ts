@@ -375,8 +375,7 @@ class PostgresStoreDialect implements StoreDialect {
   }
 
   async lockKey(trx: Transaction<Schema>, key: string): Promise<void> {
-    // With a configured schema, two installs in one database never share a key.
-    const scoped = schemaLockKey(this.#config.schema, key);
+    const scoped = this.lockKeyText(key);
     // Taken already by this transaction's BEGIN (`writeTransaction`'s `lockKeys`).
     const begun = BEGIN_LOCKS.getStore();
     if (begun?.taken && begun.keys.includes(scoped)) return;
@@ -395,6 +394,11 @@ class PostgresStoreDialect implements StoreDialect {
     if (begun?.committed) throw new TypeError('taskfence: commitWith in a transaction that BEGIN already committed');
     if (begun?.taken && begun.trailing) begun.trailing.push(statement);
     else await runBound(trx, statement);
+  }
+
+  lockKeyText(key: string): string {
+    // With a configured schema, two installs in one database never share a key.
+    return schemaLockKey(this.#config.schema, key);
   }
 
   lockKeyExpression(key: Expression<string>): RawBuilder<unknown> {

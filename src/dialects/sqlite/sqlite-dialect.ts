@@ -263,6 +263,10 @@ class SqliteDialect implements StoreDialect {
     return undefined;
   }
 
+  lockKeyText(key: string): string {
+    return key;
+  }
+
   lockKeyExpression(_key: Expression<string>): null {
     return null;
   }

@@ -4,7 +4,7 @@
  */
 import { sql, type CompiledQuery, type Kysely, type Transaction } from 'kysely';
 import { InvalidArgumentError, NotFoundError } from '../../errors.js';
-import { schemaOf, tableIn } from '../../query/schema.js';
+import { tableIn } from '../../query/schema.js';
 import type {
   CoordinatorRunRow,
   CoordinatorRunStatus,
@@ -18,7 +18,7 @@ import type { StoreContext } from '../context.js';
 import type { LeaseFence } from '../shared/fence.js';
 import { requireLease, type Lease } from '../shared/lease.js';
 import { endedReason, GateOpenError, moveInFlightTask, moveInFlightTaskRow } from '../shared/lifecycle.js';
-import { dispatchTaskLockKey, dispatchTerminalLockKey, schemaLockKey } from '../../protocol.js';
+import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../../protocol.js';
 import { toTask } from '../shared/records.js';
 import { auditLeaseActs, auditsLeaseAct, type LeaseActRecord } from '../shared/audit.js';
 import { explainAfterRollback } from '../shared/misses.js';
@@ -154,11 +154,13 @@ async function insertDispatch(
     await insert.execute();
     row = await trx.selectFrom('dispatch_contexts').selectAll().where('id', '=', values.id).executeTakeFirstOrThrow();
   }
-  await auditLeaseActs(ctx, trx, values.created_at, [
-    dispatchAct('granted', row, { taskId: row.task_id, expiresAt: Number(row.lease_expires_at) }),
-  ]);
+  await auditLeaseActs(ctx, trx, values.created_at, [grantedAct(row)]);
   return row;
 }
+
+/** The trail's row of a dispatch lease's grant. */
+const grantedAct = (row: DispatchContextRow) =>
+  dispatchAct('granted', row, { taskId: row.task_id, expiresAt: Number(row.lease_expires_at) });
 
 /** The trail's row of an act on a dispatch's lease (`holder`: its terminal, `token`: its seq). */
 function dispatchAct(act: LeaseActRecord['act'], row: DispatchContextRow, detail: Record<string, unknown>) {
@@ -309,8 +311,8 @@ const AGENT_MISSING = Symbol('agent missing');
 export function createDispatchRepository(ctx: StoreContext): DispatchRepository {
   const { dialect } = ctx;
   const { db } = dialect;
-  /** The dispatch-task key's prefix as `lockKey` scopes it, for `COMPLETE_V2` to take the key itself. */
-  const taskKeyPrefix = schemaLockKey(schemaOf(db), dispatchTaskLockKey(''));
+  /** The dispatch-task key's prefix as `lockKey` scopes it (`lockKeyText`), for `COMPLETE_V2` to take the key itself. */
+  const taskKeyPrefix = dialect.lockKeyText(dispatchTaskLockKey(''));
 
   async function getDispatch(id: string): Promise<Dispatch | null> {
     requireId('id', id);
@@ -422,9 +424,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     if (p.agentId !== null && agent === null) throw new NotFoundError('agent', p.agentId);
     if (busy !== null) throw new TerminalBusyError(p.terminalHandle, busy);
     if (row === null) return null;
-    await auditLeaseActs(ctx, trx, now, [
-      dispatchAct('granted', row, { taskId: row.task_id, expiresAt: Number(row.lease_expires_at) }),
-    ]);
+    await auditLeaseActs(ctx, trx, now, [grantedAct(row)]);
     return row;
   }
 
@@ -453,12 +453,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     const { run_status: status, agent_found: agent, made } = result;
     if (status !== 'running') throw new CoordinatorRunNotRunningError(p.runId, status as CoordinatorRunStatus);
     if (p.agentId !== null && agent === null) throw new NotFoundError('agent', p.agentId);
-    await auditLeaseActs(
-      ctx,
-      trx,
-      now,
-      made.map((row) => dispatchAct('granted', row, { taskId: row.task_id, expiresAt: Number(row.lease_expires_at) })),
-    );
+    await auditLeaseActs(ctx, trx, now, made.map(grantedAct));
     return made;
   }
 
@@ -669,9 +664,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       const read = (await runBound(trx, query)).rows[0];
       if (!read || read.run_status !== 'running' || read.busy_id !== null || read.made === null) return null;
       const row = read.made;
-      await auditLeaseActs(ctx, trx, now, [
-        dispatchAct('granted', row, { taskId: row.task_id, expiresAt: Number(row.lease_expires_at) }),
-      ]);
+      await auditLeaseActs(ctx, trx, now, [grantedAct(row)]);
       return row;
     }
     const run = await trx.selectFrom('coordinator_runs').select('status').where('id', '=', p.runId).executeTakeFirst();

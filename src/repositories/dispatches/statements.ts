@@ -131,19 +131,16 @@ export const COMPLETE = prepared(
       ${p.setResult}::boolean, ${p.result}::text)`,
 );
 
-interface CompleteV2Params extends CompleteParams {
-  /** The task key's prefix as `lockKey` scopes it (the schema, then `dispatchTaskLockKey('')`). */
+/** `COMPLETE`'s parameters, and `CLAIM_NEXT`'s for the next claim (its run and terminal are the dispatch's). */
+interface CompleteV2Params
+  extends CompleteParams,
+    Pick<ClaimNextParams, 'agentId' | 'assigneeMode' | 'assignee' | 'minPriority' | 'expiresAt' | 'traceContext'> {
+  /** The task key's prefix as `lockKey` scopes it: `lockKeyText(dispatchTaskLockKey(''))`. */
   readonly keyPrefix: string;
   /** Claim the terminal's next task after the completion (`completeDispatch`'s `next`). */
   readonly next: boolean;
-  readonly agentId: string | null;
-  readonly assigneeMode: ClaimNextParams['assigneeMode'];
-  readonly assignee: string | null;
-  readonly minPriority: number | null;
   /** The next dispatch's id. */
   readonly nextId: string;
-  readonly expiresAt: number;
-  readonly traceContext: string | null;
 }
 
 /** `COMPLETE_V2`'s row: `COMPLETE`'s, the next claim's agent and run reads, and the next dispatch (null when none was made). */
