@@ -201,7 +201,7 @@ describe('connections cut by a proxy', () => {
     expect(proxy.commitCuts).toBe(4);
   });
 
-  it("reports COMMIT_OUTCOME_UNKNOWN for a COMMIT that carried the call's statements (completeDispatch, keyed or not, and dispatchNext), which committed", async () => {
+  it("reports COMMIT_OUTCOME_UNKNOWN for a COMMIT that carried the call's statements (completeDispatch, keyed or not, dispatchNext and dispatchNextBatch), which committed", async () => {
     const store = await fx.open(url, { writeDeadlineMs: 10_000 });
     const companyId = (await store.org.createCompany({ name: 'Commit with' })).id;
     const targetKey = 'worktree:commit-with';
@@ -240,7 +240,20 @@ describe('connections cut by a proxy', () => {
       'COMMIT_OUTCOME_UNKNOWN',
     );
     expect((await store.tasks.getTask(third.id))?.status).toBe('dispatched');
-    expect(proxy.commitCuts).toBe(cuts + 3);
+
+    // And dispatchNextBatch, one round trip too: both claims committed.
+    const batchTasks = [await create('fourth'), await create('fifth')];
+    proxy.cutAfterNextCommit();
+    expect(
+      await codeOf(
+        store.dispatches.dispatchNextBatch({
+          runId: run.id,
+          terminalHandles: ['term-commit-with-4', 'term-commit-with-5'],
+        }),
+      ),
+    ).toBe('COMMIT_OUTCOME_UNKNOWN');
+    for (const t of batchTasks) expect((await store.tasks.getTask(t.id))?.status).toBe('dispatched');
+    expect(proxy.commitCuts).toBe(cuts + 4);
   });
 
   it('retries a transaction whose connection died before COMMIT on a fresh connection: the call succeeds once', async () => {

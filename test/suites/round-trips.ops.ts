@@ -20,6 +20,7 @@ export const HOT_CALLS = [
   'heartbeatDispatch',
   'completeDispatch',
   'completeDispatch (with next)',
+  'dispatchNextBatch (2 terminals)',
   'claimWorkspaceLock',
   'renewWorkspaceLock',
   'releaseWorkspaceLock',
@@ -88,6 +89,13 @@ export async function measureRoundTrips(
     store.dispatches.completeDispatch(warmed.next!.id, { lease: warmed.next!.lease!, next: true }),
   );
   if (!step.next) throw new Error('completeDispatch with next found nothing ready');
+  // A batch claim for two free terminals (four more are ready: two for a warm-up, two measured).
+  for (let i = 0; i < 4; i++) await task(`batch-${i}`);
+  await store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: [`b-warm-1-${tag}`, `b-warm-2-${tag}`] });
+  const batch = await measure('dispatchNextBatch (2 terminals)', () =>
+    store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: [`b-1-${tag}`, `b-2-${tag}`] }),
+  );
+  if (batch.length !== 2) throw new Error('dispatchNextBatch found fewer than two ready tasks');
 
   // Workspace lock and task lease.
   const lock = await measure('claimWorkspaceLock', () =>

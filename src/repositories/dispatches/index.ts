@@ -22,7 +22,14 @@ import { dispatchTaskLockKey, dispatchTerminalLockKey } from '../../protocol.js'
 import { toTask } from '../shared/records.js';
 import { auditLeaseActs, auditsLeaseAct, type LeaseActRecord } from '../shared/audit.js';
 import { explainAfterRollback } from '../shared/misses.js';
-import { CLAIM_NEXT, CLAIM_NEXT_BATCH, COMPLETE, COMPLETE_V2, type ClaimNextRow } from './statements.js';
+import {
+  CLAIM_NEXT,
+  CLAIM_NEXT_BATCH,
+  COMPLETE,
+  COMPLETE_V2,
+  type ClaimNextBatchRow,
+  type ClaimNextRow,
+} from './statements.js';
 import { runBound } from '../../query/prepared.js';
 import { CoordinatorRunNotRunningError, findRunningRun, requireRunningRunIn } from '../shared/running-run.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
@@ -300,6 +307,12 @@ interface ClaimNextInput {
   readonly traceContext: string | null;
 }
 
+/** `dispatchNextBatch`'s claim input: the terminals in the caller's order, and the limit. */
+interface ClaimBatchInput extends Omit<ClaimNextInput, 'terminalHandle'> {
+  readonly handles: readonly string[];
+  readonly limit: number;
+}
+
 /** The dispatch repository on a store context (wired as `store.dispatches`). */
 // The typed refusals a keyed dispatch call stores (a TerminalBusyError found by the unique index
 // after the rollback is not stored: a retry meets it again).
@@ -428,17 +441,10 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     return row;
   }
 
-  /**
-   * `dispatchNextBatch` in one set-based statement (`CLAIM_NEXT_BATCH`, writable CTEs): the guards
-   * refused in `requireDispatchable`'s order, busy terminals skipped, the best tasks to the free
-   * terminals in order; nothing written when a guard refuses.
-   */
-  async function claimBatchFolded(
-    trx: Trx,
-    p: Omit<ClaimNextInput, 'terminalHandle'> & { handles: readonly string[]; limit: number },
-  ): Promise<DispatchContextRow[]> {
+  /** `CLAIM_NEXT_BATCH` bound for `p`, with the time it states (read now: before BEGIN when BEGIN sends it). */
+  function claimBatchStatement(p: ClaimBatchInput): { query: CompiledQuery<ClaimNextBatchRow>; now: number } {
     const now = ctx.clock.now();
-    const result = await CLAIM_NEXT_BATCH.first(trx, {
+    const params = {
       runId: p.runId,
       terminalHandles: JSON.stringify(p.handles),
       ids: JSON.stringify(p.handles.map(() => ctx.newId())),
@@ -448,7 +454,23 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
       now,
       expiresAt: now + p.ttlMs,
       traceContext: p.traceContext,
-    });
+    } as const;
+    return { query: CLAIM_NEXT_BATCH.bind(db, params), now };
+  }
+
+  /**
+   * `dispatchNextBatch` in one set-based statement (`CLAIM_NEXT_BATCH`, writable CTEs): the guards
+   * refused in `requireDispatchable`'s order, busy terminals skipped, the best tasks to the free
+   * terminals in order; nothing written when a guard refuses. `sent`: the statement BEGIN already
+   * carried, if it did.
+   */
+  async function claimBatchFolded(
+    trx: Trx,
+    p: ClaimBatchInput,
+    sent?: { query: CompiledQuery<ClaimNextBatchRow>; now: number },
+  ): Promise<DispatchContextRow[]> {
+    const { query, now } = sent ?? claimBatchStatement(p);
+    const result = (dialect.beginResult(query) ?? (await runBound(trx, query))).rows[0];
     if (!result) throw new NotFoundError('coordinator run', p.runId);
     const { run_status: status, agent_found: agent, made } = result;
     if (status !== 'running') throw new CoordinatorRunNotRunningError(p.runId, status as CoordinatorRunStatus);
@@ -923,22 +945,32 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
         { runId, handles, agentId, filter, ttlMs, limit },
         NEXT_REFUSALS,
       );
-      const rows = await onFreeTerminal(handles, () =>
-        keyedWrite(ctx, call, async (trx) => {
-          if (dialect.writableCtes)
-            return claimBatchFolded(trx, { runId, handles, agentId, filter, ttlMs, traceContext, limit });
-          const made: DispatchContextRow[] = [];
-          await requireDispatchable(trx, runId, agentId, null);
-          for (const terminalHandle of handles) {
-            if (made.length >= limit) break;
-            if (await newestActiveFor(trx, terminalHandle)) continue;
-            const row = await claimNextIn(trx, { runId, terminalHandle, agentId, filter, ttlMs, traceContext });
-            if (!row) break;
-            made.push(row);
-          }
-          return made;
-        }),
-      );
+      const p = { runId, handles, agentId, filter, ttlMs, traceContext, limit };
+      const rows = await onFreeTerminal(handles, () => {
+        // PostgreSQL, unkeyed, no grant to audit: one round trip, as dispatchNext's.
+        const once =
+          dialect.writableCtes && call === null && !auditsLeaseAct(ctx, 'granted') ? claimBatchStatement(p) : undefined;
+        return keyedWrite(
+          ctx,
+          call,
+          async (trx) => {
+            if (dialect.writableCtes) return claimBatchFolded(trx, p, once);
+            const made: DispatchContextRow[] = [];
+            await requireDispatchable(trx, runId, agentId, null);
+            for (const terminalHandle of handles) {
+              if (made.length >= limit) break;
+              if (await newestActiveFor(trx, terminalHandle)) continue;
+              const row = await claimNextIn(trx, { runId, terminalHandle, agentId, filter, ttlMs, traceContext });
+              if (!row) break;
+              made.push(row);
+            }
+            return made;
+          },
+          undefined,
+          once?.query,
+          true,
+        );
+      });
       return rows.map(toDispatch);
     },
 
