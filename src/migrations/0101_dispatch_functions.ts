@@ -108,13 +108,23 @@ function createDispatchNext(db: Kysely<any>) {
   $fn$`;
 }
 
-function createDispatchNextBatch(db: Kysely<any>) {
+/**
+ * The batch claim's function. `version` 1 (this migration) returns the dispatches made as `jsonb`;
+ * version 2 (0103) the same rows as `json`. The body is otherwise shared: a change to it is a new
+ * version in a new migration, never an edit here (a fresh database would get another v1).
+ */
+export function createDispatchNextBatch(db: Kysely<any>, version: 1 | 2 = 1) {
   const tasks = tableIn(db, 'tasks');
   const dispatches = tableIn(db, 'dispatch_contexts');
-  return sql`create or replace function ${tableIn(db, 'taskfence_dispatch_next_batch_v1')}(
+  const json = version === 1 ? sql`jsonb` : sql`json`;
+  const made =
+    version === 1
+      ? sql`coalesce(jsonb_agg(to_jsonb(made) order by free.n), '[]'::jsonb)`
+      : sql`coalesce(json_agg(made order by free.n), '[]'::json)`;
+  return sql`create or replace function ${tableIn(db, `taskfence_dispatch_next_batch_v${version}`)}(
     p_run text, p_terminals text[], p_ids text[], p_agent text, p_assignee_mode text, p_assignee text,
     p_min_priority numeric, p_limit integer, p_now bigint, p_expires_at bigint, p_trace text)
-  returns table (o_run_status text, o_agent_found text, o_made jsonb)
+  returns table (o_run_status text, o_agent_found text, o_made ${json})
   language plpgsql volatile as $fn$
   begin
     return query
@@ -152,7 +162,7 @@ function createDispatchNextBatch(db: Kysely<any>) {
       returning *
     )
     select g.run_status, g.agent_found,
-      (select coalesce(jsonb_agg(to_jsonb(made) order by free.n), '[]'::jsonb)
+      (select ${made}
         from made join free on free.handle = made.terminal_handle)
     from g;
   end

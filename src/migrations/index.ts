@@ -21,6 +21,7 @@ import { migration0099 } from './0099_message_lease_index.js';
 import { migration0100 } from './0100_unfinished_task_index.js';
 import { migration0101 } from './0101_dispatch_functions.js';
 import { migration0102 } from './0102_complete_and_next.js';
+import { migration0103 } from './0103_batch_claim_json.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -48,6 +49,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0100,
   migration0101,
   migration0102,
+  migration0103,
 ]);
 
 /** The schema version this code expects. */
