@@ -7,16 +7,14 @@
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore, type DoctorCheck } from '../../src/index.js';
 import { analyse, readServerState, type Failover, type Findings } from './analysis.js';
 import { PatroniCluster, type Node } from './cluster.js';
 import type { Setup, WorkerReport } from './worker.js';
+import { compiledPath } from '../support/compiled.js';
 
-const TSX = createRequire(import.meta.url).resolve('tsx');
-const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
+const WORKER = new URL('./worker.ts', import.meta.url).href;
 const WORKERS = 4;
 const KILLS = 3;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -70,8 +68,8 @@ async function startWorkers(phase: string): Promise<Workers> {
   const earlyExits: string[] = [];
   let stopping = false;
   const children = Array.from({ length: WORKERS }, (_, i) =>
-    fork(WORKER, [], {
-      execArgv: ['--import', TSX],
+    fork(compiledPath(WORKER), [], {
+      execArgv: [],
       env: {
         ...process.env,
         FAILOVER_URL: cluster.url(),

@@ -1,12 +1,11 @@
 import { fork } from 'node:child_process';
-import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore, TaskfenceError, type Store, type TaskfenceEvent } from '../../src/index.js';
 import { postgresFixture } from '../support/dialects.js';
 import { FaultProxy } from '../support/tcp-proxy.js';
 import { useUrlSchema } from '../support/schema.js';
+import { compiledPath } from '../support/compiled.js';
 
 /*
  * The PostgreSQL fault tier (SPEC §8, failure model): faults are injected for real — backends
@@ -16,8 +15,7 @@ import { useUrlSchema } from '../support/schema.js';
  * with retries under the same ids converging to exactly one row.
  */
 
-const TSX = createRequire(import.meta.url).resolve('tsx');
-const FAULT_LOOP = fileURLToPath(new URL('../support/fault-loop.ts', import.meta.url));
+const FAULT_LOOP = new URL('../support/fault-loop.ts', import.meta.url).href;
 /** How long backends are terminated in the service-loop test; `npm run soak:faults` raises it to a minute. */
 const TERMINATION_PHASE_MS = Number(process.env.FAULT_SOAK_MS ?? 12_000);
 
@@ -74,8 +72,8 @@ describe('a service looping every area while its backends are terminated every 1
     const url = await fx.freshUrl();
     const migrator = await fx.open(url);
     await migrator.migrate();
-    const child = fork(FAULT_LOOP, [], {
-      execArgv: ['--import', TSX],
+    const child = fork(compiledPath(FAULT_LOOP), [], {
+      execArgv: [],
       env: { ...process.env, FAULT_URL: url },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });

@@ -1,9 +1,8 @@
 import { fork, type ChildProcess } from 'node:child_process';
-import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { TaskfenceError } from '../../src/index.js';
 import { sqliteFixture } from '../support/dialects.js';
+import { compiledPath } from '../support/compiled.js';
 
 /*
  * The SQLite fault tier (SPEC §8): a writer process killed mid-transaction leaves nothing
@@ -11,14 +10,13 @@ import { sqliteFixture } from '../support/dialects.js';
  * caller's deadline is the typed WRITE_TIMEOUT, with nothing written.
  */
 
-const TSX = createRequire(import.meta.url).resolve('tsx');
-const CHILD = fileURLToPath(new URL('../support/hang-in-write.ts', import.meta.url));
+const CHILD = new URL('../support/hang-in-write.ts', import.meta.url).href;
 
 const fx = sqliteFixture();
 afterAll(() => fx.cleanup());
 
 async function startHolder(url: string): Promise<{ child: ChildProcess; died: Promise<NodeJS.Signals | null> }> {
-  const child = fork(CHILD, [], { execArgv: ['--import', TSX], env: { ...process.env, FAULT_URL: url } });
+  const child = fork(compiledPath(CHILD), [], { execArgv: [], env: { ...process.env, FAULT_URL: url } });
   const died = new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_code, signal) => resolve(signal)));
   await new Promise<void>((resolve, reject) => {
     child.on('message', (m: { type: string }) => m.type === 'holding' && resolve());

@@ -1,10 +1,9 @@
 import { fork, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import { createRequire } from 'node:module';
+import { compiledPath, compiledUrl } from './compiled.js';
 import type { ArgsOf, ArgsOptional, Operation, OperationName, OperationSet, ResultOf } from './operations.js';
 
-const CONTENDER = fileURLToPath(new URL('./contender.ts', import.meta.url));
-const TSX = createRequire(import.meta.url).resolve('tsx');
+/** This file's contender, transpiled (compiled.ts): a child started through tsx's loader cost 3× the CPU. */
+const CONTENDER = new URL('./contender.ts', import.meta.url).href;
 
 /** What one contender's call came to. Errors carry their class name, `code` and own fields. */
 export type Outcome<T = unknown> =
@@ -76,13 +75,15 @@ export class Contenders<S extends AnyOperationSet> {
   static async start<S extends AnyOperationSet>(n: number, options: ContenderOptions<S>): Promise<Contenders<S>> {
     const children: Child[] = [];
     const ready: Promise<void>[] = [];
+    const contender = compiledPath(CONTENDER);
+    const moduleUrl = compiledUrl(options.ops.url);
     for (let index = 0; index < n; index++) {
-      const child = fork(CONTENDER, [], {
-        execArgv: ['--import', TSX],
+      const child = fork(contender, [], {
+        execArgv: [],
         env: {
           ...process.env,
           CONTENDER_URL: options.url,
-          CONTENDER_MODULE: options.ops.url,
+          CONTENDER_MODULE: moduleUrl,
           CONTENDER_STORE_OPTIONS: JSON.stringify(options.storeOptions ?? {}),
           CONTENDER_INDEX: String(index),
         },
