@@ -22,15 +22,30 @@ export interface BatchRow {
 let n = 0;
 const id = (name: string) => `${name}-${++n}`;
 
-/** Items per second of `make(items)`, the median of `runs` timed rounds. */
-async function rate(items: number, runs: number, make: () => Promise<unknown>): Promise<number> {
-  const rates: number[] = [];
+/** Items per second of one timed `make()` that makes `items` items. */
+async function timed(items: number, make: () => Promise<unknown>): Promise<number> {
+  const t0 = performance.now();
+  await make();
+  return (items / (performance.now() - t0)) * 1000;
+}
+
+/**
+ * Items per second of `single()` and of `batch()` (each makes `items` items), the median of `runs`
+ * rounds each, the two taking turns round by round so that a machine's drift hits both alike.
+ */
+async function alternate(
+  items: number,
+  runs: number,
+  single: () => Promise<unknown>,
+  batch: () => Promise<unknown>,
+): Promise<[number, number]> {
+  const singles: number[] = [];
+  const batches: number[] = [];
   for (let r = 0; r < runs; r++) {
-    const t0 = performance.now();
-    await make();
-    rates.push((items / (performance.now() - t0)) * 1000);
+    singles.push(await timed(items, single));
+    batches.push(await timed(items, batch));
   }
-  return median(rates);
+  return [median(singles), median(batches)];
 }
 
 async function seedRun(store: Store) {
@@ -60,19 +75,25 @@ export async function benchBatches(dbs: BenchDatabases, options: { items: number
     const task = () => ({ id: id('t'), companyId: company, title: 't', targetKey, requiresFilesystem: false });
 
     // createTask × items against createTasks(items).
-    const singleTasks = await rate(items, runs, async () => {
-      for (let i = 0; i < items; i++) await store.tasks.createTask(task());
-    });
-    const batchTasks = await rate(items, runs, () => store.tasks.createTasks(Array.from({ length: items }, task)));
+    const [singleTasks, batchTasks] = await alternate(
+      items,
+      runs,
+      async () => {
+        for (let i = 0; i < items; i++) await store.tasks.createTask(task());
+      },
+      () => store.tasks.createTasks(Array.from({ length: items }, task)),
+    );
     row('createTask → createTasks', items, singleTasks, batchTasks);
 
     // sendMessage × items against sendMessages(items), to the run's inbox.
     const message = () => ({ id: id('m'), from: 'w', to: run.coordinatorHandle, kind: 'report', payload: { ok: 1 } });
-    const singleSends = await rate(items, runs, async () => {
-      for (let i = 0; i < items; i++) await store.messages.sendMessage(message());
-    });
-    const batchSends = await rate(items, runs, () =>
-      store.messages.sendMessages(Array.from({ length: items }, message)),
+    const [singleSends, batchSends] = await alternate(
+      items,
+      runs,
+      async () => {
+        for (let i = 0; i < items; i++) await store.messages.sendMessage(message());
+      },
+      () => store.messages.sendMessages(Array.from({ length: items }, message)),
     );
     row('sendMessage → sendMessages', items, singleSends, batchSends);
 
@@ -81,11 +102,14 @@ export async function benchBatches(dbs: BenchDatabases, options: { items: number
       Array.from({ length: items * runs * 2 }, () => ({ ...task(), status: 'ready' as const })),
     );
     const terminals = () => Array.from({ length: items }, () => id('term'));
-    const singleDispatch = await rate(items, runs, async () => {
-      for (const terminalHandle of terminals()) await store.dispatches.dispatchNext({ runId: run.id, terminalHandle });
-    });
-    const batchDispatch = await rate(items, runs, () =>
-      store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: terminals() }),
+    const [singleDispatch, batchDispatch] = await alternate(
+      items,
+      runs,
+      async () => {
+        for (const terminalHandle of terminals())
+          await store.dispatches.dispatchNext({ runId: run.id, terminalHandle });
+      },
+      () => store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: terminals() }),
     );
     row('dispatchNext → dispatchNextBatch', items, singleDispatch, batchDispatch);
 
@@ -103,24 +127,28 @@ export async function benchBatches(dbs: BenchDatabases, options: { items: number
       throw new Error('heartbeat setup: a lease was busy');
     let leases: readonly Lease[] = [taskLease.lease, dispatch.lease!, paths.lease, slot.lease];
     const beats = items;
-    const singleBeat = await rate(beats * 4, runs, async () => {
-      for (let b = 0; b < beats; b++) {
-        const [t, d, p, s] = leases as [never, never, never, never];
-        leases = [
-          await store.locks.renewTaskLease(t, { ttlMs: 60_000 }),
-          await store.dispatches.heartbeatDispatch(d, { ttlMs: 60_000 }),
-          await store.paths.renewPaths(p, { ttlMs: 60_000 }),
-          await store.semaphores.renew(s, { ttlMs: 60_000 }),
-        ];
-      }
-    });
-    const batchBeat = await rate(beats * 4, runs, async () => {
-      for (let b = 0; b < beats; b++) {
-        const { renewed, lost } = await store.renewLeases(leases, { ttlMs: 60_000 });
-        if (lost.length > 0) throw new Error('heartbeat lost a lease');
-        leases = renewed;
-      }
-    });
+    const [singleBeat, batchBeat] = await alternate(
+      beats * 4,
+      runs,
+      async () => {
+        for (let b = 0; b < beats; b++) {
+          const [t, d, p, s] = leases as [never, never, never, never];
+          leases = [
+            await store.locks.renewTaskLease(t, { ttlMs: 60_000 }),
+            await store.dispatches.heartbeatDispatch(d, { ttlMs: 60_000 }),
+            await store.paths.renewPaths(p, { ttlMs: 60_000 }),
+            await store.semaphores.renew(s, { ttlMs: 60_000 }),
+          ];
+        }
+      },
+      async () => {
+        for (let b = 0; b < beats; b++) {
+          const { renewed, lost } = await store.renewLeases(leases, { ttlMs: 60_000 });
+          if (lost.length > 0) throw new Error('heartbeat lost a lease');
+          leases = renewed;
+        }
+      },
+    );
     row('4 renewals → renewLeases (a heartbeat of 4)', 4, singleBeat, batchBeat);
 
     // graphile-worker: addJob × items against its add_jobs SQL function with items specs.
@@ -130,15 +158,18 @@ export async function benchBatches(dbs: BenchDatabases, options: { items: number
     const client = new pg.Client({ connectionString: gwUrl });
     await client.connect();
     try {
-      const singleJobs = await rate(items, runs, async () => {
-        for (let i = 0; i < items; i++) await utils.addJob('noop', { i });
-      });
       const specs = JSON.stringify(Array.from({ length: items }, (_, i) => ({ identifier: 'noop', payload: { i } })));
-      const batchJobs = await rate(items, runs, () =>
-        client.query(
-          'select graphile_worker.add_jobs(array(select json_populate_recordset(null::graphile_worker.job_spec, $1::json)))',
-          [specs],
-        ),
+      const [singleJobs, batchJobs] = await alternate(
+        items,
+        runs,
+        async () => {
+          for (let i = 0; i < items; i++) await utils.addJob('noop', { i });
+        },
+        () =>
+          client.query(
+            'select graphile_worker.add_jobs(array(select json_populate_recordset(null::graphile_worker.job_spec, $1::json)))',
+            [specs],
+          ),
       );
       row('graphile-worker: addJob → add_jobs', items, singleJobs, batchJobs);
     } finally {
