@@ -14,14 +14,24 @@
  * into place: the first rename wins and the other's copy is removed.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const TREES = join(ROOT, '.tmp', 'children');
-/** A tree unused for this long is removed when a new one is built. */
+/** A tree not used for this long (its folder's time, set at each use) is removed when a new one is built. */
 const STALE_MS = 60 * 60 * 1000;
 
 function sources(): string[] {
@@ -42,7 +52,7 @@ let tree: string | undefined;
 
 /** The folder of the transpiled tree for the sources as they are now, built if missing. */
 export function compiledTree(): string {
-  if (tree !== undefined && existsSync(join(tree, '.complete'))) return tree;
+  if (tree !== undefined && existsSync(join(tree, '.complete'))) return used(tree);
   const files = sources();
   const texts = files.map((file) => readFileSync(file, 'utf8'));
   const packageJson = readFileSync(join(ROOT, 'package.json'), 'utf8');
@@ -51,6 +61,13 @@ export function compiledTree(): string {
   const dir = join(TREES, hash.digest('hex').slice(0, 16));
   if (!existsSync(join(dir, '.complete'))) build(dir, files, texts, packageJson);
   tree = dir;
+  return used(dir);
+}
+
+/** Marks `dir` as used now, so another run's clean-up keeps it. */
+function used(dir: string): string {
+  const now = new Date();
+  utimesSync(dir, now, now);
   return dir;
 }
 
@@ -73,7 +90,14 @@ function build(dir: string, files: readonly string[], texts: readonly string[], 
   writeFileSync(join(tmp, 'package.json'), packageJson);
   writeFileSync(join(tmp, '.complete'), '');
   try {
-    renameSync(tmp, dir);
+    try {
+      renameSync(tmp, dir);
+    } catch (error) {
+      if (existsSync(join(dir, '.complete'))) throw error; // another worker's tree won
+      // A folder without `.complete` is what an interrupted clean-up leaves: remove it, once.
+      rmSync(dir, { recursive: true, force: true });
+      renameSync(tmp, dir);
+    }
   } catch (error) {
     rmSync(tmp, { recursive: true, force: true });
     if (!existsSync(join(dir, '.complete'))) throw error;
