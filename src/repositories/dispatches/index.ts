@@ -403,20 +403,37 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     });
   }
 
-  /** `CLAIM_NEXT` bound for `p`, with the time it states (read now: before BEGIN when BEGIN sends it). */
-  function claimNextStatement(p: ClaimNextInput): { query: CompiledQuery<ClaimNextRow>; now: number } {
+  /**
+   * What every claim statement states: the run, the agent, the filter, the trace and the time,
+   * read now (before BEGIN when BEGIN sends the statement), with the lease's end from it.
+   */
+  function claimParams(p: Omit<ClaimNextInput, 'terminalHandle'>) {
     const now = ctx.clock.now();
-    const params = {
+    return {
       runId: p.runId,
-      terminalHandle: p.terminalHandle,
       agentId: p.agentId,
       ...claimFilterParams(p.filter),
-      id: ctx.newId(),
       now,
       expiresAt: now + p.ttlMs,
       traceContext: p.traceContext,
-    } as const;
-    return { query: CLAIM_NEXT.bind(db, params), now };
+    };
+  }
+
+  /** A claim statement's guard reads, refused in `requireDispatchable`'s order (the run, then the agent). */
+  function refuseClaim(
+    p: Omit<ClaimNextInput, 'terminalHandle'>,
+    guards: { run_status: string; agent_found: string | null } | undefined,
+  ): asserts guards {
+    if (!guards) throw new NotFoundError('coordinator run', p.runId);
+    if (guards.run_status !== 'running')
+      throw new CoordinatorRunNotRunningError(p.runId, guards.run_status as CoordinatorRunStatus);
+    if (p.agentId !== null && guards.agent_found === null) throw new NotFoundError('agent', p.agentId);
+  }
+
+  /** `CLAIM_NEXT` bound for `p`, with the time it states. */
+  function claimNextStatement(p: ClaimNextInput): { query: CompiledQuery<ClaimNextRow>; now: number } {
+    const params = { ...claimParams(p), terminalHandle: p.terminalHandle, id: ctx.newId() };
+    return { query: CLAIM_NEXT.bind(db, params), now: params.now };
   }
 
   /**
@@ -431,31 +448,23 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
   ): Promise<DispatchContextRow | null> {
     const { query, now } = sent ?? claimNextStatement(p);
     const result = (dialect.beginResult(query) ?? (await runBound(trx, query))).rows[0];
-    if (!result) throw new NotFoundError('coordinator run', p.runId);
-    const { run_status: status, agent_found: agent, busy_id: busy, made: row } = result;
-    if (status !== 'running') throw new CoordinatorRunNotRunningError(p.runId, status as CoordinatorRunStatus);
-    if (p.agentId !== null && agent === null) throw new NotFoundError('agent', p.agentId);
+    refuseClaim(p, result);
+    const { busy_id: busy, made: row } = result;
     if (busy !== null) throw new TerminalBusyError(p.terminalHandle, busy);
     if (row === null) return null;
     await auditLeaseActs(ctx, trx, now, [grantedAct(row)]);
     return row;
   }
 
-  /** `CLAIM_NEXT_BATCH` bound for `p`, with the time it states (read now: before BEGIN when BEGIN sends it). */
+  /** `CLAIM_NEXT_BATCH` bound for `p`, with the time it states. */
   function claimBatchStatement(p: ClaimBatchInput): { query: CompiledQuery<ClaimNextBatchRow>; now: number } {
-    const now = ctx.clock.now();
     const params = {
-      runId: p.runId,
+      ...claimParams(p),
       terminalHandles: JSON.stringify(p.handles),
       ids: JSON.stringify(p.handles.map(() => ctx.newId())),
-      agentId: p.agentId,
-      ...claimFilterParams(p.filter),
       limit: p.limit,
-      now,
-      expiresAt: now + p.ttlMs,
-      traceContext: p.traceContext,
-    } as const;
-    return { query: CLAIM_NEXT_BATCH.bind(db, params), now };
+    };
+    return { query: CLAIM_NEXT_BATCH.bind(db, params), now: params.now };
   }
 
   /**
@@ -471,10 +480,8 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
   ): Promise<DispatchContextRow[]> {
     const { query, now } = sent ?? claimBatchStatement(p);
     const result = (dialect.beginResult(query) ?? (await runBound(trx, query))).rows[0];
-    if (!result) throw new NotFoundError('coordinator run', p.runId);
-    const { run_status: status, agent_found: agent, made } = result;
-    if (status !== 'running') throw new CoordinatorRunNotRunningError(p.runId, status as CoordinatorRunStatus);
-    if (p.agentId !== null && agent === null) throw new NotFoundError('agent', p.agentId);
+    refuseClaim(p, result);
+    const { made } = result;
     await auditLeaseActs(ctx, trx, now, made.map(grantedAct));
     return made;
   }
