@@ -8,7 +8,7 @@
  */
 import { sql } from 'kysely';
 import type { StoreContext } from './context.js';
-import { prepared } from '../query/prepared.js';
+import { prepared, runBound } from '../query/prepared.js';
 import { requireCounter, requireId, requireInput, requirePositiveMs } from './validate.js';
 import { lostReason, requireLease, type LeaseLostError } from './shared/lease.js';
 import { isLiveGrant, readLeaseRowLocked, type LeaseFence } from './shared/fence.js';
@@ -306,17 +306,25 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       options,
     } = leaseArgument('workspace_lock', 'workspaceId', first, second);
     const call = keyedCall('locks.releaseWorkspaceLock', options, { workspaceId, token }, WORKSPACE_LOCK_REFUSALS);
-    await keyedWrite(ctx, call, async (trx) => {
-      const now = ctx.clock.now();
-      // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
-      if (await RELEASE_WORKSPACE_LOCK.first(trx, { workspaceId, token, now })) {
-        await auditLeaseActs(ctx, trx, now, [released('workspace_lock', workspaceId, holder, token)]);
-        return;
-      }
-      const current = await readWorkspaceLock(trx, workspaceId);
-      if (releasedAlready(current, token, expiresAt, now)) return;
-      throw workspaceLockLost(workspaceId, token, current);
-    });
+    // Bound before BEGIN, which sends it (PostgreSQL, one round trip less): its time only stamps
+    // the released row; the miss below reads the time again.
+    const release = RELEASE_WORKSPACE_LOCK.bind(db, { workspaceId, token, now: ctx.clock.now() });
+    await keyedWrite(
+      ctx,
+      call,
+      async (trx) => {
+        // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
+        if ((dialect.beginResult(release) ?? (await runBound(trx, release))).rows[0]) {
+          await auditLeaseActs(ctx, trx, ctx.clock.now(), [released('workspace_lock', workspaceId, holder, token)]);
+          return;
+        }
+        const current = await readWorkspaceLock(trx, workspaceId);
+        if (releasedAlready(current, token, expiresAt, ctx.clock.now())) return;
+        throw workspaceLockLost(workspaceId, token, current);
+      },
+      undefined,
+      release,
+    );
   }
 
   async function renewTaskLease(first: unknown, second?: unknown): Promise<TaskLease> {
@@ -359,16 +367,23 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       options,
     } = leaseArgument('task_lease', 'taskId', first, second);
     const call = keyedCall('locks.releaseTaskLease', options, { taskId, token }, TASK_LEASE_REFUSALS);
-    await keyedWrite(ctx, call, async (trx) => {
-      const now = ctx.clock.now();
-      if (await RELEASE_TASK_LEASE.first(trx, { taskId, token, now })) {
-        await auditLeaseActs(ctx, trx, now, [released('task_lease', taskId, holder, token)]);
-        return;
-      }
-      const current = await readTaskLease(trx, taskId);
-      if (releasedAlready(current, token, expiresAt, now)) return;
-      throw taskLeaseLost(taskId, token, current);
-    });
+    // Sent with BEGIN, as `releaseWorkspaceLock`'s.
+    const release = RELEASE_TASK_LEASE.bind(db, { taskId, token, now: ctx.clock.now() });
+    await keyedWrite(
+      ctx,
+      call,
+      async (trx) => {
+        if ((dialect.beginResult(release) ?? (await runBound(trx, release))).rows[0]) {
+          await auditLeaseActs(ctx, trx, ctx.clock.now(), [released('task_lease', taskId, holder, token)]);
+          return;
+        }
+        const current = await readTaskLease(trx, taskId);
+        if (releasedAlready(current, token, expiresAt, ctx.clock.now())) return;
+        throw taskLeaseLost(taskId, token, current);
+      },
+      undefined,
+      release,
+    );
   }
 
   return {
@@ -379,6 +394,21 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       const runId = requireId('runId', input.runId);
       const ttlMs = input.ttlMs === undefined ? DEFAULT_WORKSPACE_LOCK_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
       const call = keyedCall('locks.claimWorkspaceLock', input, { workspaceId, holder, runId, ttlMs }, []);
+      // PostgreSQL without a trail of lost holders: the path check and the claim in one statement,
+      // bound before BEGIN, which sends it after taking the paths key (one round trip less). Its
+      // time is read before the lock, so it is early: a lapse or a path lease is judged live a
+      // little longer, and the new lease ends a little early, never late.
+      const claimedAt = ctx.clock.now();
+      const foldedClaim =
+        dialect.writableCtes && !auditsLeaseAct(ctx, 'lost')
+          ? CLAIM_WORKSPACE_LOCK_OR_PATH.bind(db, {
+              workspaceId,
+              holder,
+              runId,
+              now: claimedAt,
+              expiresAt: claimedAt + ttlMs,
+            })
+          : undefined;
       return mapMissing(ctx, 'workspace', workspaceId, () =>
         keyedWrite(
           ctx,
@@ -387,13 +417,11 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
             // One exclusion rule per workspace: the lock is the whole-workspace path key, so it is
             // claimed under the workspace's paths key (protocol.ts, level 7) and a live path lease blocks it.
             await dialect.lockKey(trx, pathsLockKey(workspaceId));
-            const now = ctx.clock.now();
+            const now = foldedClaim ? claimedAt : ctx.clock.now();
             const expiresAt = now + ttlMs;
-            // PostgreSQL without a trail of lost holders: the path check and the claim in one statement.
-            const folded =
-              dialect.writableCtes && !auditsLeaseAct(ctx, 'lost')
-                ? await CLAIM_WORKSPACE_LOCK_OR_PATH.first(trx, { workspaceId, holder, runId, now, expiresAt })
-                : undefined;
+            const folded = foldedClaim
+              ? (dialect.beginResult(foldedClaim) ?? (await runBound(trx, foldedClaim))).rows[0]
+              : undefined;
             const path =
               folded === undefined
                 ? await anyLivePathLease(trx, workspaceId, now)
@@ -464,6 +492,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
             };
           },
           [pathsLockKey(workspaceId)],
+          foldedClaim,
         ),
       );
     },

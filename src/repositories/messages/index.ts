@@ -4,9 +4,10 @@ import { InvalidArgumentError, UnknownRecipientError } from '../../errors.js';
 import type { Database, MessageRow } from '../../schema/database.js';
 import { inboxTopic } from '../../protocol.js';
 import { clampTimerMs } from '../../timers.js';
+import { runBound } from '../../query/prepared.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
 import type { StoreContext } from '../context.js';
-import { createOnce, requireSameCreate, runIdempotent, type IdempotentCall } from '../idempotent.js';
+import { createOnce, keyedWrite, requireSameCreate, runIdempotent, type IdempotentCall } from '../idempotent.js';
 import {
   optionalInput,
   optionalText,
@@ -26,7 +27,7 @@ import {
   TAKE_OVER,
   sendFolded,
 } from './statements.js';
-import { ackReceipts, releaseReceipts, requireReceipts } from './receipts.js';
+import { ackReceipts, ackStatement, releaseReceipts, requireReceipts } from './receipts.js';
 import {
   DEFAULT_DELIVERY_LIMIT,
   DEFAULT_VISIBILITY_MS,
@@ -160,7 +161,12 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
   }
 
   /** Takes over adopted runs' messages, dead-letters lapsed last attempts, hands out the rest. */
-  async function receiveIn(trx: Transaction<Database>, handle: string, limit: number, visibilityMs: number) {
+  /**
+   * A receive: its parameters, and on PostgreSQL its one statement, bound before BEGIN, which
+   * sends it (one round trip less). Its time is read before BEGIN, so it is early: a lapsed lease
+   * is judged live a little longer, and the new lease ends a little early, never late.
+   */
+  function receiving(handle: string, limit: number, visibilityMs: number) {
     const at = now();
     const params = {
       handle,
@@ -171,18 +177,31 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
       maxAttempts: ctx.settings.maxAttempts,
     };
     // PostgreSQL takes over and dead-letters in the hand-out statement itself.
-    if (dialect.supportsSkipLocked) return RECEIVE_SKIP_LOCKED.execute(trx, params);
-    await TAKE_OVER.run(trx, { handle });
+    const first = dialect.supportsSkipLocked ? RECEIVE_SKIP_LOCKED.bind(db, params) : undefined;
+    return { params, first, options: first ? { first } : undefined };
+  }
+
+  async function receiveIn(trx: Transaction<Database>, receive: ReturnType<typeof receiving>) {
+    const { params, first } = receive;
+    if (first) return (dialect.beginResult(first) ?? (await runBound(trx, first))).rows;
+    await TAKE_OVER.run(trx, { handle: params.handle });
     await DEAD_LETTER_LAPSED.run(trx, params);
     return RECEIVE_SERIALIZED.execute(trx, params);
   }
 
-  async function deliverIn(trx: Transaction<Database>, handle: string, limit: number) {
+  /** A delivery, bound before BEGIN as a receive is (`receiving`). */
+  function delivering(handle: string, limit: number) {
     const params = { handle, now: now(), limit, maxAttempts: ctx.settings.maxAttempts };
     // A message whose last lease lapsed is dead, not handed out once more. PostgreSQL takes over
     // and dead-letters in the hand-out statement itself.
-    if (dialect.supportsSkipLocked) return DELIVER_SKIP_LOCKED.execute(trx, params);
-    await TAKE_OVER.run(trx, { handle });
+    const first = dialect.supportsSkipLocked ? DELIVER_SKIP_LOCKED.bind(db, params) : undefined;
+    return { params, first, options: first ? { first } : undefined };
+  }
+
+  async function deliverIn(trx: Transaction<Database>, deliver: ReturnType<typeof delivering>) {
+    const { params, first } = deliver;
+    if (first) return (dialect.beginResult(first) ?? (await runBound(trx, first))).rows;
+    await TAKE_OVER.run(trx, { handle: params.handle });
     await DEAD_LETTER_LAPSED.run(trx, params);
     return DELIVER_SERIALIZED.execute(trx, params);
   }
@@ -331,7 +350,8 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
       const input = optionalInput('options', options);
       const limit = requireLimit('limit', input.limit, MAX_DELIVERY_LIMIT, DEFAULT_DELIVERY_LIMIT);
       const visibilityMs = visibilityOf(input.visibilityMs);
-      const rows = await dialect.writeTransaction((trx) => receiveIn(trx, handle, limit, visibilityMs));
+      const receive = receiving(handle, limit, visibilityMs);
+      const rows = await dialect.writeTransaction((trx) => receiveIn(trx, receive), receive.options);
       return rows.sort(bySeq).map(toReceived);
     },
 
@@ -340,7 +360,17 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
       const list = requireReceipts(receipts);
       const key = optionalInput('options', options).idempotencyKey;
       const call = keyed('messages.ackMessages', key, { handle, receipts: list });
-      return runIdempotent(dialect, now, call, (trx) => ackReceipts(trx, handle, list, now()));
+      // Bound before BEGIN, which sends it (PostgreSQL, one round trip less). Its time is early:
+      // a lease that lapsed meanwhile still acks, unless another consumer received the message.
+      const at = now();
+      const ack = ackStatement(db, handle, list, at);
+      return keyedWrite(
+        ctx,
+        call,
+        (trx) => ackReceipts(trx, handle, list, at, ack, ack ? dialect.beginResult(ack) : undefined),
+        undefined,
+        ack ?? undefined,
+      );
     },
 
     async releaseMessages(handle, receipts, options) {
@@ -407,7 +437,8 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
         MAX_DELIVERY_LIMIT,
         DEFAULT_DELIVERY_LIMIT,
       );
-      const rows = await dialect.writeTransaction((trx) => deliverIn(trx, handle, limit));
+      const deliver = delivering(handle, limit);
+      const rows = await dialect.writeTransaction((trx) => deliverIn(trx, deliver), deliver.options);
       return rows.sort(bySeq).map(toMessage);
     },
 
@@ -425,9 +456,13 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
         let rows: MessageRow[];
         let visibleAt: number | null = null;
         try {
-          rows = await dialect.writeTransaction((trx) =>
-            leased ? receiveIn(trx, handle, limit, visibilityMs) : deliverIn(trx, handle, limit),
-          );
+          if (leased) {
+            const receive = receiving(handle, limit, visibilityMs);
+            rows = await dialect.writeTransaction((trx) => receiveIn(trx, receive), receive.options);
+          } else {
+            const deliver = delivering(handle, limit);
+            rows = await dialect.writeTransaction((trx) => deliverIn(trx, deliver), deliver.options);
+          }
           if (rows.length === 0) visibleAt = await nextVisibleAt(handle);
         } catch (error) {
           wake.cancel();

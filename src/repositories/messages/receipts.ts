@@ -1,4 +1,5 @@
-import type { Transaction } from 'kysely';
+import type { CompiledQuery, Kysely, QueryResult, Transaction } from 'kysely';
+import { elements, prepared, runBound } from '../../query/prepared.js';
 import { InvalidArgumentError } from '../../errors.js';
 import type { Database } from '../../schema/database.js';
 import { requireId } from '../validate.js';
@@ -39,27 +40,53 @@ function idsOf(receipts: readonly string[]): string[] {
   return [...new Set(receipts.map(parseReceipt).flatMap((p) => (p === null ? [] : [p.id])))];
 }
 
-/** Acks `receipts` of `handle`'s inbox at `now`, in the caller's transaction. */
+/** The ack of a batch, prepared per shape: `<ids>.<receipts>` (see `ackStatement`). */
+const ACK = prepared(
+  (db, p: { ids: readonly string[]; receipts: readonly string[]; handle: string; now: number }, shape: string) => {
+    const [ids, receipts] = shape.split('.').map(Number) as [number, number];
+    return db
+      .updateTable('messages')
+      .set({ status: 'delivered', delivered_at: p.now, visible_at: null })
+      .where('id', 'in', elements(p.ids, ids))
+      .where('receipt', 'in', elements(p.receipts, receipts))
+      .where('to_handle', '=', p.handle)
+      .where('status', '=', 'pending')
+      .where('dead_at', 'is', null)
+      .where('visible_at', '>', p.now)
+      .returning('receipt');
+  },
+);
+
+/**
+ * The one statement that acks `receipts` of `handle`'s inbox at `now`, bound (to send with BEGIN:
+ * `WriteTransactionOptions.first`), or null when no receipt names a message.
+ */
+export function ackStatement(
+  db: Kysely<Database>,
+  handle: string,
+  receipts: readonly string[],
+  now: number,
+): CompiledQuery<{ receipt: string | null }> | null {
+  const ids = idsOf(receipts);
+  if (ids.length === 0) return null;
+  return ACK.bind(db, { ids, receipts, handle, now }, `${ids.length}.${receipts.length}`);
+}
+
+/**
+ * Acks `receipts` of `handle`'s inbox at `now`, in the caller's transaction: `statement` is
+ * `ackStatement`'s, and `sent` its result when BEGIN sent it.
+ */
 export async function ackReceipts(
   trx: Transaction<Database>,
   handle: string,
   receipts: readonly string[],
   now: number,
+  statement: CompiledQuery<{ receipt: string | null }> | null,
+  sent?: QueryResult<{ receipt: string | null }>,
 ): Promise<AckResult> {
-  const ids = idsOf(receipts);
-  if (ids.length === 0)
+  if (statement === null)
     return { acked: [], refused: receipts.map((receipt) => ({ receipt, reason: 'never_granted' })) };
-  const rows = await trx
-    .updateTable('messages')
-    .set({ status: 'delivered', delivered_at: now, visible_at: null })
-    .where('id', 'in', ids)
-    .where('receipt', 'in', receipts)
-    .where('to_handle', '=', handle)
-    .where('status', '=', 'pending')
-    .where('dead_at', 'is', null)
-    .where('visible_at', '>', now)
-    .returning('receipt')
-    .execute();
+  const rows = (sent ?? (await runBound(trx, statement))).rows;
   const done = new Set(rows.map((r) => r.receipt!));
   const { settled, refused } = await explainMisses(
     trx,

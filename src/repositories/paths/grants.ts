@@ -17,6 +17,7 @@ import { keyedWrite, type IdempotentCall } from '../idempotent.js';
 import { optionalId } from '../validate.js';
 import { findConflicts } from './acquire.js';
 import { RENEW_IF_LIVE } from './statements.js';
+import { runBound } from '../../query/prepared.js';
 import { PathLeaseLostError, type PathLeaseGrant } from './types.js';
 
 type Trx = Transaction<Database>;
@@ -213,38 +214,46 @@ export async function releaseGrant(
 ): Promise<{ readonly released: readonly string[] }> {
   // PostgreSQL announces the release in the deleting statement itself (only if it deleted).
   const announce = ctx.dialect.wakeups.notifyExpression(pathsTopic(lease.resource));
-  return keyedWrite(ctx, call, async (trx) => {
-    const rows = await trx
-      .deleteFrom('path_leases')
-      .where('workspace_id', '=', lease.resource)
-      .where('token', '=', lease.token)
-      .where('holder', '=', lease.holder)
-      .returning(announce ? ['lease_key', announce.as('announced')] : ['lease_key'])
-      .execute();
-    // Rows under the token prove it was granted; only a miss asks the workspace's latest token.
-    if (rows.length === 0 && lease.token > (await latestToken(trx, lease.resource)))
-      throw new PathLeaseLostError(lease.resource, lease.token, 'never_granted');
-    // The lease protocol's release rule: a grant taken over (after it lapsed) is superseded, and
-    // releasing it throws (rolling back the deletion of its lapsed leftovers, which block nobody).
-    if (await isSuperseded(trx, lease, ctx.clock.now()))
-      throw new PathLeaseLostError(lease.resource, lease.token, 'superseded');
-    // No row left: released already, a no-op (nothing notified, nothing recorded).
-    const released = rows.map((r) => decodePathLeaseKey(r.lease_key)).sort();
-    if (rows.length > 0) {
-      await auditLeaseActs(ctx, trx, ctx.clock.now(), [
-        {
-          act: 'released',
-          kind: 'path_lease',
-          resource: lease.resource,
-          holder: lease.holder,
-          token: lease.token,
-          detail: { keys: released },
-        },
-      ]);
-      if (!announce) await ctx.dialect.wakeups.notify(trx, pathsTopic(lease.resource));
-    }
-    return { released };
-  });
+  // Compiled before BEGIN, which sends it (PostgreSQL, one round trip less).
+  const deletion = ctx.dialect.db
+    .deleteFrom('path_leases')
+    .where('workspace_id', '=', lease.resource)
+    .where('token', '=', lease.token)
+    .where('holder', '=', lease.holder)
+    .returning(announce ? ['lease_key', announce.as('announced')] : ['lease_key'])
+    .compile();
+  return keyedWrite(
+    ctx,
+    call,
+    async (trx) => {
+      const rows = (ctx.dialect.beginResult(deletion) ?? (await runBound(trx, deletion))).rows;
+      // Rows under the token prove it was granted; only a miss asks the workspace's latest token.
+      if (rows.length === 0 && lease.token > (await latestToken(trx, lease.resource)))
+        throw new PathLeaseLostError(lease.resource, lease.token, 'never_granted');
+      // The lease protocol's release rule: a grant taken over (after it lapsed) is superseded, and
+      // releasing it throws (rolling back the deletion of its lapsed leftovers, which block nobody).
+      if (await isSuperseded(trx, lease, ctx.clock.now()))
+        throw new PathLeaseLostError(lease.resource, lease.token, 'superseded');
+      // No row left: released already, a no-op (nothing notified, nothing recorded).
+      const released = rows.map((r) => decodePathLeaseKey(r.lease_key)).sort();
+      if (rows.length > 0) {
+        await auditLeaseActs(ctx, trx, ctx.clock.now(), [
+          {
+            act: 'released',
+            kind: 'path_lease',
+            resource: lease.resource,
+            holder: lease.holder,
+            token: lease.token,
+            detail: { keys: released },
+          },
+        ]);
+        if (!announce) await ctx.dialect.wakeups.notify(trx, pathsTopic(lease.resource));
+      }
+      return { released };
+    },
+    undefined,
+    deletion,
+  );
 }
 
 /**
