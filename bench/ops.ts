@@ -216,7 +216,7 @@ export const OPS: OpPair[] = [
           ? `with "next" as materialized (select "id" from "messages" where "to_handle" = $1 and "status" = $2 and "dead_at" is null and ("visible_at" is null or "visible_at" <= $3) and "attempts" < 5 order by "seq" limit $4 for update skip locked) update "messages" set "status" = $5, "delivered_at" = $6, "attempts" = "attempts" + 1, "visible_at" = null where "id" in (select "next"."id" from "next") and "status" = $7 returning *`
           : placeholders(
               raw.kind,
-              `update "messages" set "status" = ?, "delivered_at" = ?, "attempts" = "attempts" + 1, "visible_at" = null where "id" in (select "m"."id" from "messages" as "m" where "m"."to_handle" = ? and "m"."status" = ? and "m"."dead_at" is null and ("m"."visible_at" is null or "m"."visible_at" <= ?) and "m"."attempts" < 5 order by "m"."seq" limit ?) and "status" = ? returning *`,
+              `update "messages" set "status" = ?, "delivered_at" = ?, "attempts" = "attempts" + 1, "visible_at" = null where "id" in (select "m"."id" from "messages" as "m" where "m"."to_handle" = ? and "m"."status" = ? and "m"."dead_at" is null and ("m"."visible_at" is null or "m"."visible_at" <= ?) and "m"."attempts" < 5 order by "m"."seq" limit cast(? as integer)) and "status" = ? returning *`,
             );
       return async () => {
         const now = Date.now();
@@ -312,7 +312,8 @@ export function rawPathCycle(raw: RawClient, workspaceId: string, paths: string[
     branches.push(
       `select lease_key, holder, expires_at, token from path_leases where ${live} and lease_key >= ? and lease_key < ?`,
     );
-  const conflicts = p(`${branches.join(' union all ')} limit ?`);
+  // The report limit as a literal, as taskfence sends it (a bound SQLite limit is a REAL).
+  const conflicts = p(`${branches.join(' union all ')} limit 16`);
   // Since 0095: lock the workspace's token row, read its workspace lock, take the next token.
   const lockTokens = p(
     `select "token" from "path_lease_tokens" where "workspace_id" = ?${raw.kind === 'postgres' ? ' for update' : ''}`,
@@ -341,7 +342,6 @@ export function rawPathCycle(raw: RawClient, workspaceId: string, paths: string[
       const { from, to } = storedPathDescendantRange(key);
       conflictParams.push(workspaceId, now, from, to);
     }
-    conflictParams.push(16);
     let token = 0;
     await raw.txWith(async (run) => {
       if (raw.kind === 'postgres')

@@ -13,6 +13,7 @@ import {
   type QueryResult,
   type Expression,
   type Transaction,
+  type LimitNode,
 } from 'kysely';
 import type { Database as Schema } from '../../schema/database.js';
 import type { SchemaDescription } from '../../schema/describe.js';
@@ -145,7 +146,7 @@ export async function openSqliteDialect(
       createAdapter: () => new SerializedSqliteAdapter(),
       createDriver: () => d,
       createIntrospector: (k) => new SqliteIntrospector(k),
-      createQueryCompiler: () => new SqliteQueryCompiler(),
+      createQueryCompiler: () => new IntegerLimitSqliteQueryCompiler(),
     },
   });
   return new SqliteDialect({
@@ -162,6 +163,20 @@ export async function openSqliteDialect(
     }),
     observers,
   });
+}
+
+/**
+ * Kysely's SQLite compiler, with every LIMIT bound as an integer. better-sqlite3 binds a JS
+ * number as a REAL, and with a REAL limit SQLite runs `id in (select … limit ?)` (the hand-outs'
+ * shape) in about twice the time of the same statement with an integer limit: 0.066 against
+ * 0.034 ms for a one-message receive, measured 2026-12-04. `cast(? as integer)` costs nothing.
+ */
+class IntegerLimitSqliteQueryCompiler extends SqliteQueryCompiler {
+  protected override visitLimit(node: LimitNode): void {
+    this.append('limit cast(');
+    this.visitNode(node.limit);
+    this.append(' as integer)');
+  }
 }
 
 /** What a `SqliteDialect` is built from: everything `openSqliteDialect` decided, fixed from then on. */

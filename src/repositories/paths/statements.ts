@@ -77,7 +77,9 @@ function conflictSql(db: Kysely<Database> | undefined, p: ConflictParams) {
       sql`select lease_key, holder, expires_at, token from ${tableIn(db, 'path_leases')} where ${live} and lease_key >= ${from} and lease_key < ${p.tos[i]}`,
     );
   });
-  const leases = sql`${sql.join(branches, sql` union all `)} limit ${PATH_CONFLICT_REPORT_LIMIT}`;
+  // The limit is a literal: SQLite binds a JS number as a REAL, and a REAL limit costs more (see
+  // IntegerLimitSqliteQueryCompiler in the SQLite dialect).
+  const leases = sql`${sql.join(branches, sql` union all `)} limit ${sql.lit(PATH_CONFLICT_REPORT_LIMIT)}`;
   type ConflictRow = {
     lease_key: string;
     holder: string;

@@ -8,6 +8,7 @@
 import type { Transaction } from 'kysely';
 import { decodePathLeaseKey, WHOLE_WORKSPACE_KEY } from '../../domain/write-paths.js';
 import type { Database } from '../../schema/database.js';
+import { prepared } from '../../query/prepared.js';
 
 /** What blocks a claim in the workspace (the shape of `PathLeaseConflict`). */
 export interface WorkspaceBlocker {
@@ -18,19 +19,31 @@ export interface WorkspaceBlocker {
   readonly kind?: 'workspace_lock';
 }
 
+const LIVE_WORKSPACE_LOCK = prepared((db, p: { workspaceId: string; now: number }) =>
+  db
+    .selectFrom('workspace_locks')
+    .select(['holder', 'token', 'expires_at'])
+    .where('workspace_id', '=', p.workspaceId)
+    .where('holder', 'is not', null)
+    .where('expires_at', '>', p.now),
+);
+
+const ANY_LIVE_PATH_LEASE = prepared((db, p: { workspaceId: string; now: number }) =>
+  db
+    .selectFrom('path_leases')
+    .select(['lease_key', 'holder', 'token', 'expires_at'])
+    .where('workspace_id', '=', p.workspaceId)
+    .where('expires_at', '>', p.now)
+    .limit(1),
+);
+
 /** The workspace's exclusive lock as a conflict on the whole-workspace key, if it is live. */
 export async function liveWorkspaceLock(
   trx: Transaction<Database>,
   workspaceId: string,
   now: number,
 ): Promise<WorkspaceBlocker | null> {
-  const row = await trx
-    .selectFrom('workspace_locks')
-    .select(['holder', 'token', 'expires_at'])
-    .where('workspace_id', '=', workspaceId)
-    .where('holder', 'is not', null)
-    .where('expires_at', '>', now)
-    .executeTakeFirst();
+  const row = await LIVE_WORKSPACE_LOCK.first(trx, { workspaceId, now });
   if (!row) return null;
   return {
     key: WHOLE_WORKSPACE_KEY,
@@ -50,13 +63,7 @@ export async function anyLivePathLease(
   workspaceId: string,
   now: number,
 ): Promise<WorkspaceBlocker | null> {
-  const row = await trx
-    .selectFrom('path_leases')
-    .select(['lease_key', 'holder', 'token', 'expires_at'])
-    .where('workspace_id', '=', workspaceId)
-    .where('expires_at', '>', now)
-    .limit(1)
-    .executeTakeFirst();
+  const row = await ANY_LIVE_PATH_LEASE.first(trx, { workspaceId, now });
   if (!row) return null;
   return {
     key: decodePathLeaseKey(row.lease_key),
