@@ -1,6 +1,13 @@
 import { createHash } from 'node:crypto';
 import { sql, type CompiledQuery, type Kysely, type Transaction } from 'kysely';
-import { AlreadyExistsError, IdempotencyKeyConflictError, NotFoundError, type TaskfenceError } from '../errors.js';
+import {
+  AlreadyExistsError,
+  CommitOutcomeUnknownError,
+  DatabaseFaultError,
+  IdempotencyKeyConflictError,
+  NotFoundError,
+  type TaskfenceError,
+} from '../errors.js';
 import type { StoreDialect } from '../dialects/types.js';
 import type { Database } from '../schema/database.js';
 import type { StoreContext } from './context.js';
@@ -167,6 +174,49 @@ export function keyedWrite<T>(
       lockKeys || first ? { ...(lockKeys ? { lockKeys } : {}), ...(first ? { first, commit } : {}) } : undefined,
     );
   return runIdempotent(ctx.dialect, () => ctx.clock.now(), call, effect);
+}
+
+/**
+ * A call whose whole write is one idempotent statement (a release, an ack), in one round trip on
+ * PostgreSQL when `once` (an unkeyed call whose acts are not audited): BEGIN, `statement` and
+ * COMMIT as one query (`WriteTransactionOptions.first` with `commit`). `settle` reads the
+ * statement's rows: the call's result, or null when they do not settle it (a miss to explain).
+ * Then, and wherever BEGIN did not carry the statement (SQLite, a host transaction), `ordinary`
+ * runs the call as a transaction.
+ *
+ * A connection lost in that round trip leaves the outcome unknown. A repeat of these calls
+ * converges (a second release is a no-op under the lease protocol's release rule; a second ack
+ * under the same receipt is `acked`), so `ordinary` resolves it: it finds the effect in place or
+ * makes it, and the caller never sees `COMMIT_OUTCOME_UNKNOWN` for a cut it could not tell from a
+ * cut before COMMIT. If `ordinary` cannot reach the database either, the error is that
+ * `CommitOutcomeUnknownError`: the outcome is still unknown.
+ */
+export async function idempotentInOneTrip<R, T>(
+  ctx: StoreContext,
+  once: boolean,
+  statement: CompiledQuery<R>,
+  settle: (rows: R[]) => { readonly value: T } | null,
+  ordinary: () => Promise<T>,
+): Promise<T> {
+  if (!once) return ordinary();
+  let settled: { readonly value: T } | null;
+  try {
+    settled = await ctx.dialect.writeTransaction(
+      async () => {
+        const sent = ctx.dialect.beginResult(statement);
+        return sent ? settle(sent.rows) : null;
+      },
+      { first: statement, commit: true },
+    );
+  } catch (error) {
+    if (!(error instanceof CommitOutcomeUnknownError)) throw error;
+    try {
+      return await ordinary();
+    } catch (again) {
+      throw again instanceof DatabaseFaultError ? error : again;
+    }
+  }
+  return settled ? settled.value : ordinary();
 }
 
 /**

@@ -13,7 +13,13 @@ import { requireCounter, requireId, requireInput, requirePositiveMs } from './va
 import { lostReason, requireLease, type LeaseLostError } from './shared/lease.js';
 import { isLiveGrant, readLeaseRowLocked, type LeaseFence } from './shared/fence.js';
 import { tableIn } from '../query/schema.js';
-import { keyedCall, keyedWrite, type IdempotencyOptions } from './idempotent.js';
+import {
+  idempotentInOneTrip,
+  keyedCall,
+  keyedWrite,
+  type IdempotencyOptions,
+  type IdempotentCall,
+} from './idempotent.js';
 import { claimTaskLeaseWith, mapMissing, readTaskLease } from './shared/task-lease-claim.js';
 import { anyLivePathLease } from './shared/workspace-exclusion.js';
 import { pathsLockKey } from '../protocol.js';
@@ -254,6 +260,12 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
    * A token taken over after it lapsed is superseded. The deprecated `{ token }` form carries no
    * `expiresAt`, so only the first holds for it.
    */
+  /** A release in one round trip (`idempotentInOneTrip`): PostgreSQL, unkeyed, its act not audited. */
+  const releaseOnce = (call: IdempotentCall | null) =>
+    dialect.writableCtes && call === null && !auditsLeaseAct(ctx, 'released');
+  /** The release matched its row: done. Nothing matched: explained by the ordinary path. */
+  const releasedRow = (rows: readonly unknown[]) => (rows.length > 0 ? { value: undefined } : null);
+
   const releasedAlready = (row: LeaseRow | undefined, token: number, expiresAt: number | null, now: number) =>
     row !== undefined &&
     ((Number(row.token) === token && row.holder === null) ||
@@ -309,21 +321,24 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     // Bound before BEGIN, which sends it (PostgreSQL, one round trip less): its time only stamps
     // the released row; the miss below reads the time again.
     const release = RELEASE_WORKSPACE_LOCK.bind(db, { workspaceId, token, now: ctx.clock.now() });
-    await keyedWrite(
-      ctx,
-      call,
-      async (trx) => {
-        // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
-        if ((dialect.beginResult(release) ?? (await runBound(trx, release))).rows[0]) {
-          await auditLeaseActs(ctx, trx, ctx.clock.now(), [released('workspace_lock', workspaceId, holder, token)]);
-          return;
-        }
-        const current = await readWorkspaceLock(trx, workspaceId);
-        if (releasedAlready(current, token, expiresAt, ctx.clock.now())) return;
-        throw workspaceLockLost(workspaceId, token, current);
-      },
-      undefined,
-      release,
+    // Unkeyed and unaudited on PostgreSQL: BEGIN, the release and COMMIT in one round trip.
+    await idempotentInOneTrip(ctx, releaseOnce(call), release, releasedRow, () =>
+      keyedWrite(
+        ctx,
+        call,
+        async (trx) => {
+          // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
+          if ((dialect.beginResult(release) ?? (await runBound(trx, release))).rows[0]) {
+            await auditLeaseActs(ctx, trx, ctx.clock.now(), [released('workspace_lock', workspaceId, holder, token)]);
+            return;
+          }
+          const current = await readWorkspaceLock(trx, workspaceId);
+          if (releasedAlready(current, token, expiresAt, ctx.clock.now())) return;
+          throw workspaceLockLost(workspaceId, token, current);
+        },
+        undefined,
+        release,
+      ),
     );
   }
 
@@ -369,20 +384,22 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     const call = keyedCall('locks.releaseTaskLease', options, { taskId, token }, TASK_LEASE_REFUSALS);
     // Sent with BEGIN, as `releaseWorkspaceLock`'s.
     const release = RELEASE_TASK_LEASE.bind(db, { taskId, token, now: ctx.clock.now() });
-    await keyedWrite(
-      ctx,
-      call,
-      async (trx) => {
-        if ((dialect.beginResult(release) ?? (await runBound(trx, release))).rows[0]) {
-          await auditLeaseActs(ctx, trx, ctx.clock.now(), [released('task_lease', taskId, holder, token)]);
-          return;
-        }
-        const current = await readTaskLease(trx, taskId);
-        if (releasedAlready(current, token, expiresAt, ctx.clock.now())) return;
-        throw taskLeaseLost(taskId, token, current);
-      },
-      undefined,
-      release,
+    await idempotentInOneTrip(ctx, releaseOnce(call), release, releasedRow, () =>
+      keyedWrite(
+        ctx,
+        call,
+        async (trx) => {
+          if ((dialect.beginResult(release) ?? (await runBound(trx, release))).rows[0]) {
+            await auditLeaseActs(ctx, trx, ctx.clock.now(), [released('task_lease', taskId, holder, token)]);
+            return;
+          }
+          const current = await readTaskLease(trx, taskId);
+          if (releasedAlready(current, token, expiresAt, ctx.clock.now())) return;
+          throw taskLeaseLost(taskId, token, current);
+        },
+        undefined,
+        release,
+      ),
     );
   }
 

@@ -254,6 +254,55 @@ describe('connections cut by a proxy', () => {
     expect(proxy.commitCuts).toBe(cuts + 4);
   });
 
+  it('resolves a release or an ack sent in one round trip whose connection was cut once COMMIT reached the server: the call succeeds, its effect in place once', async () => {
+    const store = await fx.open(url, { writeDeadlineMs: 10_000 });
+    const companyId = (await store.org.createCompany({ name: 'One trip' })).id;
+    const workspaceId = (await store.org.createWorkspace({ companyId, name: 'one-trip' })).id;
+    const task = await store.tasks.createTask({ companyId, title: 'leased', requiresFilesystem: false });
+    const cuts = proxy.commitCuts;
+
+    // Each call below is BEGIN, its one statement and COMMIT in one query (the budget test counts
+    // 1 round trip), cut after the server committed it: the store releases (or acks) again, which
+    // finds the effect in place, and the caller sees a success, never COMMIT_OUTCOME_UNKNOWN.
+    const lock = await store.locks.claimWorkspaceLock(workspaceId, { holder: 'me', runId: 'r-one', ttlMs: 60_000 });
+    if (lock.status !== 'acquired') throw new Error('the lock was busy');
+    proxy.cutAfterNextCommit();
+    await store.locks.releaseWorkspaceLock(lock.lease);
+    expect(await store.locks.getWorkspaceLock(workspaceId)).toBeNull();
+
+    const lease = await store.locks.claimTaskLease(task.id, { holder: 'me', ttlMs: 60_000 });
+    if (lease.status !== 'acquired') throw new Error('the task lease was busy');
+    proxy.cutAfterNextCommit();
+    await store.locks.releaseTaskLease(lease.lease);
+    expect(await store.locks.getTaskLease(task.id)).toBeNull();
+
+    const slot = await store.semaphores.acquire('one-trip', { holder: 'me', limit: 1, ttlMs: 60_000 });
+    if (slot.status !== 'acquired') throw new Error('the semaphore was full');
+    proxy.cutAfterNextCommit();
+    await store.semaphores.release(slot.lease);
+    expect(await store.semaphores.listHolders('one-trip')).toEqual([]);
+
+    const grant = await store.paths.tryAcquirePaths({ workspaceId, holder: 'me', paths: ['src'], ttlMs: 60_000 });
+    if (grant.status !== 'acquired') throw new Error('the paths were busy');
+    proxy.cutAfterNextCommit();
+    // Resolved by releasing again, it reports what a repeat release reports: nothing left to release.
+    expect(await store.paths.releasePaths(grant.lease)).toEqual({ released: [] });
+    expect((await store.paths.tryAcquirePaths({ workspaceId, holder: 'other', paths: ['src'], ttlMs: 1 })).status).toBe(
+      'acquired',
+    );
+
+    const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:one-trip' });
+    await store.messages.sendMessage({ from: 'w', to: run.coordinatorHandle, kind: 'k', payload: {} });
+    const [message] = await store.messages.receiveMessages(run.coordinatorHandle, { visibilityMs: 60_000 });
+    proxy.cutAfterNextCommit();
+    expect(await store.messages.ackMessages(run.coordinatorHandle, [message!.receipt])).toEqual({
+      acked: [message!.receipt],
+      refused: [],
+    });
+    expect(await store.messages.countPendingMessages(run.coordinatorHandle)).toBe(0);
+    expect(proxy.commitCuts).toBe(cuts + 5);
+  });
+
   it('retries a transaction whose connection died before COMMIT on a fresh connection: the call succeeds once', async () => {
     const store = await fx.open(url, { writeDeadlineMs: 10_000 });
     const companyId = (await store.org.createCompany({ name: 'Retry' })).id;

@@ -7,7 +7,14 @@ import { clampTimerMs } from '../../timers.js';
 import { runBound } from '../../query/prepared.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
 import type { StoreContext } from '../context.js';
-import { createOnce, keyedWrite, requireSameCreate, runIdempotent, type IdempotentCall } from '../idempotent.js';
+import {
+  createOnce,
+  idempotentInOneTrip,
+  keyedWrite,
+  requireSameCreate,
+  runIdempotent,
+  type IdempotentCall,
+} from '../idempotent.js';
 import {
   optionalInput,
   optionalText,
@@ -364,13 +371,20 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
       // a lease that lapsed meanwhile still acks, unless another consumer received the message.
       const at = now();
       const ack = ackStatement(db, handle, list, at);
-      return keyedWrite(
-        ctx,
-        call,
-        (trx) => ackReceipts(trx, handle, list, at, ack, ack ? dialect.beginResult(ack) : undefined),
-        undefined,
-        ack ?? undefined,
-      );
+      const ordinary = () =>
+        keyedWrite(
+          ctx,
+          call,
+          (trx) => ackReceipts(trx, handle, list, at, ack, ack ? dialect.beginResult(ack) : undefined),
+          undefined,
+          ack ?? undefined,
+        );
+      if (ack === null) return ordinary();
+      // Unkeyed on PostgreSQL: BEGIN, the ack and COMMIT in one round trip; a receipt it missed is
+      // explained by the ordinary path, where the receipts it acked are acked already (settled).
+      const settle = (rows: readonly { receipt: string | null }[]) =>
+        rows.length === list.length ? { value: { acked: list, refused: [] } } : null;
+      return idempotentInOneTrip(ctx, dialect.writableCtes && call === null, ack, settle, ordinary);
     },
 
     async releaseMessages(handle, receipts, options) {

@@ -4,7 +4,7 @@
  * holder name alone, so two processes that use the same holder name never touch each other's
  * leases and a stale grant is told from the current one.
  */
-import type { Transaction } from 'kysely';
+import type { CompiledQuery, Kysely, Transaction } from 'kysely';
 import { decodePathLeaseKey } from '../../domain/write-paths.js';
 import { InvalidArgumentError } from '../../errors.js';
 import type { Database } from '../../schema/database.js';
@@ -12,12 +12,12 @@ import type { StoreContext } from '../context.js';
 import { readLeaseRowLocked, type LeaseFence } from '../shared/fence.js';
 import { requireLease, type LeaseLostReason } from '../shared/lease.js';
 import { pathsLockKey, pathsTopic } from '../../protocol.js';
-import { auditLeaseActs } from '../shared/audit.js';
-import { keyedWrite, type IdempotentCall } from '../idempotent.js';
+import { auditLeaseActs, auditsLeaseAct } from '../shared/audit.js';
+import { idempotentInOneTrip, keyedWrite, type IdempotentCall } from '../idempotent.js';
 import { optionalId } from '../validate.js';
 import { findConflicts } from './acquire.js';
 import { RENEW_IF_LIVE } from './statements.js';
-import { runBound } from '../../query/prepared.js';
+import { prepared, runBound } from '../../query/prepared.js';
 import { PathLeaseLostError, type PathLeaseGrant } from './types.js';
 
 type Trx = Transaction<Database>;
@@ -203,6 +203,18 @@ export async function renewGrant(
   );
 }
 
+/** The lease rows of one grant, for deletion. */
+const grantRows = (db: Kysely<Database>, p: { workspaceId: string; token: number; holder: string }) =>
+  db
+    .deleteFrom('path_leases')
+    .where('workspace_id', '=', p.workspaceId)
+    .where('token', '=', p.token)
+    .where('holder', '=', p.holder);
+
+const RELEASE_GRANT = prepared((db, p: { workspaceId: string; token: number; holder: string }) =>
+  grantRows(db, p).returning('lease_key'),
+);
+
 /**
  * `releasePaths(lease)`: deletes the grant's leases. A repeat release is a no-op; a token never
  * granted in the workspace throws `PathLeaseLostError`.
@@ -214,45 +226,53 @@ export async function releaseGrant(
 ): Promise<{ readonly released: readonly string[] }> {
   // PostgreSQL announces the release in the deleting statement itself (only if it deleted).
   const announce = ctx.dialect.wakeups.notifyExpression(pathsTopic(lease.resource));
-  // Compiled before BEGIN, which sends it (PostgreSQL, one round trip less).
-  const deletion = ctx.dialect.db
-    .deleteFrom('path_leases')
-    .where('workspace_id', '=', lease.resource)
-    .where('token', '=', lease.token)
-    .where('holder', '=', lease.holder)
-    .returning(announce ? ['lease_key', announce.as('announced')] : ['lease_key'])
-    .compile();
-  return keyedWrite(
-    ctx,
-    call,
-    async (trx) => {
-      const rows = (ctx.dialect.beginResult(deletion) ?? (await runBound(trx, deletion))).rows;
-      // Rows under the token prove it was granted; only a miss asks the workspace's latest token.
-      if (rows.length === 0 && lease.token > (await latestToken(trx, lease.resource)))
-        throw new PathLeaseLostError(lease.resource, lease.token, 'never_granted');
-      // The lease protocol's release rule: a grant taken over (after it lapsed) is superseded, and
-      // releasing it throws (rolling back the deletion of its lapsed leftovers, which block nobody).
-      if (await isSuperseded(trx, lease, ctx.clock.now()))
-        throw new PathLeaseLostError(lease.resource, lease.token, 'superseded');
-      // No row left: released already, a no-op (nothing notified, nothing recorded).
-      const released = rows.map((r) => decodePathLeaseKey(r.lease_key)).sort();
-      if (rows.length > 0) {
-        await auditLeaseActs(ctx, trx, ctx.clock.now(), [
-          {
-            act: 'released',
-            kind: 'path_lease',
-            resource: lease.resource,
-            holder: lease.holder,
-            token: lease.token,
-            detail: { keys: released },
-          },
-        ]);
-        if (!announce) await ctx.dialect.wakeups.notify(trx, pathsTopic(lease.resource));
-      }
-      return { released };
-    },
-    undefined,
-    deletion,
+  // Bound before BEGIN, which sends it (PostgreSQL, one round trip less). With an announcement
+  // (its topic a literal of the expression) it is compiled per call; without, prepared.
+  const grant = { workspaceId: lease.resource, token: lease.token, holder: lease.holder };
+  const deletion: CompiledQuery<{ lease_key: string }> = announce
+    ? grantRows(ctx.dialect.db, grant)
+        .returning(['lease_key', announce.as('announced')])
+        .compile()
+    : RELEASE_GRANT.bind(ctx.dialect.db, grant);
+  // Unkeyed and unaudited on PostgreSQL, a grant that has not lapsed (so it cannot have been
+  // superseded): BEGIN, the deletion and COMMIT in one round trip.
+  const once =
+    ctx.dialect.writableCtes && call === null && !auditsLeaseAct(ctx, 'released') && lease.expiresAt > ctx.clock.now();
+  const settle = (rows: readonly { lease_key: string }[]) =>
+    rows.length > 0 ? { value: { released: rows.map((r) => decodePathLeaseKey(r.lease_key)).sort() } } : null;
+  return idempotentInOneTrip(ctx, once, deletion, settle, () =>
+    keyedWrite(
+      ctx,
+      call,
+      async (trx) => {
+        const rows = (ctx.dialect.beginResult(deletion) ?? (await runBound(trx, deletion))).rows;
+        // Rows under the token prove it was granted; only a miss asks the workspace's latest token.
+        if (rows.length === 0 && lease.token > (await latestToken(trx, lease.resource)))
+          throw new PathLeaseLostError(lease.resource, lease.token, 'never_granted');
+        // The lease protocol's release rule: a grant taken over (after it lapsed) is superseded, and
+        // releasing it throws (rolling back the deletion of its lapsed leftovers, which block nobody).
+        if (await isSuperseded(trx, lease, ctx.clock.now()))
+          throw new PathLeaseLostError(lease.resource, lease.token, 'superseded');
+        // No row left: released already, a no-op (nothing notified, nothing recorded).
+        const released = rows.map((r) => decodePathLeaseKey(r.lease_key)).sort();
+        if (rows.length > 0) {
+          await auditLeaseActs(ctx, trx, ctx.clock.now(), [
+            {
+              act: 'released',
+              kind: 'path_lease',
+              resource: lease.resource,
+              holder: lease.holder,
+              token: lease.token,
+              detail: { keys: released },
+            },
+          ]);
+          if (!announce) await ctx.dialect.wakeups.notify(trx, pathsTopic(lease.resource));
+        }
+        return { released };
+      },
+      undefined,
+      deletion,
+    ),
   );
 }
 

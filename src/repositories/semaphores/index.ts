@@ -4,16 +4,16 @@
  * semaphore's key (protocol.ts, level 8: PostgreSQL advisory lock; SQLite `BEGIN IMMEDIATE`),
  * which reclaims the expired slots, counts the live ones and grants a slot only below the limit.
  */
-import { sql, type QueryCreator, type RawBuilder, type Transaction } from 'kysely';
+import { sql, type CompiledQuery, type Kysely, type QueryCreator, type RawBuilder, type Transaction } from 'kysely';
 import type { Database } from '../../schema/database.js';
 import { clampTimerMs } from '../../timers.js';
-import { runBound } from '../../query/prepared.js';
+import { prepared, runBound } from '../../query/prepared.js';
 import type { StoreContext } from '../context.js';
 import { readLeaseRowLocked, type LeaseFence } from '../shared/fence.js';
 import { requireLease, type LeaseLostReason } from '../shared/lease.js';
 import { semaphoreLockKey, semaphoreTopic } from '../../protocol.js';
 import { auditLeaseActs, auditsLeaseAct, type LeaseActRecord } from '../shared/audit.js';
-import { keyedCall, keyedWrite, type IdempotencyOptions } from '../idempotent.js';
+import { idempotentInOneTrip, keyedCall, keyedWrite, type IdempotencyOptions } from '../idempotent.js';
 import {
   optionalInput,
   requireCounter,
@@ -294,6 +294,12 @@ export const fenceSemaphore: LeaseFence = async (ctx, trx, lease) => {
  * @example
  * const semaphores = createSemaphoreRepository(createStoreContext(dialect));
  */
+/** A slot by its token, for deletion. */
+const slotRow = (db: Kysely<Database>, p: { name: string; token: number }) =>
+  db.deleteFrom('semaphore_holders').where('name', '=', p.name).where('token', '=', p.token);
+
+const RELEASE_SLOT = prepared((db, p: { name: string; token: number }) => slotRow(db, p).returning('token'));
+
 /** The typed refusal a keyed renew or release stores (a busy acquire is a result). */
 const LEASE_REFUSALS = [SemaphoreLeaseLostError];
 
@@ -402,42 +408,48 @@ export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepositor
       const call = keyedCall('semaphores.release', optionalInput('options', options), { lease }, LEASE_REFUSALS);
       // PostgreSQL announces the release in the deleting statement itself (only if it deleted).
       const announce = dialect.wakeups.notifyExpression(semaphoreTopic(lease.resource));
-      // Compiled before BEGIN, which sends it (PostgreSQL, one round trip less).
-      const deletion = dialect.db
-        .deleteFrom('semaphore_holders')
-        .where('name', '=', lease.resource)
-        .where('token', '=', lease.token)
-        .returning(announce ? ['token', announce.as('announced')] : ['token'])
-        .compile();
-      await keyedWrite(
-        ctx,
-        call,
-        async (trx) => {
-          const gone = (dialect.beginResult(deletion) ?? (await runBound(trx, deletion))).rows[0];
-          if (gone) {
-            await auditLeaseActs(ctx, trx, ctx.clock.now(), [
-              {
-                act: 'released',
-                kind: 'semaphore',
-                resource: lease.resource,
-                holder: lease.holder,
-                token: lease.token,
-              },
-            ]);
-            if (!announce) await dialect.wakeups.notify(trx, semaphoreTopic(lease.resource));
-            return;
-          }
-          // The slot is gone: released already, or reclaimed after it lapsed (the lease protocol's
-          // release rule). A reclaim takes only a lapsed slot, so while the lease has not lapsed, or
-          // while nobody was granted the name after it, a repeat release is a no-op; a lapsed slot
-          // followed by a grant of the name may have been taken over: superseded.
-          const latest = await latestToken(trx, lease.resource);
-          if (lease.token > latest) throw new SemaphoreLeaseLostError(lease.resource, lease.token, 'never_granted');
-          if (lease.expiresAt <= ctx.clock.now() && latest > lease.token)
-            throw new SemaphoreLeaseLostError(lease.resource, lease.token, 'superseded');
-        },
-        undefined,
-        deletion,
+      // Bound before BEGIN, which sends it (PostgreSQL, one round trip less); prepared without
+      // an announcement, compiled per call with one (its topic is a literal of the expression).
+      const slot = { name: lease.resource, token: lease.token };
+      const deletion: CompiledQuery<{ token: number }> = announce
+        ? slotRow(dialect.db, slot)
+            .returning(['token', announce.as('announced')])
+            .compile()
+        : RELEASE_SLOT.bind(dialect.db, slot);
+      // Unkeyed and unaudited on PostgreSQL: BEGIN, the deletion and COMMIT in one round trip.
+      const once = dialect.writableCtes && call === null && !auditsLeaseAct(ctx, 'released');
+      const settle = (rows: readonly unknown[]) => (rows.length > 0 ? { value: undefined } : null);
+      await idempotentInOneTrip(ctx, once, deletion, settle, () =>
+        keyedWrite(
+          ctx,
+          call,
+          async (trx) => {
+            const gone = (dialect.beginResult(deletion) ?? (await runBound(trx, deletion))).rows[0];
+            if (gone) {
+              await auditLeaseActs(ctx, trx, ctx.clock.now(), [
+                {
+                  act: 'released',
+                  kind: 'semaphore',
+                  resource: lease.resource,
+                  holder: lease.holder,
+                  token: lease.token,
+                },
+              ]);
+              if (!announce) await dialect.wakeups.notify(trx, semaphoreTopic(lease.resource));
+              return;
+            }
+            // The slot is gone: released already, or reclaimed after it lapsed (the lease protocol's
+            // release rule). A reclaim takes only a lapsed slot, so while the lease has not lapsed, or
+            // while nobody was granted the name after it, a repeat release is a no-op; a lapsed slot
+            // followed by a grant of the name may have been taken over: superseded.
+            const latest = await latestToken(trx, lease.resource);
+            if (lease.token > latest) throw new SemaphoreLeaseLostError(lease.resource, lease.token, 'never_granted');
+            if (lease.expiresAt <= ctx.clock.now() && latest > lease.token)
+              throw new SemaphoreLeaseLostError(lease.resource, lease.token, 'superseded');
+          },
+          undefined,
+          deletion,
+        ),
       );
     },
 
