@@ -6,7 +6,7 @@
  * life of the workspace or task (a fencing token). A holder that crashed loses the lease when it
  * expires; a holder that lost its lease can neither renew nor release it.
  */
-import { sql } from 'kysely';
+import { sql, type CompiledQuery } from 'kysely';
 import type { StoreContext } from './context.js';
 import { prepared, runBound } from '../query/prepared.js';
 import { requireCounter, requireId, requireInput, requirePositiveMs } from './validate.js';
@@ -271,6 +271,40 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     ((Number(row.token) === token && row.holder === null) ||
       (Number(row.token) > token && expiresAt !== null && now < expiresAt));
 
+  /**
+   * A workspace lock's or task lease's release: `release` (bound) in one round trip when it can
+   * be (`releaseOnce`), else in a transaction that explains a miss under the release rule.
+   */
+  const releaseLease = (
+    call: IdempotentCall | null,
+    release: CompiledQuery<{ token: number }>,
+    lease: {
+      token: number;
+      act: LeaseActRecord;
+      read: (trx: typeof db) => Promise<LeaseRow | undefined>;
+      expiresAt: number | null;
+      lost: (row: LeaseRow | undefined) => LeaseLostError;
+    },
+  ) =>
+    idempotentInOneTrip(ctx, releaseOnce(call), release, releasedRow, () =>
+      keyedWrite(
+        ctx,
+        call,
+        async (trx) => {
+          // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
+          if ((dialect.beginResult(release) ?? (await runBound(trx, release))).rows[0]) {
+            await auditLeaseActs(ctx, trx, ctx.clock.now(), [lease.act]);
+            return;
+          }
+          const current = await lease.read(trx);
+          if (releasedAlready(current, lease.token, lease.expiresAt, ctx.clock.now())) return;
+          throw lease.lost(current);
+        },
+        undefined,
+        release,
+      ),
+    );
+
   async function renewWorkspaceLock(first: unknown, second?: unknown): Promise<WorkspaceLock> {
     const args = leaseArgument('workspace_lock', 'workspaceId', first, second);
     const { resource: workspaceId, token } = args;
@@ -319,27 +353,15 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
     } = leaseArgument('workspace_lock', 'workspaceId', first, second);
     const call = keyedCall('locks.releaseWorkspaceLock', options, { workspaceId, token }, WORKSPACE_LOCK_REFUSALS);
     // Bound before BEGIN, which sends it (PostgreSQL, one round trip less): its time only stamps
-    // the released row; the miss below reads the time again.
+    // the released row; the miss reads the time again.
     const release = RELEASE_WORKSPACE_LOCK.bind(db, { workspaceId, token, now: ctx.clock.now() });
-    // Unkeyed and unaudited on PostgreSQL: BEGIN, the release and COMMIT in one round trip.
-    await idempotentInOneTrip(ctx, releaseOnce(call), release, releasedRow, () =>
-      keyedWrite(
-        ctx,
-        call,
-        async (trx) => {
-          // Matching the token is the whole fence: a later claim has bumped it, so a stale holder matches nothing.
-          if ((dialect.beginResult(release) ?? (await runBound(trx, release))).rows[0]) {
-            await auditLeaseActs(ctx, trx, ctx.clock.now(), [released('workspace_lock', workspaceId, holder, token)]);
-            return;
-          }
-          const current = await readWorkspaceLock(trx, workspaceId);
-          if (releasedAlready(current, token, expiresAt, ctx.clock.now())) return;
-          throw workspaceLockLost(workspaceId, token, current);
-        },
-        undefined,
-        release,
-      ),
-    );
+    await releaseLease(call, release, {
+      token,
+      act: released('workspace_lock', workspaceId, holder, token),
+      read: (trx) => readWorkspaceLock(trx, workspaceId),
+      expiresAt,
+      lost: (row) => workspaceLockLost(workspaceId, token, row),
+    });
   }
 
   async function renewTaskLease(first: unknown, second?: unknown): Promise<TaskLease> {
@@ -382,25 +404,14 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       options,
     } = leaseArgument('task_lease', 'taskId', first, second);
     const call = keyedCall('locks.releaseTaskLease', options, { taskId, token }, TASK_LEASE_REFUSALS);
-    // Sent with BEGIN, as `releaseWorkspaceLock`'s.
     const release = RELEASE_TASK_LEASE.bind(db, { taskId, token, now: ctx.clock.now() });
-    await idempotentInOneTrip(ctx, releaseOnce(call), release, releasedRow, () =>
-      keyedWrite(
-        ctx,
-        call,
-        async (trx) => {
-          if ((dialect.beginResult(release) ?? (await runBound(trx, release))).rows[0]) {
-            await auditLeaseActs(ctx, trx, ctx.clock.now(), [released('task_lease', taskId, holder, token)]);
-            return;
-          }
-          const current = await readTaskLease(trx, taskId);
-          if (releasedAlready(current, token, expiresAt, ctx.clock.now())) return;
-          throw taskLeaseLost(taskId, token, current);
-        },
-        undefined,
-        release,
-      ),
-    );
+    await releaseLease(call, release, {
+      token,
+      act: released('task_lease', taskId, holder, token),
+      read: (trx) => readTaskLease(trx, taskId),
+      expiresAt,
+      lost: (row) => taskLeaseLost(taskId, token, row),
+    });
   }
 
   return {
