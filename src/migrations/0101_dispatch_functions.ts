@@ -110,10 +110,22 @@ function createDispatchNext(db: Kysely<any>) {
 
 /**
  * The batch claim's function. `version` 1 (this migration) returns the dispatches made as `jsonb`;
- * version 2 (0103) the same rows as `json`. The body is otherwise shared: a change to it is a new
- * version in a new migration, never an edit here (a fresh database would get another v1).
+ * version 2 (0103) the same rows as `json`; version 3 (0104) is v2 with plans that stay right as
+ * the tables grow (below). The body is otherwise shared: a change to it is a new version in a new
+ * migration, never an edit here (a fresh database would get another v1).
+ *
+ * Why v3: PL/pgSQL keeps a statement's plan per connection, and after a few calls a generic one,
+ * planned once with the statistics of that moment. A connection that first called v2 when the
+ * tables were small kept a plan that, once thousands of dispatches were active, scanned every
+ * active dispatch per terminal (through `dispatch_contexts_lease_idx`) and reached each picked
+ * task through `tasks_status_idx` (a batch of 100: 120 ms instead of 8). v3 finds the busy
+ * terminals with `EXECUTE`, planned on every call with the real values (one small query), and
+ * updates the picked tasks by primary key alone: they are row-locked by the same statement with
+ * `status = 'ready'` re-checked on their latest version, so no other transaction can move them
+ * in between. Forcing custom plans for the whole statement would do too, but planning it costs
+ * about 2 ms a call.
  */
-export function createDispatchNextBatch(db: Kysely<any>, version: 1 | 2 = 1) {
+export function createDispatchNextBatch(db: Kysely<any>, version: 1 | 2 | 3 = 1) {
   const tasks = tableIn(db, 'tasks');
   const dispatches = tableIn(db, 'dispatch_contexts');
   const json = version === 1 ? sql`jsonb` : sql`json`;
@@ -121,13 +133,27 @@ export function createDispatchNextBatch(db: Kysely<any>, version: 1 | 2 = 1) {
     version === 1
       ? sql`coalesce(jsonb_agg(to_jsonb(made) order by free.n), '[]'::jsonb)`
       : sql`coalesce(json_agg(made order by free.n), '[]'::json)`;
+  const v3 = version >= 3;
+  const busy = v3
+    ? sql`
+  declare
+    v_busy text[];
+  begin
+    execute 'select coalesce(array_agg(d.terminal_handle), ''{}'') from ${dispatches} d
+      where d.terminal_handle = any($1) and d.status = ''active''' into v_busy using p_terminals;
+    return query`
+    : sql`
+  begin
+    return query`;
+  const free = v3
+    ? sql`f.handle <> all(v_busy)`
+    : sql`not exists (select 1 from ${dispatches} d where d.terminal_handle = f.handle and d.status = 'active')`;
+  const stillReady = v3 ? sql`` : sql` and ${tasks}.status = 'ready'`;
   return sql`create or replace function ${tableIn(db, `taskfence_dispatch_next_batch_v${version}`)}(
     p_run text, p_terminals text[], p_ids text[], p_agent text, p_assignee_mode text, p_assignee text,
     p_min_priority numeric, p_limit integer, p_now bigint, p_expires_at bigint, p_trace text)
   returns table (o_run_status text, o_agent_found text, o_made ${json})
-  language plpgsql volatile as $fn$
-  begin
-    return query
+  language plpgsql volatile as $fn$${busy}
     with g as (
       select r.status as run_status,
         case when p_agent is null then null::text
@@ -136,7 +162,7 @@ export function createDispatchNextBatch(db: Kysely<any>, version: 1 | 2 = 1) {
     ), free as (
       select f.handle, f.id, row_number() over (order by f.ord) as n
       from unnest(p_terminals, p_ids) with ordinality as f(handle, id, ord)
-      where not exists (select 1 from ${dispatches} d where d.terminal_handle = f.handle and d.status = 'active')
+      where ${free}
     ), locked as (
       select t.id, t.coordinator_run_id, t.priority, t.seq from ${tasks} t
       where ${claimable(db)}
@@ -149,7 +175,7 @@ export function createDispatchNextBatch(db: Kysely<any>, version: 1 | 2 = 1) {
       from locked
     ), pick as (
       update ${tasks} set status = 'dispatched', updated_at = p_now
-      from ranked where ${tasks}.id = ranked.id and ${tasks}.status = 'ready'
+      from ranked where ${tasks}.id = ranked.id${stillReady}
       returning ${tasks}.id, ranked.coordinator_run_id, ranked.n
     ), dropped as (
       delete from ${tableIn(db, 'path_lease_claims')} where task_id in (select id from pick)
