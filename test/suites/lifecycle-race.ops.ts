@@ -210,6 +210,29 @@ export async function drain(store: Store, args: { runId: string; loops: number }
   return (await Promise.all(Array.from({ length: args.loops }, (_, k) => loop(k)))).flat();
 }
 
+/**
+ * `drain` with `dispatchNextBatch`: each claimer fills its own `terminals` terminals in one call,
+ * completes what it got and calls again until a call makes nothing; returns each dispatch's
+ * seq, task and terminal, in the order made.
+ */
+export async function drainBatches(
+  store: Store,
+  args: { runId: string; loops: number; terminals: number },
+  tools: ContenderTools,
+) {
+  const loop = async (k: number) => {
+    const claims: { seq: number; taskId: string; terminal: string }[] = [];
+    const handles = Array.from({ length: args.terminals }, (_, i) => `batch-${tools.index}-${k}-${i}`);
+    for (;;) {
+      const made = await store.dispatches.dispatchNextBatch({ runId: args.runId, terminalHandles: handles });
+      if (made.length === 0) return claims;
+      for (const d of made) claims.push({ seq: d.seq, taskId: d.taskId, terminal: d.terminalHandle });
+      for (const d of made) await store.dispatches.completeDispatch(d.id, { lease: d.lease! });
+    }
+  };
+  return (await Promise.all(Array.from({ length: args.loops }, (_, k) => loop(k)))).flat();
+}
+
 /** Claims the run's next task with a short lease, signals `holding`, and hangs (the parent SIGKILLs it). */
 export async function holdAndHang(store: Store, args: { runId: string; ttlMs: number }, tools: ContenderTools) {
   const d = await store.dispatches.dispatchNext({
@@ -313,4 +336,11 @@ export async function terminalRound(
   }
 }
 
-export const ops = defineOperations(import.meta.url, { work, drain, holdAndHang, readinessRound, terminalRound });
+export const ops = defineOperations(import.meta.url, {
+  work,
+  drain,
+  drainBatches,
+  holdAndHang,
+  readinessRound,
+  terminalRound,
+});

@@ -271,6 +271,46 @@ export function defineLifecycleRaceSuite(makeFixture: () => DialectFixture, proc
       expect(worst).toBeLessThanOrEqual(bound);
     }, 300_000);
 
+    it(`dispatchNextBatch races as dispatchNext does: every task of the pool dispatched exactly once, in priority order`, async () => {
+      const random = generator(7);
+      const targetKey = `worktree:batch-pool-${Date.now()}`;
+      const run = await store.runs.startCoordinatorRun({ targetKey });
+      const priority = new Map<string, number>();
+      const created = await store.tasks.createTasks(
+        Array.from({ length: POOL }, (_, i) => ({
+          companyId: company,
+          title: `b${i}`,
+          targetKey,
+          requiresFilesystem: false,
+          status: 'ready' as const,
+          priority: Math.floor(random() * 20),
+        })),
+      );
+      for (const t of created) priority.set(t.id, t.priority);
+      const terminals = 3;
+      const outcomes = await contenders.race('drainBatches', () => ({ runId: run.id, loops, terminals }));
+      const claims = outcomes
+        .flatMap((o) => {
+          if (!o.ok) throw new Error(`contender ${o.index}: ${o.error.message}`);
+          return o.value;
+        })
+        .sort((a, b) => a.seq - b.seq);
+      // Exactly once: no task dispatched twice by two batches, none left behind.
+      expect(claims).toHaveLength(POOL);
+      expect(new Set(claims.map((c) => c.taskId)).size).toBe(POOL);
+      expect(await store.dispatches.listDispatches({ runId: run.id, status: 'active' })).toEqual([]);
+      expect((await store.tasks.listTasks({ runId: run.id })).every((t) => t.status === 'done')).toBe(true);
+      // Priority: a batch takes the best ready tasks it can lock, so a claim is outranked later only
+      // by tasks the other claimers' batches held (at most `terminals` each); SQLite: never.
+      const bound = fx.kind === 'sqlite' ? 0 : (processes * loops - 1) * terminals;
+      let worst = 0;
+      claims.forEach((c, i) => {
+        const p = priority.get(c.taskId)!;
+        worst = Math.max(worst, claims.slice(i + 1).filter((later) => priority.get(later.taskId)! > p).length);
+      });
+      expect(worst).toBeLessThanOrEqual(bound);
+    }, 300_000);
+
     it('dispatchRun never leases a task after it stopped being runnable: blocked, gated or completed mid-race', async () => {
       const targetKey = `worktree:readiness-${Date.now()}`;
       await store.runs.startCoordinatorRun({ targetKey });
