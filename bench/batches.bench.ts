@@ -182,6 +182,85 @@ export async function benchBatches(dbs: BenchDatabases, options: { items: number
   return rows;
 }
 
+export interface BesideActiveRow {
+  /** Dispatches active in another run of the store beside the measured batches. */
+  readonly activeElsewhere: number;
+  /** `dispatchNextBatch` of 100 terminals, dispatches per second. */
+  readonly batchItemsPerSec: number;
+  /** Against the same batches on a store with no dispatch active elsewhere (target ≈ 1). */
+  readonly ratio: number;
+}
+
+/**
+ * `dispatchNextBatch`'s cost beside the rest of the store (issue 24): the same 100-terminal
+ * batches on two fresh stores, one with `activeElsewhere` dispatches active in another run, the
+ * other with none, the two taking turns round by round (each round adds its 100 dispatches to
+ * both). The statistics are left to autovacuum, as in a service whose active dispatches grew
+ * faster than its last analyze. A batch tells a free terminal by one index probe per terminal
+ * (schema 0104), whatever the statistics say, so the ratio should stay near 1; 0103's function
+ * let the planner hash every active dispatch of the store per call when it expected few.
+ */
+export async function benchBatchBesideActive(
+  dbs: BenchDatabases,
+  options: { activeElsewhere: number; runs: number },
+): Promise<BesideActiveRow[]> {
+  const items = 100;
+  const stores: Store[] = [];
+  try {
+    const sides = [];
+    for (const elsewhere of [0, options.activeElsewhere]) {
+      const store = await openStore({ url: await dbs.postgresUrl(), poolSize: 1 });
+      stores.push(store);
+      await store.migrate();
+      const { company, targetKey, run } = await seedRun(store);
+      const ready = (runTarget: string, count: number) =>
+        Array.from({ length: count }, () => ({
+          id: id('t'),
+          companyId: company,
+          title: 't',
+          targetKey: runTarget,
+          requiresFilesystem: false,
+          status: 'ready' as const,
+        }));
+      if (elsewhere > 0) {
+        const other = await store.runs.startCoordinatorRun({ targetKey: `worktree:${id('elsewhere')}` });
+        for (let made = 0; made < elsewhere; made += items) {
+          await store.tasks.createTasks(ready(other.targetKey!, items));
+          const handles = Array.from({ length: items }, () => id('busy'));
+          await store.dispatches.dispatchNextBatch({ runId: other.id, terminalHandles: handles });
+        }
+      }
+      for (let r = 0; r < options.runs + 1; r++) await store.tasks.createTasks(ready(targetKey, items));
+      sides.push({ store, run, samples: [] as number[] });
+    }
+    for (let r = 0; r <= options.runs; r++)
+      for (const side of r % 2 === 0 ? sides : [...sides].reverse()) {
+        const handles = Array.from({ length: items }, () => id('term'));
+        const perSec = await timed(items, async () => {
+          const made = await side.store.dispatches.dispatchNextBatch({ runId: side.run.id, terminalHandles: handles });
+          if (made.length !== items) throw new Error(`batch made ${made.length} dispatches, not ${items}`);
+        });
+        if (r > 0) side.samples.push(perSec); // the first round warms each store
+      }
+    const [none, beside] = sides.map((side) => median(side.samples)) as [number, number];
+    return [
+      { activeElsewhere: 0, batchItemsPerSec: round(none, 0), ratio: 1 },
+      { activeElsewhere: options.activeElsewhere, batchItemsPerSec: round(beside, 0), ratio: round(beside / none, 2) },
+    ];
+  } finally {
+    for (const store of stores) await store.close();
+  }
+}
+
+/** The README table of `benchBatchBesideActive`'s rows. */
+export function besideActiveTable(rows: readonly BesideActiveRow[]): string {
+  return [
+    '| dispatches active elsewhere in the store | `dispatchNextBatch` (100 terminals), dispatches/s | against none (target ≈ 1) |',
+    '|---|---|---|',
+    ...rows.map((r) => `| ${r.activeElsewhere} | ${r.batchItemsPerSec} | ${r.ratio} |`),
+  ].join('\n');
+}
+
 /** The README table of `benchBatches`' rows. */
 export function batchesTable(rows: readonly BatchRow[]): string {
   return [

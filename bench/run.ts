@@ -14,7 +14,7 @@ import { benchPathScaling, scalingTable } from './scaling.bench.js';
 import { benchPeer } from './peer.bench.js';
 import { benchGraphilePeer, graphileTable } from './graphile.bench.js';
 import { benchLifecycle, lifecycleTable } from './lifecycle.bench.js';
-import { batchesTable, benchBatches } from './batches.bench.js';
+import { batchesTable, benchBatchBesideActive, benchBatches, besideActiveTable } from './batches.bench.js';
 import { benchDeliveryCycles, benchKeyOverhead, deliveryTable, keyOverheadTable } from './delivery.bench.js';
 import { benchCommitFloor, benchInboxDrain, benchWakeups, drainTable, wakeupTable } from './wakeups.bench.js';
 
@@ -160,6 +160,15 @@ async function main() {
         title: 'Batches: N items in one call against one call per item (PostgreSQL)',
         data: rows,
         table: batchesTable(rows),
+      });
+      const beside = await benchBatchBesideActive(dbs, {
+        activeElsewhere: quick ? 2_000 : 10_000,
+        runs: quick ? 3 : 9,
+      });
+      sections.push({
+        title: 'dispatchNextBatch beside the rest of the store (PostgreSQL)',
+        data: beside,
+        table: besideActiveTable(beside),
       });
     }
     if (want('migrations')) {
