@@ -346,7 +346,8 @@ export function rawPathCycle(raw: RawClient, workspaceId: string, paths: string[
     await raw.txWith(async (run) => {
       if (raw.kind === 'postgres')
         await run('select pg_advisory_xact_lock(hashtextextended($1, 0))', [pathsLockKey(workspaceId)]);
-      await run(lockTokens, [workspaceId]);
+      // SQLite's write transaction holds the whole database: taskfence reads no token row there.
+      if (raw.kind === 'postgres') await run(lockTokens, [workspaceId]);
       if ((await run(readLock, [workspaceId, now])).length > 0) throw new Error('workspace locked');
       const found = await run(conflicts, conflictParams);
       if (found.length > 0) throw new Error('paths busy');

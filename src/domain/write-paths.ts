@@ -117,6 +117,28 @@ export function keysOverlap(a: string, b: string): boolean {
  * leaseKeys(['*.md', 'src']);                       // ['']
  */
 export function leaseKeys(paths: readonly string[]): string[] {
+  // An agent claims the same few write sets again and again: their keys are remembered by the
+  // exact strings given (a pure function of them). Only lists of NUL-free strings are looked up,
+  // so the count and the joined strings are unambiguous ([] and [''] differ by their count), and
+  // anything invalid still reaches the checks below.
+  const memoKey = paths.every((p) => typeof p === 'string' && !p.includes('\u0000'))
+    ? `${paths.length}\u0000${paths.join('\u0000')}`
+    : null;
+  const known = memoKey === null ? undefined : LEASE_KEYS.get(memoKey);
+  if (known) return [...known];
+  const roots = computeLeaseKeys(paths);
+  if (memoKey !== null) {
+    if (LEASE_KEYS.size >= LEASE_KEYS_REMEMBERED) LEASE_KEYS.delete(LEASE_KEYS.keys().next().value!);
+    LEASE_KEYS.set(memoKey, Object.freeze([...roots]));
+  }
+  return roots;
+}
+
+/** Write sets whose lease keys `leaseKeys` remembers, oldest forgotten first. */
+const LEASE_KEYS_REMEMBERED = 512;
+const LEASE_KEYS = new Map<string, readonly string[]>();
+
+function computeLeaseKeys(paths: readonly string[]): string[] {
   const keys = [...new Set(paths.map((p) => globPrefix(normalizeWritePath(p))))];
   // Sorted by segments, an ancestor comes right before its descendants' run, so one pass keeps the roots.
   keys.sort(compareKeys);

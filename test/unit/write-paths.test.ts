@@ -237,6 +237,18 @@ describe('keysOverlap', () => {
 });
 
 describe('leaseKeys', () => {
+  it('remembers write sets without confusing them: [] and [""] differ, a NUL is still refused, results are copies', () => {
+    expect(leaseKeys([])).toEqual([]);
+    expect(leaseKeys([''])).toEqual(['']);
+    expect(leaseKeys([])).toEqual([]);
+    expect(leaseKeys(['a', 'b'])).toEqual(['a', 'b']);
+    expect(() => leaseKeys(['a\u0000b'])).toThrow(InvalidWritePathError);
+    const first = leaseKeys(['src/x', 'docs']);
+    first.push('mutated');
+    expect(leaseKeys(['src/x', 'docs'])).toEqual(['docs', 'src/x']);
+    expect(() => leaseKeys([42 as unknown as string])).toThrow(InvalidWritePathError);
+  });
+
   it.each([
     [['src/**/*.ts'], ['src']],
     [['*.md'], ['']],

@@ -140,8 +140,8 @@ function addBlocker(
  * here for the fenced write to end, before it reads the clock.
  */
 async function lockTokenRow(ctx: StoreContext, trx: Transaction<Database>, workspaceId: string): Promise<void> {
-  const query = trx.selectFrom('path_lease_tokens').select('token').where('workspace_id', '=', workspaceId);
-  await (ctx.dialect.supportsSkipLocked ? query.forUpdate() : query).executeTakeFirst();
+  // Without row locks (SQLite) the write transaction already holds the whole database: nothing to read.
+  if (ctx.dialect.supportsSkipLocked) await LOCK_TOKEN_ROW.first(trx, { workspaceId });
 }
 
 /** A token write's foreign-key violation means the workspace does not exist. */

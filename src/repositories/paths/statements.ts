@@ -55,13 +55,28 @@ export interface ConflictParams {
 }
 
 export function conflictParams(workspaceId: string, keys: readonly string[], now: number): ConflictParams {
-  return {
-    workspaceId,
-    now,
-    ancestors: [...new Set(keys.flatMap(storedPathAncestorKeys))],
-    ...descendantRanges(keys),
-  };
+  return { workspaceId, now, ...keyRanges(keys) };
 }
+
+/**
+ * The ancestors and descendant ranges of a set of lease keys, remembered for the sets seen last.
+ * Keys hold no NUL, so the count and the joined keys name a set unambiguously.
+ */
+function keyRanges(keys: readonly string[]): Pick<ConflictParams, 'ancestors' | 'froms' | 'tos'> {
+  const memoKey = `${keys.length}\u0000${keys.join('\u0000')}`;
+  let ranges = KEY_RANGES.get(memoKey);
+  if (!ranges) {
+    ranges = Object.freeze({
+      ancestors: [...new Set(keys.flatMap(storedPathAncestorKeys))],
+      ...descendantRanges(keys),
+    });
+    if (KEY_RANGES.size >= KEY_RANGES_REMEMBERED) KEY_RANGES.delete(KEY_RANGES.keys().next().value!);
+    KEY_RANGES.set(memoKey, ranges);
+  }
+  return ranges;
+}
+const KEY_RANGES_REMEMBERED = 512;
+const KEY_RANGES = new Map<string, Pick<ConflictParams, 'ancestors' | 'froms' | 'tos'>>();
 
 function conflictSql(db: Kysely<Database> | undefined, p: ConflictParams) {
   // Every live lease blocks, whatever its holder name: a grant never shares with another grant.
