@@ -50,6 +50,19 @@ export const migration0101: MigrationDefinition = {
 };
 
 /**
+ * Kept plans (0104). PL/pgSQL switches a statement to a generic plan after a few calls, planned
+ * once with the statistics of that moment, and keeps it for the connection until the table is
+ * analyzed again. Planned while the tables were small, such a plan served a row's status test
+ * from a status index and then read every row of that status to find one row: once thousands of
+ * dispatches were active or tasks ready, a claim or a completion read them all (a completion 12
+ * times slower, a batch of 100 15 times). The 0104 versions therefore state a status re-check of
+ * a row found by its key as `(… = …) is true`, which no index can serve, and run the statements
+ * whose best plan depends on the data (the busy terminals of a batch, a completed task's
+ * dependents) with `EXECUTE`, planned per call with the real values.
+ */
+const STILL_READY = sql`(status = 'ready') is true`;
+
+/**
  * The run's tasks a claim may take (`t`): ready, every dependency done, and the filters (assignee
  * mode, minimum priority). Shared by the single and the batch claim.
  */
@@ -64,10 +77,16 @@ function claimable(db: Kysely<any>) {
     and (p_min_priority is null or t.priority >= p_min_priority)`;
 }
 
-function createDispatchNext(db: Kysely<any>) {
+/**
+ * The single claim's function: `version` 1 (this migration); version 2 (0104) re-checks the picked
+ * task's `ready` in a form no index can serve (see `STILL_READY`), so a kept plan reaches it by
+ * primary key. Otherwise the same body.
+ */
+export function createDispatchNext(db: Kysely<any>, version: 1 | 2 = 1) {
   const tasks = tableIn(db, 'tasks');
   const dispatches = tableIn(db, 'dispatch_contexts');
-  return sql`create or replace function ${tableIn(db, 'taskfence_dispatch_next_v1')}(
+  const stillReady = version === 1 ? sql`status = 'ready'` : STILL_READY;
+  return sql`create or replace function ${tableIn(db, `taskfence_dispatch_next_v${version}`)}(
     p_run text, p_terminal text, p_agent text, p_assignee_mode text, p_assignee text, p_min_priority numeric,
     p_id text, p_now bigint, p_expires_at bigint, p_trace text)
   returns table (o_run_status text, o_agent_found text, o_busy_id text, o_made jsonb)
@@ -91,7 +110,7 @@ function createDispatchNext(db: Kysely<any>) {
         order by t.priority desc, t.seq
         limit 1
         for update skip locked)
-      and status = 'ready'
+      and ${stillReady}
       returning id, coordinator_run_id
     ), dropped as (
       delete from ${tableIn(db, 'path_lease_claims')} where task_id in (select id from pick)
@@ -120,10 +139,9 @@ function createDispatchNext(db: Kysely<any>) {
  * active dispatch per terminal (through `dispatch_contexts_lease_idx`) and reached each picked
  * task through `tasks_status_idx` (a batch of 100: 120 ms instead of 8). v3 finds the busy
  * terminals with `EXECUTE`, planned on every call with the real values (one small query), and
- * updates the picked tasks by primary key alone: they are row-locked by the same statement with
- * `status = 'ready'` re-checked on their latest version, so no other transaction can move them
- * in between. Forcing custom plans for the whole statement would do too, but planning it costs
- * about 2 ms a call.
+ * re-checks the picked tasks' `ready` in a form no index can serve (`STILL_READY`), so they are
+ * reached by primary key. Forcing custom plans for the whole statement would do too, but
+ * planning it costs about 2 ms a call.
  */
 export function createDispatchNextBatch(db: Kysely<any>, version: 1 | 2 | 3 = 1) {
   const tasks = tableIn(db, 'tasks');
@@ -148,7 +166,7 @@ export function createDispatchNextBatch(db: Kysely<any>, version: 1 | 2 | 3 = 1)
   const free = v3
     ? sql`f.handle <> all(v_busy)`
     : sql`not exists (select 1 from ${dispatches} d where d.terminal_handle = f.handle and d.status = 'active')`;
-  const stillReady = v3 ? sql`` : sql` and ${tasks}.status = 'ready'`;
+  const stillReady = v3 ? sql` and (${tasks}.status = 'ready') is true` : sql` and ${tasks}.status = 'ready'`;
   return sql`create or replace function ${tableIn(db, `taskfence_dispatch_next_batch_v${version}`)}(
     p_run text, p_terminals text[], p_ids text[], p_agent text, p_assignee_mode text, p_assignee text,
     p_min_priority numeric, p_limit integer, p_now bigint, p_expires_at bigint, p_trace text)
@@ -195,32 +213,44 @@ export function createDispatchNextBatch(db: Kysely<any>, version: 1 | 2 | 3 = 1)
   $fn$`;
 }
 
-function createCompleteDispatch(db: Kysely<any>) {
+/**
+ * The completion's function: `version` 1 (this migration); version 3 (0104; v2 is 0102's
+ * composition) states its status tests of rows found by key as `(…) is true` and runs the
+ * dependents' lock and move with `EXECUTE` (see `STILL_READY`). Otherwise the same body.
+ */
+export function createCompleteDispatch(db: Kysely<any>, version: 1 | 3 = 1) {
   const tasks = tableIn(db, 'tasks');
   const deps = tableIn(db, 'task_dependencies');
   const dispatches = tableIn(db, 'dispatch_contexts');
   const gates = tableIn(db, 'decision_gates');
-  return sql`create or replace function ${tableIn(db, 'taskfence_complete_dispatch_v1')}(
+  const v3 = version === 3;
+  const keyed = (test: ReturnType<typeof sql>) => (v3 ? sql`(${test}) is true` : test);
+  return sql`create or replace function ${tableIn(db, `taskfence_complete_dispatch_v${version}`)}(
     p_id text, p_token bigint, p_now bigint, p_set_result boolean, p_result text)
   returns table (o_dispatch jsonb, o_open_gate_id text, o_ended boolean, o_moved_task jsonb, o_task_before jsonb)
   language plpgsql volatile as $fn$
   declare
-    v_task text;
+    v_task text;${
+      v3
+        ? sql`
+    v_locked integer;`
+        : sql``
+    }
   begin
     with d as (
       select dc.id, dc.task_id, dc.seq, to_jsonb(dc) as row,
-        (select g.id from ${gates} g where g.task_id = dc.task_id and g.status = 'open'
+        (select g.id from ${gates} g where g.task_id = dc.task_id and ${keyed(sql`g.status = 'open'`)}
           order by g.created_at, g.id limit 1) as open_gate_id
       from ${dispatches} dc where dc.id = p_id
     ), ended as (
       update ${dispatches} set status = 'completed', updated_at = p_now, ended_at = p_now
-      where id = p_id and status = 'active'
+      where id = p_id and ${keyed(sql`status = 'active'`)}
         and exists (select 1 from d where d.open_gate_id is null and d.seq = coalesce(p_token, d.seq))
       returning task_id
     ), moved as (
       update ${tasks} set status = 'done', updated_at = p_now, blocked_reason = null,
         result = case when p_set_result then p_result else ${tasks}.result end
-      where id = (select task_id from ended) and status in ('dispatched', 'in_progress')
+      where id = (select task_id from ended) and ${keyed(sql`status in ('dispatched', 'in_progress')`)}
       returning *
     )
     select d.row, d.open_gate_id, exists (select 1 from ended), (select to_jsonb(moved) from moved),
@@ -230,7 +260,10 @@ function createCompleteDispatch(db: Kysely<any>) {
     if not found then
       return;
     end if;
-    if o_moved_task is not null then
+    if o_moved_task is not null then${
+      v3
+        ? dependentsByExecute(db)
+        : sql`
       -- The dependents, locked in id order, then moved: each its own statement and snapshot.
       perform 1 from ${tasks}
       where id in (select task_id from ${deps} where depends_on_id = v_task) and status in ('blocked', 'ready')
@@ -247,9 +280,40 @@ function createCompleteDispatch(db: Kysely<any>) {
           select 1 from ${deps} dd join ${tasks} t on t.id = dd.depends_on_id
           where dd.task_id = ${tasks}.id and t.status <> 'done')
         and not exists (select 1 from ${gates} g where g.task_id = ${tasks}.id and g.status = 'open');
-      end if;
+      end if;`
+    }
     end if;
     return next;
   end
   $fn$`;
+}
+
+/**
+ * v3's dependents' lock and move: v1's two statements, each run with `EXECUTE` (planned per call,
+ * so the dependents are reached from `task_dependencies` whatever the statistics say) and with
+ * their status tests as `(…) is true`. Each still takes its own snapshot after the one before.
+ */
+function dependentsByExecute(db: Kysely<any>) {
+  const tasks = tableIn(db, 'tasks');
+  const deps = tableIn(db, 'task_dependencies');
+  const gates = tableIn(db, 'decision_gates');
+  return sql`
+      -- The dependents, locked in id order, then moved: each its own statement and snapshot.
+      execute 'select count(*) from (select t.id from ${tasks} t
+        where t.id in (select d.task_id from ${deps} d where d.depends_on_id = $1)
+          and (t.status in (''blocked'', ''ready'')) is true
+        order by t.id for update of t) locked' into v_locked using v_task;
+      -- None locked: none to move (the same shortcut as propagateFinish's).
+      if v_locked > 0 then
+        execute 'update ${tasks} set status = ''ready'', blocked_reason = null, updated_at = $2
+        where ${tasks}.id in (select d.task_id from ${deps} d where d.depends_on_id = $1)
+          and (${tasks}.status = ''blocked'') is true
+          and (${tasks}.blocked_reason like ''dependencies: waiting for %''
+            or ${tasks}.blocked_reason like ''dependency_failed: %'')
+          and not exists (
+            select 1 from ${deps} dd join ${tasks} t on t.id = dd.depends_on_id
+            where dd.task_id = ${tasks}.id and t.status <> ''done'')
+          and not exists (select 1 from ${gates} g where g.task_id = ${tasks}.id and (g.status = ''open'') is true)'
+        using v_task, p_now;
+      end if;`;
 }

@@ -39,8 +39,15 @@ export const migration0102: MigrationDefinition = {
   },
 };
 
-function createCompleteV2(db: Kysely<any>) {
-  return sql`create or replace function ${tableIn(db, 'taskfence_complete_dispatch_v2')}(
+/**
+ * The composition's function: `version` 2 (this migration) composes 0101's v1 functions; version
+ * 4 (0104) composes their 0104 versions (`taskfence_complete_dispatch_v3`,
+ * `taskfence_dispatch_next_v2`). Otherwise the same body.
+ */
+export function createCompleteV2(db: Kysely<any>, version: 2 | 4 = 2) {
+  const complete = version === 2 ? 'taskfence_complete_dispatch_v1' : 'taskfence_complete_dispatch_v3';
+  const next = version === 2 ? 'taskfence_dispatch_next_v1' : 'taskfence_dispatch_next_v2';
+  return sql`create or replace function ${tableIn(db, `taskfence_complete_dispatch_v${version}`)}(
     p_key_prefix text, p_id text, p_token bigint, p_now bigint, p_set_result boolean, p_result text,
     p_next boolean, p_agent text, p_assignee_mode text, p_assignee text, p_min_priority numeric,
     p_next_id text, p_expires_at bigint, p_trace text)
@@ -64,14 +71,14 @@ function createCompleteV2(db: Kysely<any>) {
     perform pg_advisory_xact_lock(hashtextextended(p_key_prefix || v_task, 0));
     select c.o_dispatch, c.o_open_gate_id, c.o_ended, c.o_moved_task, c.o_task_before
     into o_dispatch, o_open_gate_id, o_ended, o_moved_task, o_task_before
-    from ${tableIn(db, 'taskfence_complete_dispatch_v1')}(p_id, p_token, p_now, p_set_result, p_result) c;
+    from ${tableIn(db, complete)}(p_id, p_token, p_now, p_set_result, p_result) c;
     if not found then
       return;
     end if;
     if p_next and o_ended and o_dispatch->>'coordinator_run_id' is not null then
       select n.o_run_status, n.o_made
       into o_run_status, o_next
-      from ${tableIn(db, 'taskfence_dispatch_next_v1')}(o_dispatch->>'coordinator_run_id', o_dispatch->>'terminal_handle',
+      from ${tableIn(db, next)}(o_dispatch->>'coordinator_run_id', o_dispatch->>'terminal_handle',
         p_agent, p_assignee_mode, p_assignee, p_min_priority, p_next_id, p_now, p_expires_at, p_trace) n;
     end if;
     return next;

@@ -22,7 +22,7 @@ import { migration0100 } from './0100_unfinished_task_index.js';
 import { migration0101 } from './0101_dispatch_functions.js';
 import { migration0102 } from './0102_complete_and_next.js';
 import { migration0103 } from './0103_batch_claim_json.js';
-import { migration0104 } from './0104_batch_claim_stable_plans.js';
+import { migration0104 } from './0104_dispatch_stable_plans.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */

@@ -233,6 +233,11 @@ export async function drainBatches(
   return (await Promise.all(Array.from({ length: args.loops }, (_, k) => loop(k)))).flat();
 }
 
+/** Completes the dispatch at this contender's index (the dependencies-finishing-at-once race). */
+export async function completeOne(store: Store, args: { dispatchIds: readonly string[] }, tools: ContenderTools) {
+  await store.dispatches.completeDispatch(args.dispatchIds[tools.index]!);
+}
+
 /** Claims the run's next task with a short lease, signals `holding`, and hangs (the parent SIGKILLs it). */
 export async function holdAndHang(store: Store, args: { runId: string; ttlMs: number }, tools: ContenderTools) {
   const d = await store.dispatches.dispatchNext({
@@ -340,6 +345,7 @@ export const ops = defineOperations(import.meta.url, {
   work,
   drain,
   drainBatches,
+  completeOne,
   holdAndHang,
   readinessRound,
   terminalRound,

@@ -311,6 +311,49 @@ export function defineLifecycleRaceSuite(makeFixture: () => DialectFixture, proc
       expect(worst).toBeLessThanOrEqual(bound);
     }, 300_000);
 
+    it('dependencies finishing at once: their dependent is ready once the last commits, every round', async () => {
+      const targetKey = `worktree:fan-in-${Date.now()}`;
+      await store.runs.startCoordinatorRun({ targetKey });
+      const fanIn = Math.min(4, processes);
+      const rounds = 40;
+      const stuck: string[] = [];
+      for (let round = 0; round < rounds; round++) {
+        const task = (title: string, dependsOn: string[] = []) =>
+          store.tasks.createTask({
+            companyId: company,
+            title,
+            targetKey,
+            requiresFilesystem: false,
+            status: 'ready',
+            dependsOn,
+          });
+        const deps = [];
+        for (let i = 0; i < fanIn; i++) deps.push(await task(`f${round}-${i}`));
+        const dependent = await task(
+          `f${round}-join`,
+          deps.map((d) => d.id),
+        );
+        expect(dependent.status).toBe('blocked');
+        const dispatchIds: string[] = [];
+        for (const d of deps)
+          dispatchIds.push(
+            (await store.dispatches.createDispatch({ taskId: d.id, terminalHandle: `fan-${round}-${d.id}` })).id,
+          );
+        const outcomes = await contenders.race(
+          'completeOne',
+          () => ({ dispatchIds }),
+          dispatchIds.map((_, i) => i),
+        );
+        for (const o of outcomes)
+          if (!o.ok) throw new Error(`round ${round}, contender ${o.index}: ${o.error.message}`);
+        const after = await store.tasks.requireTask(dependent.id);
+        if (after.status !== 'ready') stuck.push(`round ${round}: ${after.status} (${after.blockedReason})`);
+      }
+      // Mutant complete-fn-no-dependent-lock (the move without the dependents' lock): each
+      // completion's move misses the others' commits, and the dependent stays blocked.
+      expect(stuck).toEqual([]);
+    }, 300_000);
+
     it('dispatchRun never leases a task after it stopped being runnable: blocked, gated or completed mid-race', async () => {
       const targetKey = `worktree:readiness-${Date.now()}`;
       await store.runs.startCoordinatorRun({ targetKey });

@@ -1,8 +1,8 @@
 /**
  * PostgreSQL's folded statements of `store.dispatches` (dialects with writable CTEs and stored
  * functions): one call's guards, claim and writes in one statement, a call of a function
- * migration 0101 installed, so a hot call is one round trip with BEGIN and COMMIT, and its plan
- * is kept per connection. SQLite runs the same steps as separate statements (index.ts), where a
+ * migrations 0101–0104 installed, so a hot call is one round trip with BEGIN and COMMIT, and its
+ * plan is kept per connection (0104: in forms whose kept plans hold as the tables grow). SQLite runs the same steps as separate statements (index.ts), where a
  * statement costs no round trip. ARCHITECTURE.md, "Fewer round trips", gives the rule.
  */
 import { sql } from 'kysely';
@@ -34,7 +34,7 @@ export interface ClaimNextRow {
 }
 
 /**
- * `dispatchNext` in one statement: a call of `taskfence_dispatch_next_v1` (migration 0101), the
+ * `dispatchNext` in one statement: a call of `taskfence_dispatch_next_v2` (migration 0104; 0101's v1 with kept plans that hold), the
  * steps of the SQLite path in the same order:
  * - `g` reads the guards: the run's status, the agent (when one is given), the terminal's newest
  *   active dispatch. Plain reads, no locks, as the separate read was;
@@ -51,7 +51,7 @@ export const CLAIM_NEXT = prepared(
   (db, p: ClaimNextParams) =>
     sql<ClaimNextRow>`select o_run_status as run_status, o_agent_found as agent_found, o_busy_id as busy_id,
       o_made as made
-    from ${tableIn(db, 'taskfence_dispatch_next_v1')}(${p.runId}::text, ${p.terminalHandle}::text, ${p.agentId}::text,
+    from ${tableIn(db, 'taskfence_dispatch_next_v2')}(${p.runId}::text, ${p.terminalHandle}::text, ${p.agentId}::text,
       ${p.assigneeMode}::text, ${p.assignee}::text, ${p.minPriority}::numeric, ${p.id}::text, ${p.now}::bigint,
       ${p.expiresAt}::bigint, ${p.traceContext}::text)`,
 );
@@ -112,8 +112,9 @@ export interface CompleteRow {
 }
 
 /**
- * `completeDispatch`'s read and writes: a call of `taskfence_complete_dispatch_v1` (migration
- * 0101), the caller holding the task's key (taken with BEGIN), so its first snapshot sees every
+ * `completeDispatch`'s read and writes: a call of `taskfence_complete_dispatch_v3` (migration
+ * 0104; 0101's v1 with kept plans that hold), the caller holding the task's key (taken with
+ * BEGIN), so its first snapshot sees every
  * earlier report:
  * - it reads the dispatch and its task's oldest open gate, as `reportable`'s read did;
  * - it completes the dispatch only when the report may be made: active, the lease's token (when
@@ -128,7 +129,7 @@ export const COMPLETE = prepared(
   (db, p: CompleteParams) =>
     sql<CompleteRow>`select o_dispatch as dispatch, o_open_gate_id as open_gate_id, o_ended as ended,
       o_moved_task as moved_task, o_task_before as task_before
-    from ${tableIn(db, 'taskfence_complete_dispatch_v1')}(${p.id}::text, ${p.token}::bigint, ${p.now}::bigint,
+    from ${tableIn(db, 'taskfence_complete_dispatch_v3')}(${p.id}::text, ${p.token}::bigint, ${p.now}::bigint,
       ${p.setResult}::boolean, ${p.result}::text)`,
 );
 
@@ -155,7 +156,7 @@ export interface CompleteV2Row extends Omit<CompleteRow, 'dispatch'> {
 
 /**
  * `completeDispatch` in one statement that takes the task's key itself, and with `next` the
- * terminal's next claim: a call of `taskfence_complete_dispatch_v2` (migration 0102): the next
+ * terminal's next claim: a call of `taskfence_complete_dispatch_v4` (migration 0104; 0102's v2): the next
  * claim's agent read (a missing one: nothing else), the task key, `COMPLETE`, then, only with
  * `next` and once the dispatch ended, `CLAIM_NEXT` for its run and terminal. No row: no dispatch
  * has the id.
@@ -165,7 +166,7 @@ export const COMPLETE_V2 = prepared(
     sql<CompleteV2Row>`select o_dispatch as dispatch, o_open_gate_id as open_gate_id, o_ended as ended,
       o_moved_task as moved_task, o_task_before as task_before, o_agent_found as agent_found,
       o_run_status as run_status, o_next as next
-    from ${tableIn(db, 'taskfence_complete_dispatch_v2')}(${p.keyPrefix}::text, ${p.id}::text, ${p.token}::bigint,
+    from ${tableIn(db, 'taskfence_complete_dispatch_v4')}(${p.keyPrefix}::text, ${p.id}::text, ${p.token}::bigint,
       ${p.now}::bigint, ${p.setResult}::boolean, ${p.result}::text, ${p.next}::boolean, ${p.agentId}::text,
       ${p.assigneeMode}::text, ${p.assignee}::text, ${p.minPriority}::numeric, ${p.nextId}::text, ${p.expiresAt}::bigint,
       ${p.traceContext}::text)`,
