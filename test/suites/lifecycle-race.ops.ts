@@ -120,6 +120,11 @@ export async function work(
       idle = 0;
       report.claims++;
       log.push(`claimed ${d.id} on ${terminal}`);
+      // One terminal, one active dispatch, judged without clocks: right after the claim, no other
+      // dispatch of this terminal may still be active (only this loop ends this one).
+      for (const other of await store.dispatches.listDispatches({ terminalHandle: terminal, status: 'active' }))
+        if (other.id !== d.id)
+          report.violations.push(`${worker}: claimed ${d.id} on ${terminal} while ${other.id} was still active there`);
       const notDone = await store.tasks.listDependencies(d.taskId);
       for (const dep of notDone)
         if (dep.dependsOnStatus !== 'done')
