@@ -30,6 +30,29 @@ export interface StoreContext {
   newId(): string;
   /** `<prefix>-<hex>` with 12 random hex digits, e.g. `coordinator-3f9a0c…`. */
   newHandle(prefix: string): string;
+  /** 12 random hex digits (48 bits), e.g. a receipt's nonce. */
+  newNonce(): string;
+}
+
+/** Bytes drawn from the system's generator at once, as Node's own `randomUUID` does. */
+const POOL_BYTES = 4096;
+let pool = Buffer.alloc(0);
+let drawn = 0;
+
+/**
+ * `bytes` random bytes as hex, from a pool refilled by `randomBytes`: one `randomBytes(6)` costs
+ * about 5 µs, a draw from the pool 0.1 µs (a receive makes one). The bytes are the generator's
+ * own, each handed out once.
+ */
+export function randomHex(bytes: number): string {
+  if (bytes > POOL_BYTES) return randomBytes(bytes).toString('hex');
+  if (drawn + bytes > pool.length) {
+    pool = randomBytes(POOL_BYTES);
+    drawn = 0;
+  }
+  const hex = pool.toString('hex', drawn, drawn + bytes);
+  drawn += bytes;
+  return hex;
 }
 
 export function createStoreContext(
@@ -42,6 +65,7 @@ export function createStoreContext(
     clock,
     settings,
     newId: () => randomUUID(),
-    newHandle: (prefix: string) => `${prefix}-${randomBytes(6).toString('hex')}`,
+    newHandle: (prefix: string) => `${prefix}-${randomHex(6)}`,
+    newNonce: () => randomHex(6),
   });
 }

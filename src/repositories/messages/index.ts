@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import type { Transaction } from 'kysely';
 import { InvalidArgumentError, UnknownRecipientError } from '../../errors.js';
 import type { Database, MessageRow } from '../../schema/database.js';
@@ -180,7 +179,7 @@ export function createMessageRepository(ctx: StoreContext): MessageRepository {
       now: at,
       limit,
       visibleAt: at + visibilityMs,
-      nonce: randomBytes(6).toString('hex'),
+      nonce: ctx.newNonce(),
       maxAttempts: ctx.settings.maxAttempts,
     };
     // PostgreSQL takes over and dead-letters in the hand-out statement itself.
