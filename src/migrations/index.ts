@@ -23,6 +23,7 @@ import { migration0101 } from './0101_dispatch_functions.js';
 import { migration0102 } from './0102_complete_and_next.js';
 import { migration0103 } from './0103_batch_claim_json.js';
 import { migration0104 } from './0104_dispatch_stable_plans.js';
+import { migration0105 } from './0105_message_functions.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -52,6 +53,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0102,
   migration0103,
   migration0104,
+  migration0105,
 ]);
 
 /** The schema version this code expects. */

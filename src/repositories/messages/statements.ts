@@ -88,75 +88,19 @@ export const RECEIVE_SERIALIZED = prepared((db, p: ReceiveParams) =>
 );
 
 /**
- * The CTEs of PostgreSQL's hand-outs, one statement with the take-over of `TAKE_OVER` folded in:
- * - `old`: the handles of the stopped runs of the target whose running run is `handle`'s (none
- *   when `handle` is not a running coordinator), whose pending messages this hand-out takes over;
- * - `dead` dead-letters the lapsed last attempts of the inbox and of `old`'s inboxes;
- * - `mine` and `theirs` lock the oldest visible rows of the inbox and of `old`'s inboxes with
- *   `FOR UPDATE SKIP LOCKED`, and `next` keeps the oldest `limit` of the two by `seq`;
- * - `take` re-homes `old`'s other pending messages (leased ones included) to `handle`, skipping
- *   rows another transaction holds: the next hand-out takes those. The hand-out itself re-homes
- *   the rows of `next`, and `dead` the rows it kills.
- *
- * All read one snapshot. No row is written twice: `next` never takes a row `dead` moves
- * (`attempts < maxAttempts`), and `take` skips both. `take` skips locked rows so that two
- * consumers of one inbox in a takeover never wait on each other's `theirs` (a deadlock).
+ * The same hand-out for PostgreSQL, where consumers of one inbox work in parallel: a call of
+ * `taskfence_receive_messages_v1` (migration 0105), one statement whose plan the function keeps
+ * per connection. The oldest visible rows are locked with `FOR UPDATE SKIP LOCKED` in a
+ * materialized CTE, so each consumer takes rows no other in-flight hand-out holds, and the
+ * visibility is re-checked on the locked row. In the same statement it takes over the messages
+ * of the runs the coordinator adopted, and dead-letters the messages whose last lease lapsed
+ * (the function's `deadAndNext`: two round trips less than `TAKE_OVER` and `DEAD_LETTER_LAPSED`).
  */
-function deadAndNext(db: Kysely<Database>, p: DeliverParams) {
-  const messages = tableIn(db, 'messages');
-  const runs = tableIn(db, 'coordinator_runs');
-  return sql`with old as (
-      select o.coordinator_handle as handle from ${runs} o
-      where o.status <> 'running' and o.target_key = (
-        select me.target_key from ${runs} me where me.coordinator_handle = ${p.handle} and me.status = 'running')
-    ), dead as (
-      update ${messages} set to_handle = ${p.handle}, dead_at = ${p.now}, last_error = coalesce(last_error, ${LAPSED_ERROR})
-      where (to_handle = ${p.handle} or to_handle in (select handle from old)) and status = 'pending'
-        and dead_at is null and visible_at <= ${p.now} and attempts >= ${p.maxAttempts}
-      returning id
-    ), mine as materialized (
-      select id, seq from ${messages}
-      where to_handle = ${p.handle} and status = 'pending' and dead_at is null
-        and (visible_at is null or visible_at <= ${p.now}) and attempts < ${p.maxAttempts}
-      order by seq
-      limit ${p.limit}
-      for update skip locked
-    ), theirs as materialized (
-      select id, seq from ${messages}
-      where to_handle in (select handle from old) and status = 'pending' and dead_at is null
-        and (visible_at is null or visible_at <= ${p.now}) and attempts < ${p.maxAttempts}
-      order by seq
-      limit ${p.limit}
-      for update skip locked
-    ), next as (
-      select id from (select id, seq from mine union all select id, seq from theirs) both_inboxes
-      order by seq
-      limit ${p.limit}
-    ), take as (
-      update ${messages} set to_handle = ${p.handle}
-      where id in (
-        select id from ${messages}
-        where to_handle in (select handle from old) and status = 'pending'
-          and id not in (select id from next) and id not in (select id from dead)
-        for update skip locked)
-    )`;
-}
-
-/**
- * The same hand-out for PostgreSQL, where consumers of one inbox work in parallel: the oldest
- * visible rows are locked with `FOR UPDATE SKIP LOCKED` in a materialized CTE, so each consumer
- * takes rows no other in-flight hand-out holds; the visibility is re-checked on the locked row.
- * In the same statement (`deadAndNext`) it takes over the messages of the runs the coordinator
- * adopted, and dead-letters the messages whose last lease lapsed.
- */
-export const RECEIVE_SKIP_LOCKED = prepared((db, p: ReceiveParams) => {
-  const messages = tableIn(db, 'messages');
-  return sql<MessageRow>`
-    ${deadAndNext(db, p)}
-    update ${messages} set to_handle = ${p.handle}, attempts = attempts + 1, visible_at = ${p.visibleAt}, receipt = ${newReceipt(p.nonce)}
-    where id in (select id from next) and (visible_at is null or visible_at <= ${p.now})
-    returning *`;
-});
+export const RECEIVE_SKIP_LOCKED = prepared(
+  (db, p: ReceiveParams) =>
+    sql<MessageRow>`select * from ${tableIn(db, 'taskfence_receive_messages_v1')}(${p.handle}::text, ${p.now}::bigint,
+      ${p.limit}::integer, ${p.visibleAt}::bigint, ${p.nonce}::text, ${p.maxAttempts}::integer)`,
+);
 
 /** Receive and ack in one statement (`deliverPendingMessages`, at most once), serialized writers. */
 export const DELIVER_SERIALIZED = prepared((db, p: DeliverParams) =>
@@ -180,18 +124,15 @@ export const DELIVER_SERIALIZED = prepared((db, p: DeliverParams) =>
 );
 
 /**
- * The same for PostgreSQL, with `FOR UPDATE SKIP LOCKED`; like `RECEIVE_SKIP_LOCKED`, it takes
- * over adopted runs' messages and dead-letters the inbox's lapsed last attempts in the same
- * statement (`deadAndNext`: two round trips less than `TAKE_OVER` and `DEAD_LETTER_LAPSED`).
+ * The same for PostgreSQL, with `FOR UPDATE SKIP LOCKED`: a call of
+ * `taskfence_deliver_messages_v1` (migration 0105), which takes over and dead-letters in the same
+ * statement as `RECEIVE_SKIP_LOCKED` does.
  */
-export const DELIVER_SKIP_LOCKED = prepared((db, p: DeliverParams) => {
-  const messages = tableIn(db, 'messages');
-  return sql<MessageRow>`
-    ${deadAndNext(db, p)}
-    update ${messages} set to_handle = ${p.handle}, status = 'delivered', delivered_at = ${p.now}, attempts = attempts + 1, visible_at = null
-    where id in (select id from next) and status = 'pending'
-    returning *`;
-});
+export const DELIVER_SKIP_LOCKED = prepared(
+  (db, p: DeliverParams) =>
+    sql<MessageRow>`select * from ${tableIn(db, 'taskfence_deliver_messages_v1')}(${p.handle}::text, ${p.now}::bigint,
+      ${p.limit}::integer, ${p.maxAttempts}::integer)`,
+);
 
 /** `sendMessage`'s values, for `sendFolded`. */
 export interface SendValues {
