@@ -14,14 +14,23 @@ import type { MigrationDefinition } from './types.js';
  * functions of 0101 do: no session state, so a transaction-mode pooler is unaffected.
  *
  * Kept plans (see 0101, "Kept plans"): a plan made while the tables are small is kept for the
- * connection until the next ANALYZE. Every read here is bounded by an index (the inbox's
- * `(to_handle, status, …)` indexes, the runs' handle and target indexes), and both functions run
- * with `enable_seqscan = off`, so a plan made on a near-empty table still goes through those
- * indexes rather than keeping a scan of the whole table.
+ * connection until the next ANALYZE. The statement is written so that such a plan stays bounded
+ * by the inbox once the tables grow (`test/postgres/kept-plans.test.ts` counts the rows read):
+ * - both functions run with `enable_seqscan = off`: without it the kept plans scanned all of
+ *   `messages` on every call;
+ * - the adopted runs' messages (`theirs`, `take`) are reached from `old` by `LATERAL`, one
+ *   inbox index range per adopted handle: written as `to_handle in (select handle from old)`,
+ *   a kept plan walked every pending message of the store and joined `old` to it;
+ * - the re-check on the rows handed out is `(…) is true` (0104's `STILL_READY`), which no
+ *   index can serve: deliver's `status = 'pending'` kept a plan through the inbox index on
+ *   status alone, every pending message again.
+ * `theirs` now takes the oldest `p_limit` of each adopted inbox rather than of all of them;
+ * `next` keeps the oldest `p_limit` of those and `mine`, the same rows as before.
  *
- * Same statements, same snapshot, same locks (`FOR UPDATE SKIP LOCKED` on the rows handed out);
- * each returns the rows handed out as `messages` rows. Additive: a release that does not know
- * them keeps sending its statements. The literal is `LAPSED_ERROR` of the delivery statements.
+ * Otherwise the statement the repository sent: same snapshot, same locks (`FOR UPDATE SKIP
+ * LOCKED` on the rows handed out); each returns the rows handed out as `messages` rows.
+ * Additive: a release that does not know them keeps sending its statements. The literal is
+ * `LAPSED_ERROR` of the delivery statements.
  */
 export const migration0105: MigrationDefinition = {
   version: 105,
@@ -49,8 +58,8 @@ export const migration0105: MigrationDefinition = {
  * - `old`: the handles of the stopped runs of the target whose running run is `p_handle`'s (none
  *   when it is not a running coordinator), whose pending messages this hand-out takes over;
  * - `dead` dead-letters the lapsed last attempts of the inbox and of `old`'s inboxes;
- * - `mine` and `theirs` lock the oldest visible rows of the inbox and of `old`'s inboxes with
- *   `FOR UPDATE SKIP LOCKED`, and `next` keeps the oldest `p_limit` of the two by `seq`;
+ * - `mine` and `theirs` lock the oldest visible rows of the inbox and of each of `old`'s inboxes
+ *   with `FOR UPDATE SKIP LOCKED`, and `next` keeps the oldest `p_limit` of them by `seq`;
  * - `take` re-homes `old`'s other pending messages to `p_handle`, skipping locked rows.
  * All read one snapshot; no row is written twice (see the delivery statements).
  */
@@ -75,12 +84,13 @@ function deadAndNext(db: Kysely<any>) {
       limit p_limit
       for update skip locked
     ), theirs as materialized (
-      select id, seq from ${messages}
-      where to_handle in (select handle from old) and status = 'pending' and dead_at is null
-        and (visible_at is null or visible_at <= p_now) and attempts < p_max_attempts
-      order by seq
-      limit p_limit
-      for update skip locked
+      select t.id, t.seq from old cross join lateral (
+        select id, seq from ${messages}
+        where to_handle = old.handle and status = 'pending' and dead_at is null
+          and (visible_at is null or visible_at <= p_now) and attempts < p_max_attempts
+        order by seq
+        limit p_limit
+        for update skip locked) t
     ), next as (
       select id from (select id, seq from mine union all select id, seq from theirs) both_inboxes
       order by seq
@@ -88,10 +98,11 @@ function deadAndNext(db: Kysely<any>) {
     ), take as (
       update ${messages} set to_handle = p_handle
       where id in (
-        select id from ${messages}
-        where to_handle in (select handle from old) and status = 'pending'
-          and id not in (select id from next) and id not in (select id from dead)
-        for update skip locked)
+        select x.id from old cross join lateral (
+          select id from ${messages}
+          where to_handle = old.handle and status = 'pending'
+            and id not in (select id from next) and id not in (select id from dead)
+          for update skip locked) x)
     )`;
 }
 
@@ -109,7 +120,7 @@ function createReceive(db: Kysely<any>) {
     ${deadAndNext(db)}
     update ${messages} set to_handle = p_handle, attempts = attempts + 1, visible_at = p_visible_at,
       receipt = cast(attempts + 1 as text) || '.' || p_nonce || '.' || id
-    where id in (select id from next) and (visible_at is null or visible_at <= p_now)
+    where id in (select id from next) and (visible_at is null or visible_at <= p_now) is true
     returning *;
   end
   $fn$`;
@@ -129,7 +140,7 @@ function createDeliver(db: Kysely<any>) {
     ${deadAndNext(db)}
     update ${messages} set to_handle = p_handle, status = 'delivered', delivered_at = p_now,
       attempts = attempts + 1, visible_at = null
-    where id in (select id from next) and status = 'pending'
+    where id in (select id from next) and (status = 'pending') is true
     returning *;
   end
   $fn$`;
