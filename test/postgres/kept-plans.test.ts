@@ -17,6 +17,11 @@ import { useUrlSchema } from '../support/schema.js';
  *   pending message walked twice a call, 2,000,656 rows;
  * - deliver's re-check as `status = 'pending'` instead of `(…) is true`: 401,493 rows.
  * As built: 948 rows for the 30 calls.
+ * The dispatch cycle's functions (0104) the same way: mutant `dispatch-fns-0101-plans` (the store
+ * calling 0101's `taskfence_dispatch_next_v1` and 0102's `taskfence_complete_dispatch_v2`, the
+ * versions 0104 replaced) reads 1,381,515 rows of `tasks` with 11 sequential scans, 110,073 of
+ * `dispatch_contexts` and 220,099 of `task_dependencies` in 10 chained cycles; 0104's read 308,
+ * 52 and 22.
  */
 
 const fx = postgresFixture();
@@ -115,6 +120,100 @@ describe('kept plans of the inbox functions', () => {
         for (let i = 0; i < 10; i++) await cycle();
       });
       expect(read).toEqual(WATCHED.map((table) => ({ table, seqScans: 0, bounded: true })));
+    } finally {
+      await admin.end();
+      await store.close();
+    }
+  });
+});
+
+describe('kept plans of the dispatch functions', () => {
+  it('a connection that planned on empty tables claims and completes without reading the grown tables', async () => {
+    const url = await fx.freshUrl();
+    const store = await fx.open(url, { poolSize: 1 });
+    await store.migrate();
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    await useUrlSchema(admin, url);
+    const tables = ['tasks', 'dispatch_contexts', 'task_dependencies'];
+    try {
+      for (const table of tables) await admin.query(`alter table ${table} set (autovacuum_enabled = false)`);
+      const company = await store.org.createCompany({ name: 'kept-plans' });
+      const targetKey = 'worktree:kept-plans-dispatch';
+      const run = await store.runs.startCoordinatorRun({ targetKey });
+      // Pairs: a ready task and a blocked dependent, so every completion readies one.
+      const pairs = async (n: number) =>
+        store.transaction(async (tx) => {
+          for (let i = 0; i < n; i++) {
+            const first = await tx.tasks.createTask({
+              companyId: company.id,
+              title: `a${i}`,
+              targetKey,
+              requiresFilesystem: false,
+              status: 'ready',
+              priority: 5,
+            });
+            await tx.tasks.createTask({
+              companyId: company.id,
+              title: `b${i}`,
+              targetKey,
+              requiresFilesystem: false,
+              status: 'ready',
+              priority: 1,
+              dependsOn: [first.id],
+            });
+          }
+        });
+      const cycles = async (n: number) => {
+        let d = await store.dispatches.dispatchNext({ runId: run.id, terminalHandle: 'term-0' });
+        for (let i = 0; i < n && d; i++) {
+          const done = await store.dispatches.completeDispatch(d.id, {
+            result: { ok: true },
+            lease: d.lease ?? undefined,
+            next: true,
+          });
+          d = done.next ?? null;
+        }
+        expect(d).not.toBeNull();
+        await store.dispatches.completeDispatch(d!.id, { result: { ok: true }, lease: d!.lease ?? undefined });
+      };
+      await pairs(12);
+      await cycles(10);
+
+      // Grown without ANALYZE: another run's queue (ready, blocked on it, done), its history of
+      // ended dispatches and its active ones on other terminals, and its dependency edges.
+      const now = Date.now();
+      await admin.query(
+        `insert into coordinator_runs (id, coordinator_handle, target_key, status, started_at)
+         values ('other-run', 'coordinator-other', 'worktree:other', 'running', $1::bigint)`,
+        [now],
+      );
+      await admin.query(
+        `insert into tasks (id, company_id, title, status, created_at, updated_at, coordinator_run_id, target_key,
+           requires_filesystem, priority, blocked_reason)
+         select 'g-' || i, $1, 't', case i % 3 when 0 then 'ready' when 1 then 'done' else 'blocked' end,
+           $2::bigint, $2::bigint, 'other-run', 'worktree:other', 0, i % 10,
+           case when i % 3 = 2 then 'dependencies: waiting for g-' || (i - 2) end
+         from generate_series(1, 60000) i`,
+        [company.id, now],
+      );
+      await admin.query(
+        `insert into task_dependencies (task_id, depends_on_id, created_at)
+         select 'g-' || i, 'g-' || (i - 2), $1::bigint from generate_series(3, 60000) i where i % 3 = 2`,
+        [now],
+      );
+      await admin.query(
+        `insert into dispatch_contexts (id, task_id, terminal_handle, status, created_at, updated_at, ended_at,
+           coordinator_run_id, lease_expires_at)
+         select 'gd-' || i, 'g-' || i, 'other-' || i, case when i % 6 = 1 then 'completed' else 'active' end,
+           $1::bigint, $1::bigint, case when i % 6 = 1 then $1::bigint end, 'other-run', $1::bigint + 600000
+         from generate_series(1, 60000) i where i % 3 = 1`,
+        [now],
+      );
+      await pairs(12);
+      expect(await readsDuring(store, admin, tables, 2_000, () => cycles(10))).toEqual(
+        tables.map((table) => ({ table, seqScans: 0, bounded: true })),
+      );
     } finally {
       await admin.end();
       await store.close();
