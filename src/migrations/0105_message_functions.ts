@@ -60,8 +60,13 @@ export const migration0105: MigrationDefinition = {
  * - `dead` dead-letters the lapsed last attempts of the inbox and of `old`'s inboxes;
  * - `mine` and `theirs` lock the oldest visible rows of the inbox and of each of `old`'s inboxes
  *   with `FOR UPDATE SKIP LOCKED`, and `next` keeps the oldest `p_limit` of them by `seq`;
- * - `take` re-homes `old`'s other pending messages to `p_handle`, skipping locked rows.
- * All read one snapshot; no row is written twice (see the delivery statements).
+ * - `take` re-homes `old`'s other pending messages (leased ones included) to `p_handle`,
+ *   skipping rows another transaction holds: the next hand-out takes those. The hand-out itself
+ *   re-homes the rows of `next`, and `dead` the rows it kills.
+ *
+ * All read one snapshot. No row is written twice: `next` never takes a row `dead` moves
+ * (`attempts < p_max_attempts`), and `take` skips both. `take` skips locked rows so that two
+ * consumers of one inbox in a takeover never wait on each other's `theirs` (a deadlock).
  */
 function deadAndNext(db: Kysely<any>) {
   const messages = tableIn(db, 'messages');
