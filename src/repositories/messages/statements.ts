@@ -33,7 +33,7 @@ export const LAPSED_ERROR = 'its lease lapsed on its last attempt';
 /**
  * The coordinator of a running run takes over the pending messages (leased or not) addressed to
  * the coordinators of its target's stopped runs: the runs whose work it adopted. (SQLite; on
- * PostgreSQL the hand-out statement does it, see `deadAndNext`.)
+ * PostgreSQL the hand-out function does it, see `deadAndNext` in migration 0105.)
  */
 export const TAKE_OVER = prepared((db, p: { handle: string }) => {
   const runs = tableIn(db, 'coordinator_runs');
@@ -94,7 +94,7 @@ export const RECEIVE_SERIALIZED = prepared((db, p: ReceiveParams) =>
  * materialized CTE, so each consumer takes rows no other in-flight hand-out holds, and the
  * visibility is re-checked on the locked row. In the same statement it takes over the messages
  * of the runs the coordinator adopted, and dead-letters the messages whose last lease lapsed
- * (the function's `deadAndNext`: two round trips less than `TAKE_OVER` and `DEAD_LETTER_LAPSED`).
+ * (`deadAndNext` in migration 0105: two round trips less than `TAKE_OVER` and `DEAD_LETTER_LAPSED`).
  */
 export const RECEIVE_SKIP_LOCKED = prepared(
   (db, p: ReceiveParams) =>
