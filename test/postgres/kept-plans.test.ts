@@ -65,16 +65,32 @@ async function readsDuring(
   });
 }
 
+/**
+ * A migrated store on one connection (its plans are that connection's) and an admin connection,
+ * with autovacuum off on `tables`, so only the test decides when they are analyzed (never).
+ */
+async function withKeptPlans(
+  tables: readonly string[],
+  fn: (store: Store, admin: pg.Client) => Promise<void>,
+): Promise<void> {
+  const url = await fx.freshUrl();
+  const store = await fx.open(url, { poolSize: 1 });
+  await store.migrate();
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  await useUrlSchema(admin, url);
+  try {
+    for (const table of tables) await admin.query(`alter table ${table} set (autovacuum_enabled = false)`);
+    await fn(store, admin);
+  } finally {
+    await admin.end();
+    await store.close();
+  }
+}
+
 describe('kept plans of the inbox functions', () => {
-  it('a connection that planned on empty tables hands out without scanning them once they grew', async () => {
-    const url = await fx.freshUrl();
-    const store = await fx.open(url, { poolSize: 1 });
-    await store.migrate();
-    const admin = new pg.Client({ connectionString: url });
-    await admin.connect();
-    await useUrlSchema(admin, url);
-    try {
-      for (const table of WATCHED) await admin.query(`alter table ${table} set (autovacuum_enabled = false)`);
+  it('a connection that planned on empty tables hands out without scanning them once they grew', () =>
+    withKeptPlans(WATCHED, async (store, admin) => {
       const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:kept-plans' });
       const inbox = run.coordinatorHandle;
       const send = (n: number) =>
@@ -120,24 +136,13 @@ describe('kept plans of the inbox functions', () => {
         for (let i = 0; i < 10; i++) await cycle();
       });
       expect(read).toEqual(WATCHED.map((table) => ({ table, seqScans: 0, bounded: true })));
-    } finally {
-      await admin.end();
-      await store.close();
-    }
-  });
+    }));
 });
 
 describe('kept plans of the dispatch functions', () => {
-  it('a connection that planned on empty tables claims and completes without reading the grown tables', async () => {
-    const url = await fx.freshUrl();
-    const store = await fx.open(url, { poolSize: 1 });
-    await store.migrate();
-    const admin = new pg.Client({ connectionString: url });
-    await admin.connect();
-    await useUrlSchema(admin, url);
-    const tables = ['tasks', 'dispatch_contexts', 'task_dependencies'];
-    try {
-      for (const table of tables) await admin.query(`alter table ${table} set (autovacuum_enabled = false)`);
+  const tables = ['tasks', 'dispatch_contexts', 'task_dependencies'];
+  it('a connection that planned on empty tables claims and completes without reading the grown tables', () =>
+    withKeptPlans(tables, async (store, admin) => {
       const company = await store.org.createCompany({ name: 'kept-plans' });
       const targetKey = 'worktree:kept-plans-dispatch';
       const run = await store.runs.startCoordinatorRun({ targetKey });
@@ -214,9 +219,5 @@ describe('kept plans of the dispatch functions', () => {
       expect(await readsDuring(store, admin, tables, 2_000, () => cycles(10))).toEqual(
         tables.map((table) => ({ table, seqScans: 0, bounded: true })),
       );
-    } finally {
-      await admin.end();
-      await store.close();
-    }
-  });
+    }));
 });
