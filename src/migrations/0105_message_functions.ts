@@ -1,4 +1,4 @@
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type RawBuilder } from 'kysely';
 import { tableIn } from '../query/schema.js';
 import type { MigrationDefinition } from './types.js';
 
@@ -111,42 +111,46 @@ function deadAndNext(db: Kysely<any>) {
     )`;
 }
 
-/** `receiveMessages`: the rows handed out, each leased until `p_visible_at` under a new receipt. */
-function createReceive(db: Kysely<any>) {
-  const messages = tableIn(db, 'messages');
-  return sql`create or replace function ${tableIn(db, 'taskfence_receive_messages_v1')}(
-    p_handle text, p_now bigint, p_limit integer, p_visible_at bigint, p_nonce text, p_max_attempts integer)
-  returns setof ${messages}
+/**
+ * A hand-out function: `name(params)` returning the rows `handOut` (the final UPDATE over `next`)
+ * returns, after the shared CTEs (`deadAndNext`), with its plans kept bounded (see above).
+ */
+function handOutFunction(db: Kysely<any>, name: string, params: RawBuilder<unknown>, handOut: RawBuilder<unknown>) {
+  return sql`create or replace function ${tableIn(db, name)}(
+    ${params})
+  returns setof ${tableIn(db, 'messages')}
   language plpgsql volatile
   set enable_seqscan = off
   as $fn$
   begin
     return query
     ${deadAndNext(db)}
-    update ${messages} set to_handle = p_handle, attempts = attempts + 1, visible_at = p_visible_at,
-      receipt = cast(attempts + 1 as text) || '.' || p_nonce || '.' || id
-    where id in (select id from next) and (visible_at is null or visible_at <= p_now) is true
+    ${handOut}
     returning *;
   end
   $fn$`;
 }
 
+/** `receiveMessages`: the rows handed out, each leased until `p_visible_at` under a new receipt. */
+function createReceive(db: Kysely<any>) {
+  return handOutFunction(
+    db,
+    'taskfence_receive_messages_v1',
+    sql`p_handle text, p_now bigint, p_limit integer, p_visible_at bigint, p_nonce text, p_max_attempts integer`,
+    sql`update ${tableIn(db, 'messages')} set to_handle = p_handle, attempts = attempts + 1, visible_at = p_visible_at,
+      receipt = cast(attempts + 1 as text) || '.' || p_nonce || '.' || id
+    where id in (select id from next) and (visible_at is null or visible_at <= p_now) is true`,
+  );
+}
+
 /** `deliverPendingMessages`: the rows handed out, delivered (acked) at once. */
 function createDeliver(db: Kysely<any>) {
-  const messages = tableIn(db, 'messages');
-  return sql`create or replace function ${tableIn(db, 'taskfence_deliver_messages_v1')}(
-    p_handle text, p_now bigint, p_limit integer, p_max_attempts integer)
-  returns setof ${messages}
-  language plpgsql volatile
-  set enable_seqscan = off
-  as $fn$
-  begin
-    return query
-    ${deadAndNext(db)}
-    update ${messages} set to_handle = p_handle, status = 'delivered', delivered_at = p_now,
+  return handOutFunction(
+    db,
+    'taskfence_deliver_messages_v1',
+    sql`p_handle text, p_now bigint, p_limit integer, p_max_attempts integer`,
+    sql`update ${tableIn(db, 'messages')} set to_handle = p_handle, status = 'delivered', delivered_at = p_now,
       attempts = attempts + 1, visible_at = null
-    where id in (select id from next) and (status = 'pending') is true
-    returning *;
-  end
-  $fn$`;
+    where id in (select id from next) and (status = 'pending') is true`,
+  );
 }
