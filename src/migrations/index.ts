@@ -24,6 +24,7 @@ import { migration0102 } from './0102_complete_and_next.js';
 import { migration0103 } from './0103_batch_claim_json.js';
 import { migration0104 } from './0104_dispatch_stable_plans.js';
 import { migration0105 } from './0105_message_functions.js';
+import { migration0106 } from './0106_path_grant_function.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -54,6 +55,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0103,
   migration0104,
   migration0105,
+  migration0106,
 ]);
 
 /** The schema version this code expects. */

@@ -30,7 +30,8 @@ import type { Database } from '../schema/database.js';
  * the same position. A placeholder must only be passed to Kysely as a value (where, set, values,
  * limit, `sql` interpolation): it cannot be inspected. A list (`in`) is spelled
  * `elements(p.list, n)` with its length `n` in the query's shape, the cache key of queries whose
- * text depends on the input.
+ * text depends on the input; a list sent as one array parameter (a PostgreSQL function's
+ * argument) is spelled `wholeList(p.list)`.
  */
 
 class Placeholder {
@@ -38,6 +39,8 @@ class Placeholder {
     readonly name: string,
     /** For one element of a list parameter: its index, and the list's length in this shape. */
     readonly element?: { readonly index: number; readonly length: number },
+    /** The whole list as one parameter (`wholeList`): PostgreSQL's array, for a function's `text[]` argument. */
+    readonly whole = false,
   ) {}
 }
 
@@ -52,6 +55,16 @@ export function elements<T>(list: readonly T[], length: number): T[] {
   const placeholder = list as unknown;
   if (!(placeholder instanceof Placeholder)) throw new TypeError('elements() takes a parameter of a prepared query.');
   return Array.from({ length }, (_, index) => new Placeholder(placeholder.name, { index, length }) as T);
+}
+
+/**
+ * The list parameter `list` bound as one value, an array, whatever its length (PostgreSQL: a
+ * `text[]` argument, `${wholeList(p.keys)}::text[]`). The query's text does not depend on it.
+ */
+export function wholeList<T>(list: readonly T[]): T[] {
+  const placeholder = list as unknown;
+  if (!(placeholder instanceof Placeholder)) throw new TypeError('wholeList() takes a parameter of a prepared query.');
+  return new Placeholder(placeholder.name, undefined, true) as unknown as T[];
 }
 
 interface Compiled {
@@ -139,9 +152,13 @@ export function prepared<P extends object, R, S extends string | number | void =
   });
 }
 
-function bind(params: Record<string, unknown>, { name, element }: Placeholder): unknown {
+function bind(params: Record<string, unknown>, { name, element, whole }: Placeholder): unknown {
   if (!(name in params)) throw new TypeError(`Prepared query parameter "${name}" was not given.`);
   const value = params[name];
+  if (whole) {
+    if (!Array.isArray(value)) throw new TypeError(`Prepared query parameter "${name}" must be a list.`);
+    return value;
+  }
   if (!element) {
     if (Array.isArray(value))
       throw new TypeError(`Prepared query parameter "${name}" is a list; pass it through elements().`);

@@ -221,3 +221,58 @@ describe('kept plans of the dispatch functions', () => {
       );
     }));
 });
+
+describe('kept plans of the path grant function', () => {
+  const tables = ['path_leases'];
+  it('a connection that planned on an empty path_leases grants without reading the grown workspace', () =>
+    withKeptPlans(tables, async (store, admin) => {
+      const company = await store.org.createCompany({ name: 'kept-plans-paths' });
+      const workspace = await store.org.createWorkspace({ companyId: company.id, name: 'kept' });
+      const paths = (i: number) => [`src/app/a${i}.ts`, `docs/${i}`];
+      // Lapsed leases on the keys of grant i, of another holder (pruned) and of the granting one (overwritten).
+      const lapse = (i: number) =>
+        admin.query(
+          `insert into path_leases (workspace_id, lease_key, holder, task_id, acquired_at, expires_at, token)
+           values ($1, $2, 'agent-lapsed', null, 0, 1, 7), ($1, $3, 'agent-kept', null, 0, 1, 7)`,
+          [workspace.id, `/src/app/a${i}.ts/`, `/docs/${i}/`],
+        );
+      // A grant with ancestors and ranges taking lapsed leases over, and one refused on its keys.
+      const grant = async (i: number) => {
+        await lapse(i);
+        const r = await store.paths.tryAcquirePaths({
+          workspaceId: workspace.id,
+          holder: 'agent-kept',
+          paths: paths(i),
+          ttlMs: 600_000,
+        });
+        expect(r.status).toBe('acquired');
+        const refused = await store.paths.tryAcquirePaths({
+          workspaceId: workspace.id,
+          holder: 'agent-other',
+          paths: ['src'],
+          ttlMs: 600_000,
+        });
+        expect(refused.status).toBe('busy');
+        return r.status === 'acquired' ? r.lease : null;
+      };
+      // Planned on a near-empty path_leases: past the fifth call PL/pgSQL keeps a generic plan.
+      for (let i = 0; i < 10; i++) await store.paths.releasePaths((await grant(i))!);
+
+      // Grown without ANALYZE: 60,000 live leases on other keys of the workspace, half of them the
+      // granting holder's (its index on (workspace, holder) is what a kept plan could walk).
+      const now = Date.now();
+      await admin.query(
+        `insert into path_leases (workspace_id, lease_key, holder, task_id, acquired_at, expires_at, token)
+         select $1, '/grown/' || i || '/', case when i % 2 = 0 then 'agent-kept' else 'agent-' || (i % 50) end,
+           null, $2::bigint, $2::bigint + 600000, 1000000 + i
+         from generate_series(1, 60000) i`,
+        [workspace.id, now],
+      );
+      // Grants only (a release by token reads the holder's leases through that index, planned per call).
+      expect(
+        await readsDuring(store, admin, tables, 2_000, async () => {
+          for (let i = 10; i < 20; i++) await grant(i);
+        }),
+      ).toEqual(tables.map((table) => ({ table, seqScans: 0, bounded: true })));
+    }));
+});

@@ -235,7 +235,7 @@ function busy(conflicts: PathLeaseConflict[]): TryAcquirePathsResult {
   };
 }
 
-/** The acquisition as one `GRANT` statement (writable CTEs): the check, the token, the prune and the rows. */
+/** The acquisition as one `GRANT` call (PostgreSQL's grant function): the check, the token, the prune and the rows. */
 async function grantInOne(
   ctx: StoreContext,
   trx: Transaction<Database>,
@@ -251,7 +251,7 @@ async function grantInOne(
   const rows = await orMissingWorkspace(
     ctx,
     workspaceId,
-    GRANT.execute(trx, { ...params, stored, holder, taskId, expiresAt }, `${params.ancestors.length}:${keys.length}`),
+    GRANT.execute(trx, { ...params, stored, holder, taskId, expiresAt }),
   );
   const seen = new Set<string>();
   const conflicts: PathLeaseConflict[] = [];

@@ -5,7 +5,7 @@
 import { sql, type Kysely, type QueryCreator, type RawBuilder } from 'kysely';
 import { tableIn } from '../../query/schema.js';
 import { decodePathLeaseKey, storedPathAncestorKeys, storedPathDescendantRange } from '../../domain/write-paths.js';
-import { elements, prepared } from '../../query/prepared.js';
+import { elements, prepared, wholeList } from '../../query/prepared.js';
 import type { Database, PathLeaseRow } from '../../schema/database.js';
 import { PATH_CONFLICT_REPORT_LIMIT, type PathLease } from './types.js';
 
@@ -217,67 +217,25 @@ export type GrantRow = {
 };
 
 /**
- * An acquisition's check and writes in one statement, where a WITH clause may write (PostgreSQL),
- * run once the caller holds the workspace's key and its token row (`LOCK_TOKEN_ROW`), so its
- * snapshot sees every earlier grant:
- * - `blockers`: the conflict check of `FIND_CONFLICTS` with the workspace lock, as before;
- * - only when there are none (`go`), `next` takes the token, `pruned` deletes other holders'
- *   lapsed leases on these keys, and `made` writes the grant's rows. A lapsed lease of the same
- *   holder on a key is overwritten by `made` (read first by `own`, for the trail), so no row is
- *   written twice in the statement.
- *
- * A refusal writes nothing. Shape: `ancestors:keys`, the lengths of the lists.
+ * An acquisition's check and writes in one call of `taskfence_grant_paths_v1` (migration 0106,
+ * PostgreSQL), run once the caller holds the workspace's key and its token row
+ * (`LOCK_TOKEN_ROW`), so no other grant runs while it does: the conflict check of
+ * `FIND_CONFLICTS` with the workspace lock, and only when there is no blocker, the next token,
+ * other holders' lapsed leases on these keys pruned, and the grant's rows written. The function
+ * keeps its plans per connection (the statement it replaced was planned on every call), each
+ * read of `path_leases` bounded by the keys (see the migration). A refusal writes nothing.
  */
-export const GRANT = prepared((db, p: GrantParams, shape: string) => {
-  const [ancestorCount, keyCount] = shape.split(':').map(Number) as [number, number];
-  const leases = tableIn(db, 'path_leases');
-  const blockers = conflictSql(db, {
-    workspaceId: p.workspaceId,
-    now: p.now,
-    ancestors: elements(p.ancestors, ancestorCount),
-    froms: elements(p.froms, keyCount),
-    tos: elements(p.tos, keyCount),
-    withLock: true,
-  });
-  const stored = elements(p.stored, keyCount);
-  const lapsed = (holder: RawBuilder<unknown>) =>
-    sql`workspace_id = ${p.workspaceId} and lease_key in (${sql.join(stored)}) and expires_at <= ${p.now}
-      and ${holder} and exists (select 1 from go where go.ok)`;
-  const writes =
-    keyCount === 0
-      ? sql``
-      : sql`, pruned as (
-          delete from ${leases} where ${lapsed(sql`holder <> ${p.holder}`)}
-          returning holder, token, lease_key, expires_at
-        ), own as (
-          select holder, token, lease_key, expires_at from ${leases} where ${lapsed(sql`holder = ${p.holder}`)}
-        ), made as (
-          insert into ${leases} (workspace_id, lease_key, holder, task_id, acquired_at, expires_at, token)
-          select ${p.workspaceId}::text, k.lease_key, ${p.holder}::text, ${p.taskId}::text, ${p.now}::bigint,
-            ${p.expiresAt}::bigint, next.token
-          from next cross join (values ${sql.join(stored.map((key) => sql`(${key}::text)`))}) k(lease_key)
-          on conflict (workspace_id, lease_key, holder) do update set task_id = excluded.task_id,
-            acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, token = excluded.token
-          returning 1
-        )`;
-  const lost =
-    keyCount === 0
-      ? sql``
-      : sql`union all select 'lost', lease_key, holder, expires_at, token, 0 from pruned
-        union all select 'lost', lease_key, holder, expires_at, token, 0 from own`;
-  const made = keyCount === 0 ? sql`0` : sql`(select count(*) from made)`;
-  return sql<GrantRow>`with blockers as (${blockers}),
-      go as (select not exists (select 1 from blockers) as ok),
-      next as (
-        insert into ${tableIn(db, 'path_lease_tokens')} (workspace_id, token, updated_at)
-        select ${p.workspaceId}::text, 1, ${p.now}::bigint from go where go.ok
-        on conflict (workspace_id) do update set token = path_lease_tokens.token + 1, updated_at = excluded.updated_at
-        returning token
-      )${writes}
-    select 'blocker' as kind, lease_key, holder, expires_at, token, from_lock from blockers
-    ${lost}
-    union all select 'granted', null, null, null, token, ${made} from next`;
-});
+export const GRANT = prepared(
+  (db, p: GrantParams) =>
+    sql<GrantRow>`select * from ${tableIn(db, 'taskfence_grant_paths_v1')}(${p.workspaceId}::text, ${p.holder}::text,
+      ${p.taskId}::text, ${p.now}::bigint, ${p.expiresAt}::bigint, ${textArray(p.ancestors)}, ${textArray(p.froms)},
+      ${textArray(p.tos)}, ${textArray(p.stored)})`,
+);
+
+/** A list of text as one `text[]` parameter (the driver sends a JS array as an array literal). */
+function textArray(list: readonly string[]): RawBuilder<string[]> {
+  return sql<string[]>`${wholeList(list)}::text[]`;
+}
 
 /** A holder's leases in a workspace, all of them (shape -1) or those on or below n keys. */
 export const RELEASE = prepared(
