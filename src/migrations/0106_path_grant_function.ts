@@ -55,7 +55,7 @@ export const migration0106: MigrationDefinition = {
   },
 };
 
-/** The report limit of `PATH_CONFLICT_REPORT_LIMIT`, fixed in the function's text. */
+/** `PATH_CONFLICT_REPORT_LIMIT` as of this migration, a literal: a migration's text never changes once released. */
 const REPORT_LIMIT = 16;
 
 function createGrant(db: Kysely<any>) {
