@@ -192,7 +192,8 @@ export async function acquireKeys(
   // Read the clock only once the workspace is serialized, so lease times follow commit order.
   const now = ctx.clock.now();
   const params = conflictParams(workspaceId, keys, now);
-  // A set checked in one statement is granted in one statement where a WITH clause may write.
+  // PostgreSQL (writable CTEs, so its stored functions too): one call of the grant function
+  // (0106), for a set the chunked path below would check in one statement.
   if (ctx.dialect.writableCtes && keys.length <= RANGE_CHUNK && params.ancestors.length <= LIST_CHUNK)
     return grantInOne(ctx, trx, params, holder, keys, ttlMs, taskId);
   // One exclusion rule per workspace: a live workspace lock is the whole-workspace key, so it
