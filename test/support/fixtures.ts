@@ -87,9 +87,53 @@ export class PostgresFixture extends BaseFixture {
     }
   }
   async freshUrl(): Promise<string> {
+    return this.#createDatabase(null);
+  }
+
+  /**
+   * A fresh database at the latest version, cloned from a database this fixture migrated once
+   * (`CREATE DATABASE … TEMPLATE`): migrating a new PostgreSQL database to the latest version
+   * takes about a second, and the suites make hundreds. The clone is then opened and migrated
+   * like any other, which finds nothing to do. A store in another schema, or migrated to an
+   * earlier version, is made the long way, as are the migration suites' own databases
+   * (`freshUrl`).
+   */
+  override async freshStore(options: Omit<StoreOptions, 'url'> & { to?: number } = {}): Promise<Store> {
+    const { to, ...storeOptions } = options;
+    if (to !== undefined || storeOptions.schema !== undefined) return super.freshStore(options);
+    const template = await (this.#template ??= this.#migratedTemplate());
+    const store = await openStore({ ...storeOptions, url: await this.#createDatabase(template) });
+    this.stores.push(store);
+    await store.migrate();
+    return store;
+  }
+  #template: Promise<string> | null = null;
+
+  async #migratedTemplate(): Promise<string> {
+    const url = await this.#createDatabase(null);
+    const store = await openStore({ url });
+    try {
+      await store.migrate();
+    } finally {
+      await store.close();
+    }
+    const name = new URL(url).pathname.slice(1);
+    // A database with a session open cannot be a template. Through a pooler (the PgBouncer pass)
+    // the pooler keeps its server connection to the template after the store closes, so end it.
+    await this.#admin((c) =>
+      c.query('select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()', [
+        name,
+      ]),
+    );
+    return name;
+  }
+
+  /** A new database (empty, or a copy of `template`) with the fixture's settings; its URL. */
+  async #createDatabase(template: string | null): Promise<string> {
     const name = `tf_${randomBytes(6).toString('hex')}`;
     await this.#admin(async (c) => {
-      await c.query(`create database ${name}`);
+      await c.query(`create database ${name}${template === null ? '' : ` template ${template}`}`);
+      // Settings of a database are not copied with it.
       if (this.#options.defaultIsolation !== undefined) {
         await c.query(`alter database ${name} set default_transaction_isolation = '${this.#options.defaultIsolation}'`);
       }
@@ -101,18 +145,21 @@ export class PostgresFixture extends BaseFixture {
     if (schema) {
       // The whole suite in a non-public schema, beside a host's own public.tasks that must not matter.
       url.searchParams.set('schema', schema);
-      const db = new pg.Client({ connectionString: new URL(`/${name}`, this.#adminUrl).toString() });
-      await db.connect();
-      try {
-        await db.query('create table public.tasks (id text primary key, host_column text)');
-      } finally {
-        await db.end();
+      if (template === null) {
+        const db = new pg.Client({ connectionString: new URL(`/${name}`, this.#adminUrl).toString() });
+        await db.connect();
+        try {
+          await db.query('create table public.tasks (id text primary key, host_column text)');
+        } finally {
+          await db.end();
+        }
       }
     }
     return url.toString();
   }
   override async cleanup(): Promise<void> {
     await super.cleanup();
+    this.#template = null;
     const names = this.#created.splice(0);
     await this.#admin(async (c) => {
       for (const name of names) await c.query(`drop database if exists ${name} with (force)`);
