@@ -25,6 +25,7 @@ import { migration0103 } from './0103_batch_claim_json.js';
 import { migration0104 } from './0104_dispatch_stable_plans.js';
 import { migration0105 } from './0105_message_functions.js';
 import { migration0106 } from './0106_path_grant_function.js';
+import { migration0107 } from './0107_batch_busy_probe.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -56,6 +57,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0104,
   migration0105,
   migration0106,
+  migration0107,
 ]);
 
 /** The schema version this code expects. */

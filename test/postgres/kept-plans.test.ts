@@ -222,6 +222,68 @@ describe('kept plans of the dispatch functions', () => {
     }));
 });
 
+describe('the busy terminals of a batch claim', () => {
+  const tables = ['dispatch_contexts'];
+  it('are told by one probe per terminal, whatever the statistics of active dispatches say', () =>
+    withKeptPlans(tables, async (store, admin) => {
+      const company = await store.org.createCompany({ name: 'kept-plans-batch' });
+      const targetKey = 'worktree:kept-plans-batch';
+      const run = await store.runs.startCoordinatorRun({ targetKey });
+      const ready = (n: number) =>
+        store.tasks.createTasks(
+          Array.from({ length: n }, (_, i) => ({
+            companyId: company.id,
+            title: `r${i}`,
+            targetKey,
+            requiresFilesystem: false,
+            status: 'ready' as const,
+          })),
+        );
+      let terminal = 0;
+      const batch = async (busy: readonly string[]) => {
+        const handles = [...busy, ...Array.from({ length: 98 }, () => `term-${++terminal}`)];
+        const made = await store.dispatches.dispatchNextBatch({ runId: run.id, terminalHandles: handles });
+        expect(made.map((d) => d.terminalHandle)).toEqual(handles.slice(busy.length));
+        return made.map((d) => d.terminalHandle);
+      };
+      await ready(1000);
+      await ready(800);
+      // Never analyzed (autovacuum off; a fresh table before its first autovacuum is the same).
+      const first = await batch([]);
+      for (let i = 0; i < 6; i++) await batch(first.slice(0, 2));
+
+      // Grown without ANALYZE: 10,000 dispatches active on other terminals, of another run. (The
+      // planner's default estimate of `status = 'active'` is 0.5% of the rows: below 200 per
+      // terminal asked, `= any(terminals)` lost to reading every active dispatch.)
+      const now = Date.now();
+      await admin.query(
+        `insert into coordinator_runs (id, coordinator_handle, target_key, status, started_at)
+         values ('other-run', 'coordinator-other', 'worktree:other', 'running', $1::bigint)`,
+        [now],
+      );
+      await admin.query(
+        `insert into tasks (id, company_id, title, status, created_at, updated_at, coordinator_run_id, target_key,
+           requires_filesystem, priority)
+         select 'g-' || i, $1, 't', 'dispatched', $2::bigint, $2::bigint, 'other-run', 'worktree:other', 0, 0
+         from generate_series(1, 10000) i`,
+        [company.id, now],
+      );
+      await admin.query(
+        `insert into dispatch_contexts (id, task_id, terminal_handle, status, created_at, updated_at,
+           coordinator_run_id, lease_expires_at)
+         select 'gd-' || i, 'g-' || i, 'other-' || i, 'active', $1::bigint, $1::bigint, 'other-run', $1::bigint + 600000
+         from generate_series(1, 10000) i`,
+        [now],
+      );
+      // Ten batches of 100 terminals, two of them busy: 1,000 probes.
+      expect(
+        await readsDuring(store, admin, tables, 3_000, async () => {
+          for (let i = 0; i < 10; i++) await batch(first.slice(0, 2));
+        }),
+      ).toEqual(tables.map((table) => ({ table, seqScans: 0, bounded: true })));
+    }));
+});
+
 describe('kept plans of the path grant function', () => {
   const tables = ['path_leases'];
   it('a connection that planned on an empty path_leases grants without reading the grown workspace', () =>

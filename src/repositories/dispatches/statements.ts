@@ -72,8 +72,9 @@ export interface ClaimNextBatchRow {
 }
 
 /**
- * `dispatchNextBatch` in one statement: a call of `taskfence_dispatch_next_batch_v3` (migration
- * 0104; v1 of 0101 with its rows as `json` as v2 of 0103, and plans that hold as the tables grow),
+ * `dispatchNextBatch` in one statement: a call of `taskfence_dispatch_next_batch_v4` (migration
+ * 0107; v1 of 0101 with its rows as `json` as v2 of 0103, plans that hold as the tables grow as
+ * v3 of 0104, and the busy terminals found by one probe each),
  * set-based: the terminals without an active dispatch in the caller's order, the best
  * ready tasks (as `CLAIM_NEXT` picks) up to their number and `limit` (`FOR UPDATE SKIP LOCKED`),
  * the n-th best task to the n-th free terminal, each task's earlier path claim dropped. The
@@ -83,7 +84,7 @@ export interface ClaimNextBatchRow {
 export const CLAIM_NEXT_BATCH = prepared(
   (db, p: ClaimNextBatchParams) =>
     sql<ClaimNextBatchRow>`select o_run_status as run_status, o_agent_found as agent_found, o_made as made
-    from ${tableIn(db, 'taskfence_dispatch_next_batch_v3')}(${p.runId}::text,
+    from ${tableIn(db, 'taskfence_dispatch_next_batch_v4')}(${p.runId}::text,
       (select coalesce(array_agg(h order by i), '{}') from jsonb_array_elements_text(${p.terminalHandles}::jsonb)
         with ordinality as x(h, i)),
       (select coalesce(array_agg(h order by i), '{}') from jsonb_array_elements_text(${p.ids}::jsonb)
