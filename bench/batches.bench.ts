@@ -31,19 +31,27 @@ async function timed(items: number, make: () => Promise<unknown>): Promise<numbe
 
 /**
  * Items per second of `single()` and of `batch()` (each makes `items` items), the median of `runs`
- * rounds each, the two taking turns round by round so that a machine's drift hits both alike.
+ * rounds each, the two taking turns round by round so that a machine's drift hits both alike,
+ * after `warmup` rounds of each that are not measured. A warm-up matters most to the batch form:
+ * PL/pgSQL plans a function's statements afresh on each of a connection's first five calls and
+ * then keeps a plan, so five measured batch calls on a new connection would be five planned ones
+ * (about 1 ms each for `dispatchNextBatch`), while the single form's hundreds of calls are past
+ * that after its first round. A service lives past its first five calls.
  */
 async function alternate(
   items: number,
-  runs: number,
+  rounds: { readonly runs: number; readonly warmup: number },
   single: () => Promise<unknown>,
   batch: () => Promise<unknown>,
 ): Promise<[number, number]> {
   const singles: number[] = [];
   const batches: number[] = [];
-  for (let r = 0; r < runs; r++) {
-    singles.push(await timed(items, single));
-    batches.push(await timed(items, batch));
+  for (let r = 0; r < rounds.warmup + rounds.runs; r++) {
+    const s = await timed(items, single);
+    const b = await timed(items, batch);
+    if (r < rounds.warmup) continue;
+    singles.push(s);
+    batches.push(b);
   }
   return [median(singles), median(batches)];
 }
@@ -55,9 +63,14 @@ async function seedRun(store: Store) {
   return { company, targetKey, run };
 }
 
-/** Runs every batch-against-single comparison; `items` per batch, `runs` rounds each. */
-export async function benchBatches(dbs: BenchDatabases, options: { items: number; runs: number }): Promise<BatchRow[]> {
-  const { items, runs } = options;
+/** Runs every batch-against-single comparison; `items` per batch, `runs` measured rounds each after `warmup`. */
+export async function benchBatches(
+  dbs: BenchDatabases,
+  options: { items: number; runs: number; warmup: number },
+): Promise<BatchRow[]> {
+  const { items } = options;
+  const runs = { runs: options.runs, warmup: options.warmup };
+  const rounds = options.runs + options.warmup;
   const url = await dbs.postgresUrl();
   const store = await openStore({ url, poolSize: 1 });
   await store.migrate();
@@ -98,9 +111,8 @@ export async function benchBatches(dbs: BenchDatabases, options: { items: number
     row('sendMessage → sendMessages', items, singleSends, batchSends);
 
     // dispatchNext on items free terminals against dispatchNextBatch over them (tasks pre-created ready).
-    await store.tasks.createTasks(
-      Array.from({ length: items * runs * 2 }, () => ({ ...task(), status: 'ready' as const })),
-    );
+    for (let made = 0; made < items * rounds * 2; made += items)
+      await store.tasks.createTasks(Array.from({ length: items }, () => ({ ...task(), status: 'ready' as const })));
     const terminals = () => Array.from({ length: items }, () => id('term'));
     const [singleDispatch, batchDispatch] = await alternate(
       items,

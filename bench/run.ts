@@ -155,7 +155,7 @@ async function main() {
       });
     }
     if (want('batches')) {
-      const rows = await benchBatches(dbs, { items: 100, runs: quick ? 1 : 5 });
+      const rows = await benchBatches(dbs, { items: 100, runs: quick ? 1 : 5, warmup: quick ? 1 : 5 });
       sections.push({
         title: 'Batches: N items in one call against one call per item (PostgreSQL)',
         data: rows,
