@@ -79,6 +79,10 @@ async function startEmbedded(): Promise<PostgresSource> {
     // Trust on loopback, as on the PostgreSQL service CI also runs against: tests that create
     // their own roles (least privilege, redaction markers) log in without a password of theirs.
     initdbFlags: ['--auth=trust'],
+    // initdb's default of 100 connections is too few for two files at once when one races 32
+    // contender processes (each its own pool) while the other opens stores of its own: CI met
+    // "sorry, too many clients already" once fresh stores stopped taking a second each.
+    postgresFlags: ['-c', 'max_connections=300'],
     onLog: () => {},
     onError: () => {},
   });
