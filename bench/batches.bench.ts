@@ -69,8 +69,7 @@ export async function benchBatches(
   options: { items: number; runs: number; warmup: number },
 ): Promise<BatchRow[]> {
   const { items } = options;
-  const runs = { runs: options.runs, warmup: options.warmup };
-  const rounds = options.runs + options.warmup;
+  const rounds = { runs: options.runs, warmup: options.warmup };
   const url = await dbs.postgresUrl();
   const store = await openStore({ url, poolSize: 1 });
   await store.migrate();
@@ -90,7 +89,7 @@ export async function benchBatches(
     // createTask × items against createTasks(items).
     const [singleTasks, batchTasks] = await alternate(
       items,
-      runs,
+      rounds,
       async () => {
         for (let i = 0; i < items; i++) await store.tasks.createTask(task());
       },
@@ -102,7 +101,7 @@ export async function benchBatches(
     const message = () => ({ id: id('m'), from: 'w', to: run.coordinatorHandle, kind: 'report', payload: { ok: 1 } });
     const [singleSends, batchSends] = await alternate(
       items,
-      runs,
+      rounds,
       async () => {
         for (let i = 0; i < items; i++) await store.messages.sendMessage(message());
       },
@@ -111,12 +110,12 @@ export async function benchBatches(
     row('sendMessage → sendMessages', items, singleSends, batchSends);
 
     // dispatchNext on items free terminals against dispatchNextBatch over them (tasks pre-created ready).
-    for (let made = 0; made < items * rounds * 2; made += items)
+    for (let made = 0; made < items * (rounds.runs + rounds.warmup) * 2; made += items)
       await store.tasks.createTasks(Array.from({ length: items }, () => ({ ...task(), status: 'ready' as const })));
     const terminals = () => Array.from({ length: items }, () => id('term'));
     const [singleDispatch, batchDispatch] = await alternate(
       items,
-      runs,
+      rounds,
       async () => {
         for (const terminalHandle of terminals())
           await store.dispatches.dispatchNext({ runId: run.id, terminalHandle });
@@ -141,7 +140,7 @@ export async function benchBatches(
     const beats = items;
     const [singleBeat, batchBeat] = await alternate(
       beats * 4,
-      runs,
+      rounds,
       async () => {
         for (let b = 0; b < beats; b++) {
           const [t, d, p, s] = leases as [never, never, never, never];
@@ -173,7 +172,7 @@ export async function benchBatches(
       const specs = JSON.stringify(Array.from({ length: items }, (_, i) => ({ identifier: 'noop', payload: { i } })));
       const [singleJobs, batchJobs] = await alternate(
         items,
-        runs,
+        rounds,
         async () => {
           for (let i = 0; i < items; i++) await utils.addJob('noop', { i });
         },
