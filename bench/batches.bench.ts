@@ -35,7 +35,7 @@ async function timed(items: number, make: () => Promise<unknown>): Promise<numbe
  * after `warmup` rounds of each that are not measured. A warm-up matters most to the batch form:
  * PL/pgSQL plans a function's statements afresh on each of a connection's first five calls and
  * then keeps a plan, so five measured batch calls on a new connection would be five planned ones
- * (about 1 ms each for `dispatchNextBatch`), while the single form's hundreds of calls are past
+ * (0.5–1 ms more each for `dispatchNextBatch`), while the single form's hundreds of calls are past
  * that after its first round. A service lives past its first five calls.
  */
 async function alternate(
