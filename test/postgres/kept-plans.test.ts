@@ -17,6 +17,9 @@ import { useUrlSchema } from '../support/schema.js';
  *   pending message walked twice a call, 2,000,656 rows;
  * - deliver's re-check as `status = 'pending'` instead of `(…) is true`: 401,493 rows.
  * As built: 948 rows for the 30 calls.
+ * The batch claim's busy terminals (0107), never analyzed, at 10,000 active dispatches: mutant
+ * `batch-busy-any` (0104's `terminal_handle = any(…)`) reads 111,270 rows of `dispatch_contexts`
+ * in ten batches of 100; as built, 20.
  * The dispatch cycle's functions (0104) the same way: mutant `dispatch-fns-0101-plans` (the store
  * calling 0101's `taskfence_dispatch_next_v1` and 0102's `taskfence_complete_dispatch_v2`, the
  * versions 0104 replaced) reads 1,381,515 rows of `tasks` with 11 sequential scans, 110,073 of
@@ -63,6 +66,15 @@ async function readsDuring(
     console.log(`kept plans: ${table}: ${scans1 - scans0} sequential scans, ${rows1 - rows0} rows read`);
     return { table, seqScans: scans1 - scans0, bounded: rows1 - rows0 < bound };
   });
+}
+
+/** Another running run, `other-run` on `worktree:other`, written directly: the grown rows belong to it. */
+async function insertOtherRun(admin: pg.Client, now: number): Promise<void> {
+  await admin.query(
+    `insert into coordinator_runs (id, coordinator_handle, target_key, status, started_at)
+     values ('other-run', 'coordinator-other', 'worktree:other', 'running', $1::bigint)`,
+    [now],
+  );
 }
 
 /**
@@ -188,11 +200,7 @@ describe('kept plans of the dispatch functions', () => {
       // Grown without ANALYZE: another run's queue (ready, blocked on it, done), its history of
       // ended dispatches and its active ones on other terminals, and its dependency edges.
       const now = Date.now();
-      await admin.query(
-        `insert into coordinator_runs (id, coordinator_handle, target_key, status, started_at)
-         values ('other-run', 'coordinator-other', 'worktree:other', 'running', $1::bigint)`,
-        [now],
-      );
+      await insertOtherRun(admin, now);
       await admin.query(
         `insert into tasks (id, company_id, title, status, created_at, updated_at, coordinator_run_id, target_key,
            requires_filesystem, priority, blocked_reason)
@@ -256,11 +264,7 @@ describe('the busy terminals of a batch claim', () => {
       // planner's default estimate of `status = 'active'` is 0.5% of the rows: below 200 per
       // terminal asked, `= any(terminals)` lost to reading every active dispatch.)
       const now = Date.now();
-      await admin.query(
-        `insert into coordinator_runs (id, coordinator_handle, target_key, status, started_at)
-         values ('other-run', 'coordinator-other', 'worktree:other', 'running', $1::bigint)`,
-        [now],
-      );
+      await insertOtherRun(admin, now);
       await admin.query(
         `insert into tasks (id, company_id, title, status, created_at, updated_at, coordinator_run_id, target_key,
            requires_filesystem, priority)
