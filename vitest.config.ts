@@ -1,6 +1,6 @@
 import { defineConfig } from 'vitest/config';
 
-const slow = { testTimeout: 180_000, hookTimeout: 180_000 };
+const slow = { testTimeout: 180_000, hookTimeout: 180_000, setupFiles: ['test/support/fast-check-setup.ts'] };
 
 export default defineConfig({
   test: {
