@@ -52,6 +52,9 @@ export const migration0105: MigrationDefinition = {
   },
 };
 
+/** The versions of the hand-out functions: 1 (this migration), 2 (0108: `dead` by one array of inboxes). */
+export type HandOutVersion = 1 | 2;
+
 /**
  * The CTEs both hand-outs share, over the functions' `p_handle`, `p_now`, `p_limit` and
  * `p_max_attempts`:
@@ -68,9 +71,15 @@ export const migration0105: MigrationDefinition = {
  * (`attempts < p_max_attempts`), and `take` skips both. `take` skips locked rows so that two
  * consumers of one inbox in a takeover never wait on each other's `theirs` (a deadlock).
  */
-function deadAndNext(db: Kysely<any>) {
+function deadAndNext(db: Kysely<any>, version: HandOutVersion) {
   const messages = tableIn(db, 'messages');
   const runs = tableIn(db, 'coordinator_runs');
+  // The inboxes `dead` reads: v1's `or` was planned as one scan of the lapsed leases of every
+  // inbox (0108); v2 names them as one array, an index condition of the leased index.
+  const inboxes =
+    version === 1
+      ? sql`(to_handle = p_handle or to_handle in (select handle from old))`
+      : sql`to_handle = any(array(select p_handle union all select handle from old))`;
   return sql`with old as (
       select o.coordinator_handle as handle from ${runs} o
       where o.status <> 'running' and o.target_key = (
@@ -78,7 +87,7 @@ function deadAndNext(db: Kysely<any>) {
     ), dead as (
       update ${messages} set to_handle = p_handle, dead_at = p_now,
         last_error = coalesce(last_error, 'its lease lapsed on its last attempt')
-      where (to_handle = p_handle or to_handle in (select handle from old)) and status = 'pending'
+      where ${inboxes} and status = 'pending'
         and dead_at is null and visible_at <= p_now and attempts >= p_max_attempts
       returning id
     ), mine as materialized (
@@ -115,7 +124,13 @@ function deadAndNext(db: Kysely<any>) {
  * A hand-out function: `name(params)` returning the rows `handOut` (the final UPDATE over `next`)
  * returns, after the shared CTEs (`deadAndNext`), with its plans kept bounded (see above).
  */
-function handOutFunction(db: Kysely<any>, name: string, params: RawBuilder<unknown>, handOut: RawBuilder<unknown>) {
+function handOutFunction(
+  db: Kysely<any>,
+  version: HandOutVersion,
+  name: string,
+  params: RawBuilder<unknown>,
+  handOut: RawBuilder<unknown>,
+) {
   return sql`create or replace function ${tableIn(db, name)}(
     ${params})
   returns setof ${tableIn(db, 'messages')}
@@ -124,7 +139,7 @@ function handOutFunction(db: Kysely<any>, name: string, params: RawBuilder<unkno
   as $fn$
   begin
     return query
-    ${deadAndNext(db)}
+    ${deadAndNext(db, version)}
     ${handOut}
     returning *;
   end
@@ -132,10 +147,11 @@ function handOutFunction(db: Kysely<any>, name: string, params: RawBuilder<unkno
 }
 
 /** `receiveMessages`: the rows handed out, each leased until `p_visible_at` under a new receipt. */
-function createReceive(db: Kysely<any>) {
+export function createReceive(db: Kysely<any>, version: HandOutVersion = 1) {
   return handOutFunction(
     db,
-    'taskfence_receive_messages_v1',
+    version,
+    `taskfence_receive_messages_v${version}`,
     sql`p_handle text, p_now bigint, p_limit integer, p_visible_at bigint, p_nonce text, p_max_attempts integer`,
     sql`update ${tableIn(db, 'messages')} set to_handle = p_handle, attempts = attempts + 1, visible_at = p_visible_at,
       receipt = cast(attempts + 1 as text) || '.' || p_nonce || '.' || id
@@ -144,10 +160,11 @@ function createReceive(db: Kysely<any>) {
 }
 
 /** `deliverPendingMessages`: the rows handed out, delivered (acked) at once. */
-function createDeliver(db: Kysely<any>) {
+export function createDeliver(db: Kysely<any>, version: HandOutVersion = 1) {
   return handOutFunction(
     db,
-    'taskfence_deliver_messages_v1',
+    version,
+    `taskfence_deliver_messages_v${version}`,
     sql`p_handle text, p_now bigint, p_limit integer, p_max_attempts integer`,
     sql`update ${tableIn(db, 'messages')} set to_handle = p_handle, status = 'delivered', delivered_at = p_now,
       attempts = attempts + 1, visible_at = null

@@ -62,3 +62,23 @@ describe('parallel inbox consumers', () => {
     }
   });
 });
+
+describe('the inbox functions (schema 0108, PostgreSQL)', () => {
+  it('before 0108 a receive and a delivery fail with SCHEMA_OUT_OF_DATE and hand out nothing; a send works; migrated, they hand out', async () => {
+    const store = await fx.freshStore({ to: 107 });
+    const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:inbox-0108' });
+    const inbox = run.coordinatorHandle;
+    await store.messages.sendMessages([1, 2].map((n) => ({ from: 'w', to: inbox, kind: 'k', payload: { n } })));
+    const stale = { code: 'SCHEMA_OUT_OF_DATE', currentVersion: 107 };
+    await expect(store.messages.receiveMessages(inbox, { limit: 1 })).rejects.toMatchObject(stale);
+    await expect(store.messages.deliverPendingMessages(inbox, { limit: 1 })).rejects.toMatchObject(stale);
+    expect(await store.messages.countPendingMessages(inbox)).toBe(2);
+    await store.migrate();
+    const [received] = await store.messages.receiveMessages(inbox, { limit: 1 });
+    expect(received?.payload).toEqual({ n: 1 });
+    expect((await store.messages.ackMessages(inbox, [received!.receipt])).acked).toEqual([received!.receipt]);
+    expect((await store.messages.deliverPendingMessages(inbox, { limit: 1 })).map((m) => m.payload)).toEqual([
+      { n: 2 },
+    ]);
+  });
+});

@@ -17,6 +17,9 @@ import { useUrlSchema } from '../support/schema.js';
  *   pending message walked twice a call, 2,000,656 rows;
  * - deliver's re-check as `status = 'pending'` instead of `(…) is true`: 401,493 rows.
  * As built: 948 rows for the 30 calls.
+ * The dead-lettering (0108), after 60,000 leases lapsed in 200 other inboxes: mutant
+ * `inbox-dead-or` (0108's functions with v1's `to_handle = p_handle or to_handle in (…)` in
+ * `dead`) reads 1,200,969 rows of `messages` in ten cycles; as built, 969.
  * The batch claim's busy terminals (0107), never analyzed, at 10,000 active dispatches: mutant
  * `batch-busy-any` (0104's `terminal_handle = any(…)`) reads 111,270 rows of `dispatch_contexts`
  * in ten batches of 100; as built, 20.
@@ -78,6 +81,22 @@ async function insertOtherRun(admin: pg.Client, now: number): Promise<void> {
 }
 
 /**
+ * Sends `sent` messages to `inbox`, then runs `cycles` inbox cycles: a receive of one message and
+ * its ack, and a delivery of one.
+ */
+async function inboxCycles(store: Store, inbox: string, sent: number, cycles: number): Promise<void> {
+  await store.messages.sendMessages(
+    Array.from({ length: sent }, (_, i) => ({ from: 'w', to: inbox, kind: 'k', payload: { i } })),
+  );
+  for (let i = 0; i < cycles; i++) {
+    const [m] = await store.messages.receiveMessages(inbox, { limit: 1 });
+    expect(m).toBeDefined();
+    expect((await store.messages.ackMessages(inbox, [m!.receipt])).acked).toHaveLength(1);
+    expect(await store.messages.deliverPendingMessages(inbox, { limit: 1 })).toHaveLength(1);
+  }
+}
+
+/**
  * A migrated store on one connection (its plans are that connection's) and an admin connection,
  * with autovacuum off on `tables`, so only the test decides when they are analyzed (never).
  */
@@ -105,19 +124,8 @@ describe('kept plans of the inbox functions', () => {
     withKeptPlans(WATCHED, async (store, admin) => {
       const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:kept-plans' });
       const inbox = run.coordinatorHandle;
-      const send = (n: number) =>
-        store.messages.sendMessages(
-          Array.from({ length: n }, (_, i) => ({ from: 'w', to: inbox, kind: 'k', payload: { i } })),
-        );
-      const cycle = async () => {
-        const [m] = await store.messages.receiveMessages(inbox, { limit: 1 });
-        expect(m).toBeDefined();
-        expect((await store.messages.ackMessages(inbox, [m!.receipt])).acked).toHaveLength(1);
-        expect(await store.messages.deliverPendingMessages(inbox, { limit: 1 })).toHaveLength(1);
-      };
       // Planned on near-empty tables: past the fifth call PL/pgSQL keeps a generic plan.
-      await send(20);
-      for (let i = 0; i < 10; i++) await cycle();
+      await inboxCycles(store, inbox, 20, 10);
 
       // Grown without ANALYZE: other inboxes' messages (delivered, pending, leased), this inbox's
       // delivered history, and finished runs.
@@ -142,12 +150,31 @@ describe('kept plans of the inbox functions', () => {
          from generate_series(1, 5000) i`,
         [now],
       );
-      await send(20);
-
-      const read = await readsDuring(store, admin, WATCHED, 2_000, async () => {
-        for (let i = 0; i < 10; i++) await cycle();
-      });
+      const read = await readsDuring(store, admin, WATCHED, 2_000, () => inboxCycles(store, inbox, 20, 10));
       expect(read).toEqual(WATCHED.map((table) => ({ table, seqScans: 0, bounded: true })));
+    }));
+});
+
+describe('the dead-lettering of the inbox functions', () => {
+  it("reads the lapsed leases of the inboxes it serves, not every inbox's", () =>
+    withKeptPlans(WATCHED, async (store, admin) => {
+      const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:kept-plans' });
+      const inbox = run.coordinatorHandle;
+      await inboxCycles(store, inbox, 20, 10);
+      // 60,000 leases lapsed in 200 other inboxes (their consumers gone), a fifth of them on their
+      // last attempt: the dead-lettering of those inboxes' own next hand-out.
+      await admin.query(
+        `insert into messages (id, from_handle, to_handle, kind, payload, status, created_at, visible_at, attempts)
+         select 'l-' || i, 'w', 'other-' || (i % 200), 'k', '{}', 'pending', $1::bigint + i, $1::bigint - 600000, 1 + (i % 5)
+         from generate_series(1, 60000) i`,
+        [Date.now()],
+      );
+      const read = await readsDuring(store, admin, WATCHED, 3_000, () => inboxCycles(store, inbox, 20, 10));
+      expect(read).toEqual(WATCHED.map((table) => ({ table, seqScans: 0, bounded: true })));
+      const lapsed = await admin.query<{ n: string }>(
+        `select count(*) as n from messages where id like 'l-%' and dead_at is null and to_handle like 'other-%'`,
+      );
+      expect(Number(lapsed.rows[0]!.n)).toBe(60_000);
     }));
 });
 

@@ -89,7 +89,7 @@ export const RECEIVE_SERIALIZED = prepared((db, p: ReceiveParams) =>
 
 /**
  * The same hand-out for PostgreSQL, where consumers of one inbox work in parallel: a call of
- * `taskfence_receive_messages_v1` (migration 0105), one statement whose plan the function keeps
+ * `taskfence_receive_messages_v2` (migrations 0105 and 0108), one statement whose plan the function keeps
  * per connection. The oldest visible rows are locked with `FOR UPDATE SKIP LOCKED` in a
  * materialized CTE, so each consumer takes rows no other in-flight hand-out holds, and the
  * visibility is re-checked on the locked row. In the same statement it takes over the messages
@@ -98,7 +98,7 @@ export const RECEIVE_SERIALIZED = prepared((db, p: ReceiveParams) =>
  */
 export const RECEIVE_SKIP_LOCKED = prepared(
   (db, p: ReceiveParams) =>
-    sql<MessageRow>`select * from ${tableIn(db, 'taskfence_receive_messages_v1')}(${p.handle}::text, ${p.now}::bigint,
+    sql<MessageRow>`select * from ${tableIn(db, 'taskfence_receive_messages_v2')}(${p.handle}::text, ${p.now}::bigint,
       ${p.limit}::integer, ${p.visibleAt}::bigint, ${p.nonce}::text, ${p.maxAttempts}::integer)`,
 );
 
@@ -125,12 +125,12 @@ export const DELIVER_SERIALIZED = prepared((db, p: DeliverParams) =>
 
 /**
  * The same for PostgreSQL, with `FOR UPDATE SKIP LOCKED`: a call of
- * `taskfence_deliver_messages_v1` (migration 0105), which takes over and dead-letters in the same
+ * `taskfence_deliver_messages_v2` (migrations 0105 and 0108), which takes over and dead-letters in the same
  * statement as `RECEIVE_SKIP_LOCKED` does.
  */
 export const DELIVER_SKIP_LOCKED = prepared(
   (db, p: DeliverParams) =>
-    sql<MessageRow>`select * from ${tableIn(db, 'taskfence_deliver_messages_v1')}(${p.handle}::text, ${p.now}::bigint,
+    sql<MessageRow>`select * from ${tableIn(db, 'taskfence_deliver_messages_v2')}(${p.handle}::text, ${p.now}::bigint,
       ${p.limit}::integer, ${p.maxAttempts}::integer)`,
 );
 
