@@ -19,7 +19,7 @@ import { useUrlSchema } from '../support/schema.js';
  * As built: 948 rows for the 30 calls.
  * The dead-lettering (0108), after 60,000 leases lapsed in 200 other inboxes: mutant
  * `inbox-dead-or` (0108's functions with v1's `to_handle = p_handle or to_handle in (…)` in
- * `dead`) reads 1,200,969 rows of `messages` in ten cycles; as built, 969.
+ * `dead`) reads 1,200,949 rows of `messages` in ten cycles; as built, 949.
  * The batch claim's busy terminals (0107), never analyzed, at 10,000 active dispatches: mutant
  * `batch-busy-any` (0104's `terminal_handle = any(…)`) reads 111,270 rows of `dispatch_contexts`
  * in ten batches of 100; as built, 20.
@@ -80,15 +80,16 @@ async function insertOtherRun(admin: pg.Client, now: number): Promise<void> {
   );
 }
 
-/**
- * Sends `sent` messages to `inbox`, then runs `cycles` inbox cycles: a receive of one message and
- * its ack, and a delivery of one.
- */
-async function inboxCycles(store: Store, inbox: string, sent: number, cycles: number): Promise<void> {
+/** Sends `n` messages to `inbox`. */
+async function sendTo(store: Store, inbox: string, n: number): Promise<void> {
   await store.messages.sendMessages(
-    Array.from({ length: sent }, (_, i) => ({ from: 'w', to: inbox, kind: 'k', payload: { i } })),
+    Array.from({ length: n }, (_, i) => ({ from: 'w', to: inbox, kind: 'k', payload: { i } })),
   );
-  for (let i = 0; i < cycles; i++) {
+}
+
+/** `n` inbox cycles: a receive of one message and its ack, and a delivery of one. */
+async function inboxCycles(store: Store, inbox: string, n: number): Promise<void> {
+  for (let i = 0; i < n; i++) {
     const [m] = await store.messages.receiveMessages(inbox, { limit: 1 });
     expect(m).toBeDefined();
     expect((await store.messages.ackMessages(inbox, [m!.receipt])).acked).toHaveLength(1);
@@ -125,7 +126,8 @@ describe('kept plans of the inbox functions', () => {
       const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:kept-plans' });
       const inbox = run.coordinatorHandle;
       // Planned on near-empty tables: past the fifth call PL/pgSQL keeps a generic plan.
-      await inboxCycles(store, inbox, 20, 10);
+      await sendTo(store, inbox, 20);
+      await inboxCycles(store, inbox, 10);
 
       // Grown without ANALYZE: other inboxes' messages (delivered, pending, leased), this inbox's
       // delivered history, and finished runs.
@@ -150,7 +152,8 @@ describe('kept plans of the inbox functions', () => {
          from generate_series(1, 5000) i`,
         [now],
       );
-      const read = await readsDuring(store, admin, WATCHED, 2_000, () => inboxCycles(store, inbox, 20, 10));
+      await sendTo(store, inbox, 20);
+      const read = await readsDuring(store, admin, WATCHED, 2_000, () => inboxCycles(store, inbox, 10));
       expect(read).toEqual(WATCHED.map((table) => ({ table, seqScans: 0, bounded: true })));
     }));
 });
@@ -160,7 +163,8 @@ describe('the dead-lettering of the inbox functions', () => {
     withKeptPlans(WATCHED, async (store, admin) => {
       const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:kept-plans' });
       const inbox = run.coordinatorHandle;
-      await inboxCycles(store, inbox, 20, 10);
+      await sendTo(store, inbox, 20);
+      await inboxCycles(store, inbox, 10);
       // 60,000 leases lapsed in 200 other inboxes (their consumers gone), a fifth of them on their
       // last attempt: the dead-lettering of those inboxes' own next hand-out.
       await admin.query(
@@ -169,7 +173,8 @@ describe('the dead-lettering of the inbox functions', () => {
          from generate_series(1, 60000) i`,
         [Date.now()],
       );
-      const read = await readsDuring(store, admin, WATCHED, 3_000, () => inboxCycles(store, inbox, 20, 10));
+      await sendTo(store, inbox, 20);
+      const read = await readsDuring(store, admin, WATCHED, 3_000, () => inboxCycles(store, inbox, 10));
       expect(read).toEqual(WATCHED.map((table) => ({ table, seqScans: 0, bounded: true })));
       const lapsed = await admin.query<{ n: string }>(
         `select count(*) as n from messages where id like 'l-%' and dead_at is null and to_handle like 'other-%'`,

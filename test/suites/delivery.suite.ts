@@ -190,6 +190,27 @@ export function defineDeliverySuite(makeFixture: () => DialectFixture) {
       ]);
     });
 
+    it("the successor's first hand-out dead-letters a stopped run's message whose last lease lapsed", async () => {
+      const clock = manualClock();
+      const store = await fx.freshStore({ clock, maxAttempts: 2 });
+      const targetKey = 'worktree:takeover-dead';
+      const a = await store.runs.startCoordinatorRun({ targetKey });
+      const [last, next] = await send(store, a.coordinatorHandle, 2);
+      await store.messages.receiveMessages(a.coordinatorHandle, { limit: 1, visibilityMs: 100 });
+      clock.advance(100);
+      await store.messages.receiveMessages(a.coordinatorHandle, { limit: 1, visibilityMs: 100 });
+      clock.advance(100);
+      await store.runs.stopCoordinatorRun(a.id, 'failed');
+      const b = await store.runs.startCoordinatorRun({ targetKey });
+      // Its second (last) lease lapsed in the stopped run's inbox: the successor's first receive
+      // makes it dead in its own inbox and hands out the next one.
+      const got = await store.messages.receiveMessages(b.coordinatorHandle, { visibilityMs: 100 });
+      expect(got.map((m) => m.id)).toEqual([next!.id]);
+      expect(
+        (await store.messages.listDeadMessages(b.coordinatorHandle)).map((d) => [d.id, d.status, d.attempts]),
+      ).toEqual([[last!.id, 'dead', 2]]);
+    });
+
     it('waitForMessages wakes when a lease lapses, and when a message arrives', async () => {
       const store = await fx.freshStore();
       const { coordinatorHandle: inbox } = await inboxOf(store);
