@@ -98,6 +98,17 @@ async function inboxCycles(store: Store, inbox: string, n: number): Promise<void
 }
 
 /**
+ * A running coordinator's inbox whose hand-outs were planned on near-empty tables: 20 messages
+ * sent and 10 cycles run (past the fifth call PL/pgSQL keeps a generic plan). Its handle.
+ */
+async function warmedInbox(store: Store): Promise<string> {
+  const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:kept-plans' });
+  await sendTo(store, run.coordinatorHandle, 20);
+  await inboxCycles(store, run.coordinatorHandle, 10);
+  return run.coordinatorHandle;
+}
+
+/**
  * A migrated store on one connection (its plans are that connection's) and an admin connection,
  * with autovacuum off on `tables`, so only the test decides when they are analyzed (never).
  */
@@ -123,11 +134,7 @@ async function withKeptPlans(
 describe('kept plans of the inbox functions', () => {
   it('a connection that planned on empty tables hands out without scanning them once they grew', () =>
     withKeptPlans(WATCHED, async (store, admin) => {
-      const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:kept-plans' });
-      const inbox = run.coordinatorHandle;
-      // Planned on near-empty tables: past the fifth call PL/pgSQL keeps a generic plan.
-      await sendTo(store, inbox, 20);
-      await inboxCycles(store, inbox, 10);
+      const inbox = await warmedInbox(store);
 
       // Grown without ANALYZE: other inboxes' messages (delivered, pending, leased), this inbox's
       // delivered history, and finished runs.
@@ -161,10 +168,7 @@ describe('kept plans of the inbox functions', () => {
 describe('the dead-lettering of the inbox functions', () => {
   it("reads the lapsed leases of the inboxes it serves, not every inbox's", () =>
     withKeptPlans(WATCHED, async (store, admin) => {
-      const run = await store.runs.startCoordinatorRun({ targetKey: 'worktree:kept-plans' });
-      const inbox = run.coordinatorHandle;
-      await sendTo(store, inbox, 20);
-      await inboxCycles(store, inbox, 10);
+      const inbox = await warmedInbox(store);
       // 60,000 leases lapsed in 200 other inboxes (their consumers gone), a fifth of them on their
       // last attempt: the dead-lettering of those inboxes' own next hand-out.
       await admin.query(
