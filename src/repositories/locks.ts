@@ -13,6 +13,7 @@ import { requireCounter, requireId, requireInput, requirePositiveMs } from './va
 import { lostReason, requireLease, type LeaseLostError } from './shared/lease.js';
 import { isLiveGrant, readLeaseRowLocked, type LeaseFence } from './shared/fence.js';
 import { tableIn } from '../query/schema.js';
+import { CommitOutcomeUnknownError, DatabaseFaultError } from '../errors.js';
 import {
   idempotentInOneTrip,
   keyedCall,
@@ -111,6 +112,19 @@ const CLAIM_WORKSPACE_LOCK_OR_PATH = prepared(
     select claimed.token, claimed.expires_at, path.lease_key as path_key, path.holder as path_holder,
       path.token as path_token, path.expires_at as path_expires_at
     from (select 1) as one left join claimed on true left join path on true`,
+);
+
+/** The lock row as it is, for a claim's `busy` answer (sent with a one-round-trip claim). */
+const READ_WORKSPACE_LOCK = prepared(
+  (db, p: { workspaceId: string }) => sql<{
+    holder: string | null;
+    run_id: string | null;
+    token: number;
+    acquired_at: number | null;
+    expires_at: number | null;
+  }>`
+    select holder, run_id, token, acquired_at, expires_at from ${tableIn(db, 'workspace_locks')}
+    where workspace_id = ${p.workspaceId}`,
 );
 
 const RENEW_WORKSPACE_LOCK = prepared(
@@ -437,92 +451,139 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
               expiresAt: claimedAt + ttlMs,
             })
           : undefined;
-      return mapMissing(ctx, 'workspace', workspaceId, () =>
-        keyedWrite(
-          ctx,
-          call,
-          async (trx): Promise<WorkspaceLockClaim> => {
-            // One exclusion rule per workspace: the lock is the whole-workspace path key, so it is
-            // claimed under the workspace's paths key (protocol.ts, level 7) and a live path lease blocks it.
-            await dialect.lockKey(trx, pathsLockKey(workspaceId));
-            const now = foldedClaim ? claimedAt : ctx.clock.now();
-            const expiresAt = now + ttlMs;
-            const folded = foldedClaim
-              ? (dialect.beginResult(foldedClaim) ?? (await runBound(trx, foldedClaim))).rows[0]
-              : undefined;
-            const path =
-              folded === undefined
-                ? await anyLivePathLease(trx, workspaceId, now)
-                : folded.path_holder === null
-                  ? null
-                  : {
-                      key: decodePathLeaseKey(folded.path_key!),
-                      holder: folded.path_holder,
-                      expiresAt: Number(folded.path_expires_at),
-                      token: folded.path_token === null ? null : Number(folded.path_token),
-                    };
-            if (path)
+      // Unkeyed, with no grant to audit: the whole claim in one round trip, BEGIN carrying the
+      // claim, the read of the lock row a `busy` answer names, and COMMIT (a busy claim writes
+      // nothing). A connection lost in that round trip leaves the outcome unknown; the claim is
+      // then run again as an ordinary transaction (`resolving`), which finds this call's own
+      // grant if it committed: the row still names this holder and run, stamped with this
+      // call's `claimedAt` and expiry, and is live.
+      const oneTrip = foldedClaim !== undefined && call === null && !auditsLeaseAct(ctx, 'granted');
+      const heldRead = oneTrip ? READ_WORKSPACE_LOCK.bind(db, { workspaceId }) : undefined;
+      const ownGrant = (held: {
+        holder: string | null;
+        run_id: string | null;
+        acquired_at?: number | null;
+        expires_at: number | null;
+      }) =>
+        held.holder === holder &&
+        held.run_id === runId &&
+        Number(held.acquired_at) === claimedAt &&
+        Number(held.expires_at) === claimedAt + ttlMs;
+      const attempt = (once: boolean, resolving: boolean) =>
+        mapMissing(ctx, 'workspace', workspaceId, () =>
+          keyedWrite(
+            ctx,
+            call,
+            async (trx): Promise<WorkspaceLockClaim> => {
+              // One exclusion rule per workspace: the lock is the whole-workspace path key, so it is
+              // claimed under the workspace's paths key (protocol.ts, level 7) and a live path lease blocks it.
+              await dialect.lockKey(trx, pathsLockKey(workspaceId));
+              const now = foldedClaim ? claimedAt : ctx.clock.now();
+              const expiresAt = now + ttlMs;
+              const folded = foldedClaim
+                ? (dialect.beginResult(foldedClaim) ?? (await runBound(trx, foldedClaim))).rows[0]
+                : undefined;
+              const path =
+                folded === undefined
+                  ? await anyLivePathLease(trx, workspaceId, now)
+                  : folded.path_holder === null
+                    ? null
+                    : {
+                        key: decodePathLeaseKey(folded.path_key!),
+                        holder: folded.path_holder,
+                        expiresAt: Number(folded.path_expires_at),
+                        token: folded.path_token === null ? null : Number(folded.path_token),
+                      };
+              if (path)
+                return {
+                  status: 'busy',
+                  heldBy: {
+                    holder: path.holder,
+                    runId: null,
+                    token: path.token ?? 0,
+                    expiresAt: path.expiresAt,
+                    pathKey: path.key,
+                  },
+                };
+              // The trail names the holder a claim takes a lapsed lock over from: read before the claim.
+              const before = auditsLeaseAct(ctx, 'lost') ? await readWorkspaceLock(trx, workspaceId) : undefined;
+              const row =
+                folded === undefined
+                  ? await CLAIM_WORKSPACE_LOCK.first(trx, { workspaceId, holder, runId, now, expiresAt })
+                  : folded.token === null
+                    ? undefined
+                    : { token: folded.token, expires_at: folded.expires_at! };
+              if (row) {
+                const lease = Object.freeze({
+                  kind: 'workspace_lock' as const,
+                  resource: workspaceId,
+                  holder,
+                  runId,
+                  token: Number(row.token),
+                  expiresAt: Number(row.expires_at),
+                });
+                await auditLeaseActs(
+                  ctx,
+                  trx,
+                  now,
+                  granted(
+                    'workspace_lock',
+                    workspaceId,
+                    holder,
+                    lease.token,
+                    { runId, expiresAt: lease.expiresAt },
+                    before,
+                  ),
+                );
+                return { status: 'acquired', lease };
+              }
+              const held =
+                (heldRead && dialect.beginResult(heldRead)?.rows[0]) ??
+                (await trx
+                  .selectFrom('workspace_locks')
+                  .select(['holder', 'run_id', 'token', 'acquired_at', 'expires_at'])
+                  .where('workspace_id', '=', workspaceId)
+                  .executeTakeFirstOrThrow());
+              // After a lost round trip: the live lock is this call's own grant, which committed.
+              if (resolving && ownGrant(held))
+                return {
+                  status: 'acquired',
+                  lease: Object.freeze({
+                    kind: 'workspace_lock' as const,
+                    resource: workspaceId,
+                    holder,
+                    runId,
+                    token: Number(held.token),
+                    expiresAt: Number(held.expires_at),
+                  }),
+                };
               return {
                 status: 'busy',
                 heldBy: {
-                  holder: path.holder,
-                  runId: null,
-                  token: path.token ?? 0,
-                  expiresAt: path.expiresAt,
-                  pathKey: path.key,
+                  holder: held.holder!,
+                  runId: held.run_id,
+                  token: Number(held.token),
+                  expiresAt: Number(held.expires_at),
                 },
               };
-            // The trail names the holder a claim takes a lapsed lock over from: read before the claim.
-            const before = auditsLeaseAct(ctx, 'lost') ? await readWorkspaceLock(trx, workspaceId) : undefined;
-            const row =
-              folded === undefined
-                ? await CLAIM_WORKSPACE_LOCK.first(trx, { workspaceId, holder, runId, now, expiresAt })
-                : folded.token === null
-                  ? undefined
-                  : { token: folded.token, expires_at: folded.expires_at! };
-            if (row) {
-              const lease = Object.freeze({
-                kind: 'workspace_lock' as const,
-                resource: workspaceId,
-                holder,
-                runId,
-                token: Number(row.token),
-                expiresAt: Number(row.expires_at),
-              });
-              await auditLeaseActs(
-                ctx,
-                trx,
-                now,
-                granted(
-                  'workspace_lock',
-                  workspaceId,
-                  holder,
-                  lease.token,
-                  { runId, expiresAt: lease.expiresAt },
-                  before,
-                ),
-              );
-              return { status: 'acquired', lease };
-            }
-            const held = await trx
-              .selectFrom('workspace_locks')
-              .select(['holder', 'run_id', 'token', 'expires_at'])
-              .where('workspace_id', '=', workspaceId)
-              .executeTakeFirstOrThrow();
-            return {
-              status: 'busy',
-              heldBy: {
-                holder: held.holder!,
-                runId: held.run_id,
-                token: Number(held.token),
-                expiresAt: Number(held.expires_at),
-              },
-            };
-          },
-          [pathsLockKey(workspaceId)],
-          foldedClaim,
-        ),
-      );
+            },
+            [pathsLockKey(workspaceId)],
+            heldRead ? [foldedClaim!, heldRead] : foldedClaim,
+            once,
+          ),
+        );
+      if (!oneTrip) return attempt(false, false);
+      try {
+        return await attempt(true, false);
+      } catch (error) {
+        if (!(error instanceof CommitOutcomeUnknownError)) throw error;
+        try {
+          return await attempt(false, true);
+        } catch (again) {
+          // Still unreachable: the outcome is still unknown.
+          throw again instanceof DatabaseFaultError ? error : again;
+        }
+      }
     },
 
     renewWorkspaceLock: renewWorkspaceLock,

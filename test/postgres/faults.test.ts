@@ -164,7 +164,7 @@ describe('connections cut by a proxy', () => {
 
   it('reports COMMIT_OUTCOME_UNKNOWN when the connection dies after COMMIT reached the server, and a retry with the same id returns the committed row', async () => {
     const store = await fx.open(url, { writeDeadlineMs: 10_000 });
-    const { companyId, workspaceId } = await seed(store);
+    const { companyId } = await seed(store);
 
     proxy.cutAfterNextCommit();
     expect(
@@ -189,13 +189,13 @@ describe('connections cut by a proxy', () => {
     });
     expect(await codeOf(store.org.createCompany({ id: 'c-commit', name: 'Other' }))).toBe('ALREADY_EXISTS');
 
-    // A claim: read the holder and token back, as the README says.
+    // A claim whose COMMIT is its own round trip: read the holder and token back, as the README
+    // says. (An unkeyed claimWorkspaceLock resolves such a cut itself: see below.)
     proxy.cutAfterNextCommit();
-    expect(
-      await codeOf(store.locks.claimWorkspaceLock(workspaceId, { holder: 'me', runId: run.id, ttlMs: 60_000 })),
-    ).toBe('COMMIT_OUTCOME_UNKNOWN');
-    const held = await store.locks.getWorkspaceLock(workspaceId);
-    expect(held).toMatchObject({ holder: 'me', runId: run.id });
+    expect(await codeOf(store.locks.claimTaskLease(task.id, { holder: 'me', ttlMs: 60_000 }))).toBe(
+      'COMMIT_OUTCOME_UNKNOWN',
+    );
+    expect(await store.locks.getTaskLease(task.id)).toMatchObject({ holder: 'me' });
     expect(proxy.commitCuts).toBe(4);
   });
 
@@ -301,6 +301,36 @@ describe('connections cut by a proxy', () => {
     });
     expect(await store.messages.countPendingMessages(run.coordinatorHandle)).toBe(0);
     expect(proxy.commitCuts).toBe(cuts + 5);
+  });
+
+  it('resolves a claimWorkspaceLock sent in one round trip whose connection was cut, before or after the server committed it: acquired once, never COMMIT_OUTCOME_UNKNOWN', async () => {
+    const store = await fx.open(url, { writeDeadlineMs: 10_000 });
+    const companyId = (await store.org.createCompany({ name: 'One-trip claim' })).id;
+    const workspaceId = (await store.org.createWorkspace({ companyId, name: 'one-trip-claim' })).id;
+    const cuts = proxy.commitCuts;
+
+    // Cut once the server committed the grant: the store runs the claim again, which finds this
+    // call's own grant (holder, run, time and expiry) and answers it, token 1, not busy.
+    proxy.cutAfterNextCommit();
+    const first = await store.locks.claimWorkspaceLock(workspaceId, { holder: 'me', runId: 'r-1', ttlMs: 60_000 });
+    expect(proxy.commitCuts).toBe(cuts + 1);
+    expect(first).toMatchObject({ status: 'acquired', lease: { holder: 'me', runId: 'r-1', token: 1 } });
+    expect(await store.locks.getWorkspaceLock(workspaceId)).toMatchObject({ holder: 'me', token: 1 });
+    if (first.status !== 'acquired') throw new Error('the lock was busy');
+    await store.locks.releaseWorkspaceLock(first.lease);
+
+    // Cut before the server saw it: the run again grants it, once (token 2).
+    const before = proxy.cutsBefore;
+    proxy.cutBeforeNext('claimed as (');
+    const second = await store.locks.claimWorkspaceLock(workspaceId, { holder: 'me', runId: 'r-2', ttlMs: 60_000 });
+    expect(proxy.cutsBefore).toBe(before + 1);
+    expect(second).toMatchObject({ status: 'acquired', lease: { holder: 'me', runId: 'r-2', token: 2 } });
+
+    // Another holder's claim cut after COMMIT, while the lock is held: busy, held by 'me'.
+    proxy.cutAfterNextCommit();
+    const busy = await store.locks.claimWorkspaceLock(workspaceId, { holder: 'you', runId: 'r-3', ttlMs: 60_000 });
+    expect(busy).toMatchObject({ status: 'busy', heldBy: { holder: 'me', runId: 'r-2', token: 2 } });
+    expect(proxy.commitCuts).toBe(cuts + 2);
   });
 
   it('retries a transaction whose connection died before COMMIT on a fresh connection: the call succeeds once', async () => {

@@ -16,7 +16,7 @@ export const ROUND_TRIP_BUDGET: Record<HotCall, { readonly sqlite: number; reado
   completeDispatch: { sqlite: 6, postgres: 1 },
   'completeDispatch (with next)': { sqlite: 12, postgres: 1 },
   'dispatchNextBatch (2 terminals)': { sqlite: 13, postgres: 1 },
-  claimWorkspaceLock: { sqlite: 4, postgres: 2 },
+  claimWorkspaceLock: { sqlite: 4, postgres: 1 },
   renewWorkspaceLock: { sqlite: 3, postgres: 3 },
   releaseWorkspaceLock: { sqlite: 3, postgres: 1 },
   claimTaskLease: { sqlite: 3, postgres: 3 },

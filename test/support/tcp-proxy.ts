@@ -18,6 +18,8 @@ export class FaultProxy {
   readonly #cutsBefore: { pattern: RegExp; count: number }[] = [];
   /** How many connections were cut right after the server answered a COMMIT. */
   commitCuts = 0;
+  /** How many connections were cut before a statement `cutBeforeNext` named reached the server. */
+  cutsBefore = 0;
 
   private constructor(
     server: net.Server,
@@ -70,6 +72,7 @@ export class FaultProxy {
       if (before) {
         // The statement never reaches the server: the transaction dies before COMMIT.
         before.count--;
+        this.cutsBefore++;
         drop();
         return;
       }
