@@ -27,6 +27,7 @@ import { migration0105 } from './0105_message_functions.js';
 import { migration0106 } from './0106_path_grant_function.js';
 import { migration0107 } from './0107_batch_busy_probe.js';
 import { migration0108 } from './0108_inbox_dead_by_array.js';
+import { migration0109 } from './0109_workspace_lock_claim_function.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -60,6 +61,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0106,
   migration0107,
   migration0108,
+  migration0109,
 ]);
 
 /** The schema version this code expects. */

@@ -80,13 +80,13 @@ const CLAIM_WORKSPACE_LOCK = prepared(
 );
 
 /**
- * `claimWorkspaceLock` in one statement, where a WITH clause may write (PostgreSQL): the first
- * live path lease of the workspace (which blocks the claim) and, only when there is none, the
- * guarded upsert of `CLAIM_WORKSPACE_LOCK`. One row always: the grant's token, or the path
- * lease, or neither (the lock is held: read it). Both parts read the statement's one snapshot,
- * taken after the workspace's paths key was held (BEGIN took it).
+ * `claimWorkspaceLock` in one call of `taskfence_claim_workspace_lock_v1` (migration 0109,
+ * PostgreSQL): the first live path lease of the workspace (which blocks the claim) and, only when
+ * there is none, the guarded upsert of `CLAIM_WORKSPACE_LOCK`, and when that granted nothing, the
+ * lock row as it is now (what a `busy` answer names). One row always: the grant's token, or the
+ * path lease, or the holder. Sent after the workspace's paths key was taken (BEGIN takes it).
  */
-const CLAIM_WORKSPACE_LOCK_OR_PATH = prepared(
+const CLAIM_WORKSPACE_LOCK_FN = prepared(
   (db, p: { workspaceId: string; holder: string; runId: string; now: number; expiresAt: number }) => sql<{
     token: number | null;
     expires_at: number | null;
@@ -94,37 +94,13 @@ const CLAIM_WORKSPACE_LOCK_OR_PATH = prepared(
     path_holder: string | null;
     path_token: number | null;
     path_expires_at: number | null;
-  }>`
-    with path as (
-      select lease_key, holder, token, expires_at from ${tableIn(db, 'path_leases')}
-      where workspace_id = ${p.workspaceId} and expires_at > ${p.now}
-      limit 1
-    ), claimed as (
-      insert into ${tableIn(db, 'workspace_locks')} (workspace_id, holder, run_id, token, acquired_at, expires_at)
-      select ${p.workspaceId}, ${p.holder}, ${p.runId}, 1, ${p.now}, ${p.expiresAt}
-      where not exists (select 1 from path)
-      on conflict (workspace_id) do update
-        set holder = excluded.holder, run_id = excluded.run_id, token = workspace_locks.token + 1,
-            acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-        where workspace_locks.holder is null or workspace_locks.expires_at <= ${p.now}
-      returning token, expires_at
-    )
-    select claimed.token, claimed.expires_at, path.lease_key as path_key, path.holder as path_holder,
-      path.token as path_token, path.expires_at as path_expires_at
-    from (select 1) as one left join claimed on true left join path on true`,
-);
-
-/** The lock row as it is, for a claim's `busy` answer (sent with a one-round-trip claim). */
-const READ_WORKSPACE_LOCK = prepared(
-  (db, p: { workspaceId: string }) => sql<{
-    holder: string | null;
-    run_id: string | null;
-    token: number;
-    acquired_at: number | null;
-    expires_at: number | null;
-  }>`
-    select holder, run_id, token, acquired_at, expires_at from ${tableIn(db, 'workspace_locks')}
-    where workspace_id = ${p.workspaceId}`,
+    held_holder: string | null;
+    held_run_id: string | null;
+    held_token: number | null;
+    held_acquired_at: number | null;
+    held_expires_at: number | null;
+  }>`select * from ${tableIn(db, 'taskfence_claim_workspace_lock_v1')}(${p.workspaceId}::text, ${p.holder}::text,
+      ${p.runId}::text, ${p.now}::bigint, ${p.expiresAt}::bigint)`,
 );
 
 const RENEW_WORKSPACE_LOCK = prepared(
@@ -436,14 +412,15 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       const runId = requireId('runId', input.runId);
       const ttlMs = input.ttlMs === undefined ? DEFAULT_WORKSPACE_LOCK_TTL_MS : requirePositiveMs('ttlMs', input.ttlMs);
       const call = keyedCall('locks.claimWorkspaceLock', input, { workspaceId, holder, runId, ttlMs }, []);
-      // PostgreSQL without a trail of lost holders: the path check and the claim in one statement,
-      // bound before BEGIN, which sends it after taking the paths key (one round trip less). Its
+      // PostgreSQL without a trail of lost holders: the path check, the claim and the read of the
+      // holder in one function call (0109), bound before BEGIN, which sends it after taking the
+      // paths key. Its
       // time is read before the lock, so it is early: a lapse or a path lease is judged live a
       // little longer, and the new lease ends a little early, never late.
       const claimedAt = ctx.clock.now();
       const foldedClaim =
         dialect.writableCtes && !auditsLeaseAct(ctx, 'lost')
-          ? CLAIM_WORKSPACE_LOCK_OR_PATH.bind(db, {
+          ? CLAIM_WORKSPACE_LOCK_FN.bind(db, {
               workspaceId,
               holder,
               runId,
@@ -452,13 +429,11 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
             })
           : undefined;
       // Unkeyed, with no grant to audit: the whole claim in one round trip, BEGIN carrying the
-      // claim, the read of the lock row a `busy` answer names, and COMMIT (a busy claim writes
-      // nothing). A connection lost in that round trip leaves the outcome unknown; the claim is
-      // then run again as an ordinary transaction (`resolving`), which finds this call's own
-      // grant if it committed: the row still names this holder and run, stamped with this
-      // call's `claimedAt` and expiry, and is live.
+      // function's call and COMMIT (a busy claim writes nothing). A connection lost in that
+      // round trip leaves the outcome unknown; the claim is then run again as an ordinary
+      // transaction (`resolving`), which finds this call's own grant if it committed: the row
+      // still names this holder and run, stamped with this call's `claimedAt` and expiry, and is live.
       const oneTrip = foldedClaim !== undefined && call === null && !auditsLeaseAct(ctx, 'granted');
-      const heldRead = oneTrip ? READ_WORKSPACE_LOCK.bind(db, { workspaceId }) : undefined;
       const ownGrant = (held: {
         holder: string | null;
         run_id: string | null;
@@ -538,12 +513,19 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
                 return { status: 'acquired', lease };
               }
               const held =
-                (heldRead && dialect.beginResult(heldRead)?.rows[0]) ??
-                (await trx
-                  .selectFrom('workspace_locks')
-                  .select(['holder', 'run_id', 'token', 'acquired_at', 'expires_at'])
-                  .where('workspace_id', '=', workspaceId)
-                  .executeTakeFirstOrThrow());
+                folded === undefined
+                  ? await trx
+                      .selectFrom('workspace_locks')
+                      .select(['holder', 'run_id', 'token', 'acquired_at', 'expires_at'])
+                      .where('workspace_id', '=', workspaceId)
+                      .executeTakeFirstOrThrow()
+                  : {
+                      holder: folded.held_holder,
+                      run_id: folded.held_run_id,
+                      token: Number(folded.held_token),
+                      acquired_at: folded.held_acquired_at,
+                      expires_at: folded.held_expires_at,
+                    };
               // After a lost round trip: the live lock is this call's own grant, which committed.
               if (resolving && ownGrant(held))
                 return {
@@ -568,7 +550,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
               };
             },
             [pathsLockKey(workspaceId)],
-            heldRead ? [foldedClaim!, heldRead] : foldedClaim,
+            foldedClaim,
             once,
           ),
         );

@@ -321,7 +321,7 @@ describe('connections cut by a proxy', () => {
 
     // Cut before the server saw it: the run again grants it, once (token 2).
     const before = proxy.cutsBefore;
-    proxy.cutBeforeNext('claimed as (');
+    proxy.cutBeforeNext('taskfence_claim_workspace_lock_v1(');
     const second = await store.locks.claimWorkspaceLock(workspaceId, { holder: 'me', runId: 'r-2', ttlMs: 60_000 });
     expect(proxy.cutsBefore).toBe(before + 1);
     expect(second).toMatchObject({ status: 'acquired', lease: { holder: 'me', runId: 'r-2', token: 2 } });

@@ -100,3 +100,21 @@ describe('workspace lock claims under READ COMMITTED (deterministic interleaving
     }
   });
 });
+
+describe('the workspace lock claim function (schema 0109, PostgreSQL)', () => {
+  const fx = postgresFixture();
+  afterAll(() => fx.cleanup());
+
+  it('before 0109 a claim fails with SCHEMA_OUT_OF_DATE and writes nothing; migrated, it is granted token 1, and a second holder is told who holds it', async () => {
+    const store = await fx.freshStore({ to: 108 });
+    const companyId = (await store.org.createCompany({ name: 'Claim 0109' })).id;
+    const workspaceId = (await store.org.createWorkspace({ companyId, name: 'claim-0109' })).id;
+    const claim = (holder: string) =>
+      store.locks.claimWorkspaceLock(workspaceId, { holder, runId: 'r', ttlMs: 60_000 });
+    await expect(claim('a')).rejects.toMatchObject({ code: 'SCHEMA_OUT_OF_DATE', currentVersion: 108 });
+    expect(await store.locks.getWorkspaceLock(workspaceId)).toBeNull();
+    await store.migrate();
+    expect(await claim('a')).toMatchObject({ status: 'acquired', lease: { holder: 'a', token: 1 } });
+    expect(await claim('b')).toMatchObject({ status: 'busy', heldBy: { holder: 'a', runId: 'r', token: 1 } });
+  });
+});
