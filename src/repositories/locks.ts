@@ -414,9 +414,8 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
       const call = keyedCall('locks.claimWorkspaceLock', input, { workspaceId, holder, runId, ttlMs }, []);
       // PostgreSQL without a trail of lost holders: the path check, the claim and the read of the
       // holder in one function call (0109), bound before BEGIN, which sends it after taking the
-      // paths key. Its
-      // time is read before the lock, so it is early: a lapse or a path lease is judged live a
-      // little longer, and the new lease ends a little early, never late.
+      // paths key. Its time is read before the lock, so it is early: a lapse or a path lease is
+      // judged live a little longer, and the new lease ends a little early, never late.
       const claimedAt = ctx.clock.now();
       const foldedClaim =
         dialect.writableCtes && !auditsLeaseAct(ctx, 'lost')
