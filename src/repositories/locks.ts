@@ -443,6 +443,16 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
         held.run_id === runId &&
         Number(held.acquired_at) === claimedAt &&
         Number(held.expires_at) === claimedAt + ttlMs;
+      /** This call's lease, granted under `token` until `expiresAt`. */
+      const grantOf = (token: number | null, expiresAt: number | null) =>
+        Object.freeze({
+          kind: 'workspace_lock' as const,
+          resource: workspaceId,
+          holder,
+          runId,
+          token: Number(token),
+          expiresAt: Number(expiresAt),
+        });
       const attempt = (once: boolean, resolving: boolean) =>
         mapMissing(ctx, 'workspace', workspaceId, () =>
           keyedWrite(
@@ -488,14 +498,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
                     ? undefined
                     : { token: folded.token, expires_at: folded.expires_at! };
               if (row) {
-                const lease = Object.freeze({
-                  kind: 'workspace_lock' as const,
-                  resource: workspaceId,
-                  holder,
-                  runId,
-                  token: Number(row.token),
-                  expiresAt: Number(row.expires_at),
-                });
+                const lease = grantOf(row.token, row.expires_at);
                 await auditLeaseActs(
                   ctx,
                   trx,
@@ -529,14 +532,7 @@ export function createLockRepository(ctx: StoreContext): LockRepository {
               if (resolving && ownGrant(held))
                 return {
                   status: 'acquired',
-                  lease: Object.freeze({
-                    kind: 'workspace_lock' as const,
-                    resource: workspaceId,
-                    holder,
-                    runId,
-                    token: Number(held.token),
-                    expiresAt: Number(held.expires_at),
-                  }),
+                  lease: grantOf(held.token, held.expires_at),
                 };
               return {
                 status: 'busy',
