@@ -85,7 +85,9 @@ describe('CLI faults on PostgreSQL', () => {
     })();
     let result;
     try {
-      result = await runCli(['migrate', '--db', url, '--lock-wait', '3000']);
+      // A pause between 0052's batches keeps its backfill running for seconds, so a killer slowed by
+      // a loaded machine still finds it there rather than several migrations later.
+      result = await runCli(['migrate', '--db', url, '--lock-wait', '3000', '--pause-ms', '1000']);
     } finally {
       stop = true;
       await killer.finally(() => killerClient.end());
@@ -94,18 +96,22 @@ describe('CLI faults on PostgreSQL', () => {
     expect(result.code, result.out + result.err).toBe(1);
     expectOneLine(result);
     expect(result.err).toMatch(/Cannot reach the database|terminat/i);
-    // Killed in 0052's DDL step: nothing of 0052 is recorded. Killed in one of its backfill
-    // batches, which run after the DDL committed: 0052 is recorded with its backfill unfinished,
-    // and the re-run resumes it. Nothing later is recorded either way.
+    // Each transaction the migrator runs (a migration's DDL, a backfill batch) is retried on a
+    // fresh connection until --lock-wait runs out, and a short one can slip between two kills, so
+    // where the run stops is not fixed: killed in 0052's DDL step (nothing of 0052 recorded), in one
+    // of its backfill batches, which run after the DDL committed (0052 recorded, backfill
+    // 'running', resumed by the re-run), or in a later migration once a retry got through (0052
+    // complete, a later prefix recorded; one CI run stopped after 0053). Either way the history is
+    // a prefix of the chain, each version once, and only the last recorded migration may be
+    // unfinished.
     const history = await historyVersions(store);
+    expect(history).toEqual(VERSIONS.slice(0, history.length));
+    expect(history.length).toBeGreaterThanOrEqual(VERSIONS.indexOf(8) + 1);
     if (history.includes(52)) {
-      expect(history).toEqual(VERSIONS.filter((v) => v <= 52));
       const { rows } = await sql<{
         backfill: string | null;
       }>`select backfill from ${tbl(store.db, 'taskfence_migration_state')} where version = 52`.execute(store.db);
-      expect(rows[0]?.backfill).toBe('running');
-    } else {
-      expect(history).toEqual(VERSIONS.filter((v) => v <= 8));
+      expect(history.at(-1) === 52 ? ['running', 'complete'] : ['complete']).toContain(rows[0]?.backfill);
     }
     const rerun = await runCli(['migrate', '--db', url]);
     expect(rerun.code, rerun.err).toBe(0);
