@@ -34,6 +34,7 @@ import { LEASE_AUDIT_MODES, type LeaseAuditMode } from './repositories/shared/au
 import { checkRenewBatch, renewLeasesIn, type RenewedLeases } from './repositories/shared/renew-leases.js';
 import type { Lease } from './repositories/shared/lease.js';
 import { requireInput } from './repositories/validate.js';
+import { extend } from './objects.js';
 
 export interface StoreOptions extends DialectOptions {
   /** A database URL; default `TASKFENCE_DATABASE_URL`, else `sqlite:./taskfence.db`. */
@@ -196,7 +197,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
             open = false;
           }
         },
-        { ...transactionOptions, hostCode: true },
+        extend(transactionOptions ?? {}, { hostCode: true }),
       ),
     withTransaction: <DB>(trx: Transaction<DB>) => {
       const joined = dialect.joinTransaction(trx as unknown as Transaction<Database>);

@@ -17,6 +17,7 @@ import {
   type Link,
 } from '@opentelemetry/api';
 import type { TraceContext } from '../repositories/shared/trace-context.js';
+import { extend } from '../objects.js';
 
 /** The calls that store the caller's trace context: their first argument's `traceContext`. */
 const PRODUCERS: Readonly<Record<string, readonly string[]>> = {
@@ -56,7 +57,7 @@ export function withActiveTraceContext(args: unknown[]): unknown[] {
   if (input === null || typeof input !== 'object' || Array.isArray(input)) return args; // the call refuses it
   if ((input as { traceContext?: unknown }).traceContext !== undefined) return args;
   const traceContext = activeTraceContext();
-  return traceContext === null ? args : [{ ...input, traceContext }, ...rest];
+  return traceContext === null ? args : [extend(input, { traceContext }), ...rest];
 }
 
 /** A record that may carry a stored trace context (a message, a dispatch). */

@@ -134,7 +134,8 @@ export function prepared<P extends object, R, S extends string | number | void =
     const parameters = slots.map((slot) =>
       slot instanceof Placeholder ? bind(params as Record<string, unknown>, slot) : slot,
     );
-    return { ...query, parameters };
+    // Field by field, not `{ ...query, parameters }`: this runs for every statement (see src/objects.ts).
+    return { query: query.query, queryId: query.queryId, sql: query.sql, parameters };
   };
   const run = (db: Kysely<Database>, params: P, shape: S) => runBound(db, bound(db, params, shape));
 

@@ -1,4 +1,4 @@
-import { sql, type Transaction } from 'kysely';
+import { sql, type ExpressionBuilder, type Transaction } from 'kysely';
 import { tableIn } from '../query/schema.js';
 import { InvalidArgumentError, NotFoundError, TaskfenceError } from '../errors.js';
 import {
@@ -53,6 +53,7 @@ import {
   requireText,
 } from './validate.js';
 import { committed, type OutcomeDeclarations } from './shared/outcomes.js';
+import { extend } from '../objects.js';
 
 export interface CreateTaskInput {
   readonly id?: string;
@@ -398,16 +399,15 @@ export function createTaskRepository(ctx: StoreContext): TaskRepository {
                   .insertInto('tasks')
                   .values(
                     runInInsert
-                      ? {
-                          ...row,
-                          coordinator_run_id: (eb) =>
+                      ? extend(row, {
+                          coordinator_run_id: (eb: ExpressionBuilder<Database, 'tasks'>) =>
                             eb
                               .selectFrom('coordinator_runs')
                               .select('id')
                               .where('status', '=', 'running')
                               .where(sql<string>`coalesce(target_key, '')`, '=', input.targetKey ?? '')
                               .limit(1),
-                        }
+                        })
                       : row,
                   )
                   .returningAll()

@@ -65,6 +65,7 @@ import {
   type DispatchRepository,
   type EscalationTarget,
 } from './types.js';
+import { extend } from '../../objects.js';
 
 /** Maps a `dispatch_contexts` row to the public shape. */
 export function toDispatch(row: DispatchContextRow): Dispatch {
@@ -432,7 +433,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
 
   /** `CLAIM_NEXT` bound for `p`, with the time it states. */
   function claimNextStatement(p: ClaimNextInput): { query: CompiledQuery<ClaimNextRow>; now: number } {
-    const params = { ...claimParams(p), terminalHandle: p.terminalHandle, id: ctx.newId() };
+    const params = extend(claimParams(p), { terminalHandle: p.terminalHandle, id: ctx.newId() });
     return { query: CLAIM_NEXT.bind(db, params), now: params.now };
   }
 
@@ -458,12 +459,11 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
 
   /** `CLAIM_NEXT_BATCH` bound for `p`, with the time it states. */
   function claimBatchStatement(p: ClaimBatchInput): { query: CompiledQuery<ClaimNextBatchRow>; now: number } {
-    const params = {
-      ...claimParams(p),
+    const params = extend(claimParams(p), {
       terminalHandles: JSON.stringify(p.handles),
       ids: JSON.stringify(p.handles.map(() => ctx.newId())),
       limit: p.limit,
-    };
+    });
     return { query: CLAIM_NEXT_BATCH.bind(db, params), now: params.now };
   }
 
@@ -606,7 +606,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     await checkReport(trx, dispatch, lease);
     if (openGate !== null) throw new GateOpenError(dispatch.task_id, openGate);
     if (!ended) throw new Error(`taskfence: dispatch ${dispatchId} passed every check but did not complete`);
-    const row: DispatchContextRow = { ...dispatch, status: 'completed', updated_at: now, ended_at: now };
+    const row: DispatchContextRow = extend(dispatch, { status: 'completed' as const, updated_at: now, ended_at: now });
     await auditLeaseActs(ctx, trx, now, [dispatchAct('released', row, { status: 'completed' })]);
     // `COMPLETE` moved the task's dependents too, once the task moved to done.
     const task =
@@ -651,9 +651,13 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
         if (read && next !== null && next.agentId !== null && read.agent_found === null) return AGENT_MISSING;
         if (!read?.ended || read.dispatch === null) return null;
         const { moved_task: moved, task_before: before, dispatch } = read;
-        const row: DispatchContextRow = { ...dispatch, status: 'completed', updated_at: now, ended_at: now };
+        const row: DispatchContextRow = extend(dispatch, {
+          status: 'completed' as const,
+          updated_at: now,
+          ended_at: now,
+        });
         const done = { dispatch: toDispatch(row), task: toTask((moved ?? before) as unknown as TaskRow) };
-        return next === null ? done : { ...done, next: read.next === null ? null : toDispatch(read.next) };
+        return next === null ? done : extend(done, { next: read.next === null ? null : toDispatch(read.next) });
       },
       { first: complete, commit: true },
     );
@@ -678,8 +682,8 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
     const made =
       runId === null
         ? null
-        : await claimAfterCompletion(trx, { ...next, runId, terminalHandle: done.dispatch.terminalHandle });
-    return { ...done, next: made === null ? null : toDispatch(made) };
+        : await claimAfterCompletion(trx, extend(next, { runId, terminalHandle: done.dispatch.terminalHandle }));
+    return extend(done, { next: made === null ? null : toDispatch(made) });
   }
 
   /**
@@ -1107,7 +1111,7 @@ export function createDispatchRepository(ctx: StoreContext): DispatchRepository 
           await dialect.lockKey(trx, dispatchTaskLockKey(active.task_id));
           const failed = await failDispatchIn(ctx, trx, active.id, error, ctx.clock.now(), dialect.supportsSkipLocked);
           if (!failed) continue; // ended meanwhile: look again
-          first ??= { ...failed, escalateTo: await escalationFor(trx, await rowOf(trx, failed.dispatch.id)) };
+          first ??= extend(failed, { escalateTo: await escalationFor(trx, await rowOf(trx, failed.dispatch.id)) });
         }
       });
     },

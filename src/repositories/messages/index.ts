@@ -3,6 +3,7 @@ import { InvalidArgumentError, UnknownRecipientError } from '../../errors.js';
 import type { Database, MessageRow } from '../../schema/database.js';
 import { inboxTopic } from '../../protocol.js';
 import { clampTimerMs } from '../../timers.js';
+import { extend } from '../../objects.js';
 import { runBound } from '../../query/prepared.js';
 import { optionalTraceContext, toTraceContext } from '../shared/trace-context.js';
 import type { StoreContext } from '../context.js';
@@ -67,7 +68,11 @@ export function toMessage(row: MessageRow): Message {
 
 /** A handed-out row as a received message. */
 function toReceived(row: MessageRow): ReceivedMessage {
-  return { ...toMessage(row), receipt: row.receipt!, attempt: Number(row.attempts), visibleAgainAt: row.visible_at! };
+  return extend(toMessage(row), {
+    receipt: row.receipt!,
+    attempt: Number(row.attempts),
+    visibleAgainAt: row.visible_at!,
+  });
 }
 
 /** Oldest first: the send order. */

@@ -24,6 +24,7 @@ import { auditLeaseActs, type LeaseActRecord } from '../shared/audit.js';
 import { loadSnapshot, requireTaskExists, snapshotsOf } from './rows.js';
 import { activeClaim, claimResource, readResource, type ResourceState } from './statements.js';
 import type { CleanupAdmission, CleanupClaim, CleanupSnapshot, CleanupTarget } from './types.js';
+import { extend } from '../../objects.js';
 
 type Trx = Transaction<Database>;
 
@@ -167,7 +168,7 @@ export async function claimCleanup(
     if (movedSince(snapshot, state)) return { ok: false, error: await markStale(trx, snapshot, state, now) };
     const expiresAt = now + ttlMs;
     const fence = { id: snapshot.resourceId, owner: snapshot.ownerTaskId, generation: snapshot.generation };
-    if (!(await claimResource(trx, kind, { ...fence, claimant, expiresAt, now }))) {
+    if (!(await claimResource(trx, kind, extend(fence, { claimant, expiresAt, now })))) {
       const claim = activeClaim(state!, now);
       if (claim) {
         const error = new CleanupInProgressError(kind, snapshot.resourceId, claim.claimant, claim.expiresAt);

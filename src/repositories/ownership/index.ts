@@ -41,6 +41,7 @@ import {
   type CleanupSnapshot,
   type OwnershipRepository,
 } from './types.js';
+import { extend } from '../../objects.js';
 
 /** Upper bound of `listPendingCleanups`' `limit`. */
 export const MAX_PENDING_CLEANUPS_LIMIT = 10_000;
@@ -76,7 +77,7 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
   const endClaim =
     (claim: CleanupClaim, remove: boolean, settle: Parameters<typeof settleSnapshot>[4]) =>
     async (trx: Parameters<typeof settleSnapshot>[0], snapshot: CleanupSnapshot, now: number) => {
-      const p = { ...fenceOf(snapshot), claimant: claim.claimant, now, remove };
+      const p = extend(fenceOf(snapshot), { claimant: claim.claimant, now, remove });
       if (!(await endResourceClaim(trx, snapshot.resourceKind, p))) return null;
       const detail = { state: settle.state, ...(settle.last_error ? { error: settle.last_error } : {}) };
       await auditLeaseActs(ctx, trx, now, [cleanupAct('released', snapshot.id, claim.claimant, claim.attempt, detail)]);
@@ -273,7 +274,7 @@ export function createOwnershipRepository(ctx: StoreContext): OwnershipRepositor
         { unexpired: true },
         async (trx, snapshot, now) => {
           const expiresAt = now + ttlMs;
-          const p = { ...fenceOf(snapshot), claimant: claim.claimant, expiresAt, now };
+          const p = extend(fenceOf(snapshot), { claimant: claim.claimant, expiresAt, now });
           if (!(await renewResourceClaim(trx, snapshot.resourceKind, p))) return null;
           await trx
             .updateTable('cleanup_snapshots')

@@ -35,6 +35,7 @@ import {
   type PathLeaseGrant,
   type TryAcquirePathsResult,
 } from './types.js';
+import { extend } from '../../objects.js';
 
 /** Live leases of any grant overlapping any of `keys`, the first few (see `buildPathConflictQuery`). */
 export async function findConflicts(
@@ -252,7 +253,7 @@ async function grantInOne(
   const rows = await orMissingWorkspace(
     ctx,
     workspaceId,
-    GRANT.execute(trx, { ...params, stored, holder, taskId, expiresAt }),
+    GRANT.execute(trx, extend(params, { stored, holder, taskId, expiresAt })),
   );
   const seen = new Set<string>();
   const conflicts: PathLeaseConflict[] = [];

@@ -19,6 +19,7 @@ import { findConflicts } from './acquire.js';
 import { RENEW_IF_LIVE } from './statements.js';
 import { prepared, runBound } from '../../query/prepared.js';
 import { PathLeaseLostError, type PathLeaseGrant } from './types.js';
+import { extend } from '../../objects.js';
 
 type Trx = Transaction<Database>;
 
@@ -38,12 +39,13 @@ export function requirePathGrant(value: unknown, field = 'lease'): PathLeaseGran
     );
   if (!Array.isArray(keys) || !keys.every((k) => typeof k === 'string'))
     throw new InvalidArgumentError(`${field}.keys`, 'must be the array of keys the claim returned');
-  return Object.freeze({
-    ...lease,
-    workspaceId: lease.resource,
-    keys: Object.freeze([...keys]),
-    taskId: optionalId(`${field}.taskId`, taskId) ?? null,
-  });
+  return Object.freeze(
+    extend(lease, {
+      workspaceId: lease.resource,
+      keys: Object.freeze([...keys]),
+      taskId: optionalId(`${field}.taskId`, taskId) ?? null,
+    }),
+  );
 }
 
 /** The latest token granted in the workspace, or 0. */
@@ -152,7 +154,7 @@ async function renewIfLive(
 ): Promise<boolean> {
   const grant = { workspaceId: lease.resource, token: lease.token, holder: lease.holder };
   if (ctx.dialect.writableCtes && lease.keys.length > 0) {
-    const row = await RENEW_IF_LIVE.first(trx, { ...grant, now, expiresAt, keys: lease.keys.length });
+    const row = await RENEW_IF_LIVE.first(trx, extend(grant, { now, expiresAt, keys: lease.keys.length }));
     return row?.live === true;
   }
   if (!(await isLive(trx, lease, now))) return false;
@@ -195,7 +197,7 @@ export async function renewGrant(
             detail: { keys: lease.keys, expiresAt },
           },
         ]);
-        return Object.freeze({ ...lease, expiresAt });
+        return Object.freeze(extend(lease, { expiresAt }));
       }
       throw new PathLeaseLostError(lease.resource, lease.token, await lostGrantReason(trx, lease, now));
     },

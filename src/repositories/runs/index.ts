@@ -48,6 +48,7 @@ import {
   type StartedCoordinatorRun,
   type StoppedRunStatus,
 } from './types.js';
+import { extend } from '../../objects.js';
 
 const STOPPED_STATUSES: readonly StoppedRunStatus[] = ['completed', 'failed', 'cancelled'];
 const RUN_STATUSES: readonly CoordinatorRunStatus[] = ['running', ...STOPPED_STATUSES];
@@ -120,7 +121,7 @@ export function createRunRepository(ctx: StoreContext): RunRepository {
           spec: [spec, row.spec],
           ...(chosenHandle !== null ? { coordinatorHandle: [chosenHandle, row.coordinator_handle] } : {}),
         });
-        return { ...toCoordinatorRun(row), adoptedTaskCount: 0 };
+        return extend(toCoordinatorRun(row), { adoptedTaskCount: 0 });
       };
       for (let attempt = 1; ; attempt++) {
         const id = chosenId ?? ctx.newId();

@@ -34,6 +34,7 @@ import {
   type SemaphoreLease,
   type SemaphoreRepository,
 } from './types.js';
+import { extend } from '../../objects.js';
 
 type Trx = Transaction<Database>;
 
@@ -323,7 +324,7 @@ export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepositor
       (value as { limit?: unknown }).limit,
       'limit the lease was granted under',
     );
-    return { ...lease, limit };
+    return extend(lease, { limit });
   }
 
   return {
@@ -382,7 +383,7 @@ export function createSemaphoreRepository(ctx: StoreContext): SemaphoreRepositor
           .returning(['holder', 'expires_at'])
           .executeTakeFirst();
         if (row) {
-          const renewed = Object.freeze({ ...lease, holder: row.holder, expiresAt: Number(row.expires_at) });
+          const renewed = Object.freeze(extend(lease, { holder: row.holder, expiresAt: Number(row.expires_at) }));
           await auditLeaseActs(ctx, trx, now, [
             {
               act: 'renewed',
