@@ -12,7 +12,8 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { openStore, type Store } from '../src/index.js';
+import type { Store } from '../src/index.js';
+import { openStore } from './lib/taskfence.js';
 import { BenchDatabases } from './lib/databases.js';
 import { describeMachine } from './lib/machine.js';
 import { measure, median, round, type Figures } from './lib/stats.js';

@@ -7,7 +7,8 @@
  */
 import pg from 'pg';
 import { makeWorkerUtils, Logger } from 'graphile-worker';
-import { openStore, type Lease, type Store } from '../src/index.js';
+import type { Lease, Store } from '../src/index.js';
+import { openStore } from './lib/taskfence.js';
 import type { BenchDatabases } from './lib/databases.js';
 import { median, round } from './lib/stats.js';
 

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { openStore } from '../src/index.js';
+import { openStore } from './lib/taskfence.js';
 import type { BenchDatabases } from './lib/databases.js';
 import { median, percentile, round } from './lib/stats.js';
 import { seedFixture } from './ops.js';

@@ -12,7 +12,8 @@
  * the length of a case (default 20 s).
  */
 import pg from 'pg';
-import { openStore, type Store } from '../src/index.js';
+import type { Store } from '../src/index.js';
+import { openStore } from './lib/taskfence.js';
 import type { BenchDatabases } from './lib/databases.js';
 import { round } from './lib/stats.js';
 

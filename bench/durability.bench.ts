@@ -8,7 +8,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { openStore, type Store } from '../src/index.js';
+import type { Store } from '../src/index.js';
+import { openStore } from './lib/taskfence.js';
 import { median, round } from './lib/stats.js';
 
 const ITERATIONS = 500;

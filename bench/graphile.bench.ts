@@ -7,7 +7,8 @@
  * queue row; taskfence writes and fences three rows across two tables. Cycles per second.
  */
 import { makeWorkerUtils, run, type Runner } from 'graphile-worker';
-import { openStore, type Store } from '../src/index.js';
+import type { Store } from '../src/index.js';
+import { openStore } from './lib/taskfence.js';
 import type { BenchDatabases } from './lib/databases.js';
 import { median, round } from './lib/stats.js';
 

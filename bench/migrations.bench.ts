@@ -3,7 +3,7 @@ import { copyFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import pg from 'pg';
-import { openStore } from '../src/index.js';
+import { openStore } from './lib/taskfence.js';
 import { BenchDatabases, databaseName } from './lib/databases.js';
 import { median, round } from './lib/stats.js';
 

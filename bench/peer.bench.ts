@@ -1,5 +1,5 @@
 import PgBoss from 'pg-boss';
-import { openStore } from '../src/index.js';
+import { openStore } from './lib/taskfence.js';
 import type { BenchDatabases } from './lib/databases.js';
 import { measure, median, round } from './lib/stats.js';
 

@@ -1,4 +1,4 @@
-import { openStore } from '../src/index.js';
+import { openStore } from './lib/taskfence.js';
 import { encodePathLeaseKey } from '../src/domain/write-paths.js';
 import type { BenchDatabases } from './lib/databases.js';
 import { median, percentile, round } from './lib/stats.js';

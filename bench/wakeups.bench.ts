@@ -4,7 +4,8 @@
  * each PostgreSQL figure is.
  */
 import pg from 'pg';
-import { openStore, type Store } from '../src/index.js';
+import type { Store } from '../src/index.js';
+import { openStore } from './lib/taskfence.js';
 import type { BenchDatabases } from './lib/databases.js';
 import { median, percentile, round } from './lib/stats.js';
 
