@@ -18,7 +18,7 @@ const ops = {
   lockCycle: async () => {
     const claim = await store.locks.claimWorkspaceLock(lockWs, { holder: tag, runId: 'r', ttlMs: 60_000 });
     if (claim.status !== 'acquired') throw new Error('busy');
-    await store.locks.releaseWorkspaceLock(lockWs, { token: claim.token });
+    await store.locks.releaseWorkspaceLock(claim.lease);
   },
   pathCycle: async () => {
     const r = await store.paths.tryAcquirePaths({
