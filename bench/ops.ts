@@ -4,8 +4,15 @@
  * `onQuery`). Each pair runs on its own copy of the same fixture.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { leaseKeys, normalizeWritePath, type Store } from '../src/index.js';
-import { encodePathLeaseKey, storedPathAncestorKeys, storedPathDescendantRange } from '../src/domain/write-paths.js';
+// Types and pure helpers only: the store under measurement is the build's (./lib/taskfence.ts).
+import type { Store } from '../src/index.js';
+import {
+  encodePathLeaseKey,
+  leaseKeys,
+  normalizeWritePath,
+  storedPathAncestorKeys,
+  storedPathDescendantRange,
+} from '../src/domain/write-paths.js';
 import { barrierLockKey, ownedResourceLockKey, pathsLockKey, runTargetLockKey } from '../src/protocol.js';
 import { placeholders, type RawClient } from './lib/raw.js';
 
