@@ -18,6 +18,8 @@ export interface ContentionRow {
   p99Ms: number;
   retries: number;
   errors: number;
+  /** The first failed call's message, when `errors` > 0. */
+  firstError: string | null;
 }
 
 /**
@@ -88,6 +90,7 @@ export async function benchContention(
             p99Ms: percentile(latencies, 99),
             retries: results.reduce((n, x) => n + x.retries, 0),
             errors,
+            firstError: results.find((x) => x.firstError)?.firstError ?? null,
           });
         }
         samples.sort((a, b) => a.opsPerSec - b.opsPerSec);
@@ -97,6 +100,7 @@ export async function benchContention(
           opsPerSec: round(mid.opsPerSec, 0),
           p99Ms: round(mid.p99Ms, 2),
           errors: samples.reduce((n, s) => n + s.errors, 0),
+          firstError: samples.find((s) => s.firstError)?.firstError ?? null,
           retries: round(median(samples.map((s) => s.retries)), 0),
         };
         rows.push(row);

@@ -2,6 +2,9 @@
  * `npm run bench`: measures taskfence on both dialects against raw-driver baselines in the same
  * run, and writes bench/results/<date>.{json,md} and bench/results/latest.md.
  * `npm run bench -- --quick` runs smaller sizes (for checking that the benchmark itself works).
+ * `--check` (with `--quick`: `npm run bench:check`, a CI pass) writes no result files and exits
+ * non-zero when any measured call failed, so benchmark code that no longer matches the API
+ * fails CI instead of printing figures of failed calls.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -19,6 +22,7 @@ import { benchDeliveryCycles, benchKeyOverhead, deliveryTable, keyOverheadTable 
 import { benchCommitFloor, benchInboxDrain, benchWakeups, drainTable, wakeupTable } from './wakeups.bench.js';
 
 const quick = process.argv.includes('--quick');
+const check = process.argv.includes('--check');
 const only = process.argv
   .find((a) => a.startsWith('--only='))
   ?.slice('--only='.length)
@@ -193,6 +197,13 @@ async function main() {
   } finally {
     await dbs.dropAll();
   }
+  if (check) {
+    const failed = failedRows(sections);
+    for (const line of failed) console.error(`bench check: ${line}`);
+    console.log(`bench check: ${sections.length} sections ran, ${failed.length} with failed calls`);
+    if (failed.length > 0) process.exitCode = 1;
+    return;
+  }
   const stamp = machine.date.slice(0, 10);
   mkdirSync(RESULTS, { recursive: true });
   const name = `${stamp}${quick ? '-quick' : ''}${only ? `-${only.join('-')}` : ''}`;
@@ -244,6 +255,21 @@ async function main() {
     writeFileSync(`${RESULTS}latest.md`, render(merged, stamp) + '\n');
   }
   console.log(md);
+}
+
+/** Every row of every section that counted failed calls (`errors` > 0), described in one line. */
+function failedRows(sections: readonly Section[]): string[] {
+  const failed: string[] = [];
+  const visit = (value: unknown, title: string): void => {
+    if (Array.isArray(value)) for (const item of value) visit(item, title);
+    else if (value !== null && typeof value === 'object') {
+      const row = value as Record<string, unknown>;
+      if (typeof row.errors === 'number' && row.errors > 0) failed.push(`${title}: ${JSON.stringify(row)}`);
+      for (const [key, child] of Object.entries(row)) if (key !== 'errors') visit(child, title);
+    }
+  };
+  for (const section of sections) visit(section.data, section.title);
+  return failed;
 }
 
 main().catch((error) => {
