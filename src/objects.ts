@@ -7,8 +7,8 @@
  * this, measured on the benchmark machine. Node 22 and 24 build either in about 0.1 µs.
  */
 export function extend<A extends object, B extends object>(base: A, extra: B): Omit<A, keyof B> & B {
-  // Object.assign sets `__proto__` through its setter where a spread defines an own key: a base
-  // that carries one (a caller's input from JSON.parse) is copied as a spread copies it.
-  if (Object.prototype.hasOwnProperty.call(base, '__proto__')) return { ...base, ...extra };
+  // Object.assign sets `__proto__` through its setter where a spread defines an own key: an
+  // object that carries one (a caller's input from JSON.parse) is copied as a spread copies it.
+  if (Object.hasOwn(base, '__proto__') || Object.hasOwn(extra, '__proto__')) return { ...base, ...extra };
   return Object.assign({}, base, extra);
 }

@@ -25,4 +25,13 @@ describe('extend', () => {
     expect((copy as { polluted?: unknown }).polluted).toBeUndefined();
     expect(Object.getOwnPropertyNames(copy)).toEqual(Object.getOwnPropertyNames(spread));
   });
+
+  it('keeps an own __proto__ key of a parsed extra as a key, not a prototype', () => {
+    const extra = JSON.parse('{"__proto__": {"polluted": true}, "kind": "x"}') as object;
+    const copy = extend({ id: 't1' }, extra);
+    const spread = { id: 't1', ...extra };
+    expect(Object.getPrototypeOf(copy)).toBe(Object.prototype);
+    expect((copy as { polluted?: unknown }).polluted).toBeUndefined();
+    expect(Object.getOwnPropertyNames(copy)).toEqual(Object.getOwnPropertyNames(spread));
+  });
 });
