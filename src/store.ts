@@ -152,7 +152,7 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
   const dialect =
     location.dialect === 'sqlite'
       ? await openSqliteDialect(location.filename, options, observers)
-      : await openPostgresDialect(location.connectionString, { ...options, schema: location.schema }, observers);
+      : await openPostgresDialect(location.connectionString, extend(options, { schema: location.schema }), observers);
   const migrator = new Migrator(dialect);
   // The compatibility window (a refusal closes the dialect again), and this store in the registry `migrate --to` reads.
   const unregister = await openRegistration(dialect, TASKFENCE_RELEASE, LATEST_VERSION).catch(
@@ -216,12 +216,12 @@ export async function openStore(urlOrOptions?: string | StoreOptions): Promise<S
       if (batch.leases.length === 0) return { renewed: [], lost: [] };
       return store.transaction((tx) => renewLeasesIn(tx, batch.leases, batch.ttlMs));
     },
-    stats: (): StoreStats => ({
-      ...events.counters,
-      retries: { ...events.counters.retries },
-      transactions: dialect.stats.transactions ?? 0,
-      pool: dialect.connectionStats?.() ?? null,
-    }),
+    stats: (): StoreStats =>
+      extend(events.counters, {
+        retries: { ...events.counters.retries },
+        transactions: dialect.stats.transactions ?? 0,
+        pool: dialect.connectionStats?.() ?? null,
+      }),
     close: async () => {
       await unregister();
       await dialect.close();
@@ -268,7 +268,7 @@ function storeLocation(options: StoreOptions): DatabaseLocation {
     return location;
   }
   const schema = mergeSchema(options.schema, location.schema);
-  return schema === undefined ? location : { ...location, schema };
+  return schema === undefined ? location : extend(location, { schema });
 }
 
 function mergeSchema(option: string | undefined, fromUrl: string | undefined): string | undefined {

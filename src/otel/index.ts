@@ -188,7 +188,7 @@ export function traceStore(store: Store, options: TraceStoreOptions = {}): Store
     );
   };
   // The store is a frozen object of closures: a copy with the traced areas is the store itself.
-  return Object.freeze({ ...store, ...areas, transaction });
+  return Object.freeze(Object.assign({}, store, areas, { transaction }));
 }
 
 export { registerStoreMetrics, type StoreMetrics, type StoreMetricsOptions } from './metrics.js';

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { KyselyPlugin } from 'kysely';
+import { extend } from '../../objects.js';
 
 /**
  * A host's `pg.Pool` as taskfence's driver sees it: every query carries taskfence's type parsers
@@ -28,7 +29,7 @@ export function hostPool(pool: pg.Pool, types: pg.CustomTypesConfig, onIdleError
                 !('submit' in config) &&
                 (config as pg.QueryConfig).types === undefined;
               return (target.query as (...args: unknown[]) => unknown)(
-                plain ? { ...(config as pg.QueryConfig), types } : config,
+                plain ? extend(config as pg.QueryConfig, { types }) : config,
                 ...rest,
               );
             };

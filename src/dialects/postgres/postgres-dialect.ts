@@ -60,6 +60,7 @@ import {
   type WriteTransactionOptions,
 } from '../types.js';
 import { MIGRATION_LOCK_PREFIX, migrationLockKey, schemaLockKey } from '../../protocol.js';
+import { extend } from '../../objects.js';
 
 /** The migration lock's key: one per schema, so two schemas in one database migrate independently. */
 const MIGRATION_KEY = sql`hashtextextended(${sql.lit(MIGRATION_LOCK_PREFIX)} || current_schema(), 0)`;
@@ -180,7 +181,7 @@ export async function openPostgresDialect(
   const hostList = options.pool ? undefined : parsePostgresHostList(connectionString);
   // With the host's pool, sessions of taskfence's own (the migration lock) use the pool's settings.
   const config = options.pool
-    ? { ...options.pool.options, types }
+    ? extend(options.pool.options, { types })
     : postgresClientConfig(hostList?.connectionString ?? connectionString, options);
   const router = hostList ? new HostRouter(hostList, config) : undefined;
   const target = options.pool ? 'postgres (host pool)' : redactDatabaseUrl(connectionString);
@@ -192,7 +193,7 @@ export async function openPostgresDialect(
   const onIdleError = (error: Error) => stats.onIdleConnectionLost?.(error);
   const pool = options.pool
     ? hostPool(options.pool, types, onIdleError)
-    : new pg.Pool({ ...config, max: options.poolSize ?? 10, ...(router ? { Client: router.clientClass() } : {}) });
+    : new pg.Pool(extend(config, { max: options.poolSize ?? 10, ...(router ? { Client: router.clientClass() } : {}) }));
   if (!options.pool) {
     pool.on('error', onIdleError);
     // And every client carries a listener from the moment the pool connects it, so a fault can never
@@ -489,10 +490,9 @@ class PostgresStoreDialect implements StoreDialect {
    * recorded. A lost guard connection releases the lock with its transaction.
    */
   async withMigrationSession<T>(fn: (db: Kysely<Schema>) => Promise<T>, options: MigrationLockOptions): Promise<T> {
-    const guard = new this.#config.sessionClient({
-      ...this.#config.clientConfig,
-      application_name: 'taskfence-migrate',
-    });
+    const guard = new this.#config.sessionClient(
+      extend(this.#config.clientConfig, { application_name: 'taskfence-migrate' }),
+    );
     guard.on('error', () => {});
     const query = async (text: string) => {
       try {

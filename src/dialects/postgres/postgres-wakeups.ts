@@ -4,6 +4,7 @@ import type { Database } from '../../schema/database.js';
 import { Backoff } from '../backoff.js';
 import { schemaTopic, WAKE_CHANNEL } from '../../protocol.js';
 import { DEFAULT_WAKE_FALLBACK_MS, WaiterRegistry, type Wakeups } from '../wakeups.js';
+import { extend } from '../../objects.js';
 
 /**
  * PostgreSQL: `pg_notify` inside the writer's transaction (delivered at commit), and one
@@ -37,7 +38,7 @@ export class PostgresWakeups implements Wakeups {
     readonly schema?: string | undefined;
     readonly Client?: typeof pg.Client;
   }) {
-    this.#config = { ...options.clientConfig, application_name: 'taskfence-listen' };
+    this.#config = extend(options.clientConfig, { application_name: 'taskfence-listen' });
     this.fallbackMs = options.fallbackMs ?? DEFAULT_WAKE_FALLBACK_MS;
     this.enabled = options.enabled ?? true;
     this.#schema = options.schema;
