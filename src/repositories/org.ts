@@ -29,13 +29,16 @@ export interface Agent {
  * other input is `AlreadyExistsError`; a missing company or workspace is `NotFoundError`.
  */
 export interface OrgRepository {
+  /** Creates a company (a tenant): every workspace, agent, project and task belongs to one. */
   createCompany(input: { id?: string; name: string }): Promise<Company>;
+  /** Creates a workspace (a working directory, `rootPath`) of a company. */
   createWorkspace(input: {
     id?: string;
     companyId: string;
     name: string;
     rootPath?: string | null;
   }): Promise<WorkspaceRecord>;
+  /** Creates an agent of a company, with an optional role, department and home workspace. */
   createAgent(input: {
     id?: string;
     companyId: string;
@@ -44,14 +47,18 @@ export interface OrgRepository {
     department?: string | null;
     workspaceId?: string | null;
   }): Promise<Agent>;
+  /** Creates a project of a company: a group of tasks with an optional primary workspace. */
   createProject(input: {
     id?: string;
     companyId: string;
     name: string;
     primaryWorkspaceId?: string | null;
   }): Promise<Project>;
+  /** The workspace, or null if there is none with that id. */
   getWorkspace(id: string): Promise<WorkspaceRecord | null>;
+  /** The agent, or null if there is none with that id. */
   getAgent(id: string): Promise<Agent | null>;
+  /** The project, or null if there is none with that id. */
   getProject(id: string): Promise<Project | null>;
   /** Like `getAgent`, but a missing agent is a `NotFoundError`. */
   requireAgent(id: string): Promise<Agent>;

@@ -166,6 +166,7 @@ export interface TaskRepository {
    * ]);
    */
   createTasks(inputs: readonly CreateTaskInput[]): Promise<Task[]>;
+  /** The task, or null if there is none with that id. */
   getTask(id: string): Promise<Task | null>;
   /** Like `getTask`, but a missing task is a `NotFoundError`. */
   requireTask(id: string): Promise<Task>;
