@@ -24,6 +24,7 @@ export type { StoreDialect, ErrorKind, DialectOptions, ColumnTypes, JoinedTransa
 // Errors (README, Errors): every class a caller may catch.
 export {
   TaskfenceError,
+  DatabaseFaultError,
   InvalidDatabaseUrlError,
   DatabaseUnavailableError,
   StorageFullError,

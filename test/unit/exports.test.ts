@@ -37,6 +37,7 @@ const PUBLIC_EXPORTS = [
   'DISPATCH_FAILURE_LIMIT',
   'DISPATCH_TRANSITIONS',
   'DataLossError',
+  'DatabaseFaultError',
   'DatabaseUnavailableError',
   'DispatchAlreadyActiveError',
   'DispatchLeaseLostError',
