@@ -66,7 +66,9 @@ export interface StoreOptions extends DialectOptions {
 export interface Store extends Repositories {
   /** The typed query builder on this store's connection(s). */
   readonly db: Kysely<Database>;
+  /** The store's dialect: `dialect.kind` is `'sqlite'` or `'postgres'`. */
   readonly dialect: StoreDialect;
+  /** Where the store's database is, as parsed from its URL (`parseDatabaseUrl`). */
   readonly location: DatabaseLocation;
   /** Schema drift, a live self-test of the engine's guarantees, and the environment; changes nothing. See `runDoctor`. */
   doctor(options?: DoctorOptions): Promise<DoctorReport>;
@@ -125,6 +127,10 @@ export interface Store extends Repositories {
   renewLeases(leases: readonly Lease[], options?: { readonly ttlMs?: number }): Promise<RenewedLeases>;
   /** Counters since the store opened: transactions, retries by kind, conflicts, refusals, leases lost, runs reconciled, pool usage. */
   stats(): StoreStats;
+  /**
+   * Closes the store: unregisters its release, stops its wake-up listener and closes the
+   * connection (SQLite) or the pool it opened (PostgreSQL; a host's pool is left open).
+   */
   close(): Promise<void>;
 }
 

@@ -28,15 +28,21 @@ import { SEMAPHORE_OUTCOMES } from './semaphores/types.js';
 
 /** The repository groups a store exposes, one per area of the spec. */
 export interface Repositories {
+  /** Companies, workspaces, agents and projects. */
   readonly org: OrgRepository;
+  /** Tasks: creation (with dependencies), reads, transitions and the dependency graph. */
   readonly tasks: TaskRepository;
-  /** SPEC §3 */
+  /** Coordinator runs: start, heartbeat, stop, and reconciling stale ones (SPEC §3). */
   readonly runs: RunRepository;
+  /** Dispatches of tasks to terminals: the ready queue, completion and dispatch leases (SPEC §3). */
   readonly dispatches: DispatchRepository;
+  /** Decision gates that block a task until resolved, resumed exactly once (SPEC §3). */
   readonly gates: GateRepository;
+  /** Messages between handles: send, leased receive and ack, delivery (SPEC §3). */
   readonly messages: MessageRepository;
-  /** SPEC §4 */
+  /** Workspace locks and task leases (SPEC §4). */
   readonly locks: LockRepository;
+  /** Lock-mode resolution and dispatch decisions (SPEC §4). */
   readonly scheduler: SchedulerRepository;
   /** SPEC §5 */
   readonly paths: PathLeaseRepository;

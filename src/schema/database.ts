@@ -38,6 +38,7 @@ export type EpochMs = number;
 /** A 0/1 flag. */
 export type Flag = 0 | 1;
 
+/** Every status a task can have (`TASK_TRANSITIONS` says which moves between them are allowed). */
 export const TASK_STATUSES = [
   'backlog',
   'todo',

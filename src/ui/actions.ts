@@ -23,6 +23,7 @@ export interface ActionResult {
   readonly auditId: string;
 }
 
+/** Every operator action the dashboard and `runOperatorAction` offer; each is audited. */
 export const OPERATOR_ACTIONS = [
   'release-workspace-lock',
   'release-task-lease',
