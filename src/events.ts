@@ -30,6 +30,7 @@ export const TASKFENCE_CHANNELS = Object.freeze({
   connectionLost: 'taskfence:connection:lost',
 });
 
+/** Every event a store emits (`onEvent`, and the `TASKFENCE_CHANNELS` diagnostics channels), told apart by `type`. */
 export type TaskfenceEvent =
   | { readonly type: 'transaction.retry'; readonly kind: ErrorKind; readonly attempt: number; readonly delayMs: number }
   | { readonly type: 'conflict'; readonly operation: string; readonly code: string | null }

@@ -36,6 +36,7 @@ import type { Lease } from './repositories/shared/lease.js';
 import { requireInput } from './repositories/validate.js';
 import { extend } from './objects.js';
 
+/** What `openStore` takes: the URL, the dialect's settings (`DialectOptions`) and the store's own. */
 export interface StoreOptions extends DialectOptions {
   /** A database URL; default `TASKFENCE_DATABASE_URL`, else `sqlite:./taskfence.db`. */
   readonly url?: string;

@@ -67,6 +67,7 @@ export interface StoreTransaction extends Repositories {
   assertLease(lease: Lease): Promise<void>;
 }
 
+/** Options of `store.transaction(fn, options)`. */
 export interface TransactionOptions {
   /** Give up retrying SQLITE_BUSY / serialization failures / deadlocks after this long (default: the store's writeDeadlineMs). */
   readonly deadlineMs?: number;

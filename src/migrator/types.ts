@@ -9,6 +9,7 @@ export interface AppliedMigration {
   readonly durationMs: number;
 }
 
+/** `store.migrationStatus()`: the applied, pending, modified and unknown migrations (the CLI's `status`). */
 export interface MigrationStatus {
   /** The highest applied version, 0 for an empty database. */
   readonly currentVersion: number;
@@ -76,6 +77,7 @@ export type MigrationEvent =
       readonly delayMs: number;
     };
 
+/** Options of `store.migrate` (and `Migrator.migrate`): the target, adoption, the lock wait and the guards. */
 export interface MigrateOptions {
   /** Target version: up or down to it. Default: the latest. 0 reverts everything. */
   readonly to?: number;
@@ -126,6 +128,7 @@ export interface MigrateOptions {
   readonly now?: number;
 }
 
+/** What a `migrate` did: from which version to which, and the versions it applied or reverted. */
 export interface MigrateResult {
   readonly fromVersion: number;
   readonly toVersion: number;

@@ -32,6 +32,7 @@ import {
 } from './gate-resume.js';
 import { committed, type OutcomeDeclarations } from './shared/outcomes.js';
 
+/** A decision gate: a question that blocks a task until it is resolved, its resolution consumed once. */
 export interface DecisionGate {
   readonly id: string;
   readonly taskId: string | null;

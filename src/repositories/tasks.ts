@@ -55,6 +55,7 @@ import {
 import { committed, type OutcomeDeclarations } from './shared/outcomes.js';
 import { extend } from '../objects.js';
 
+/** What `createTask` and each item of `createTasks` take. */
 export interface CreateTaskInput {
   readonly id?: string;
   readonly companyId: string;

@@ -16,6 +16,7 @@ export const DISPATCH_FAILURE_LIMIT = 3;
 /** A dispatch's lease lifetime unless the caller says otherwise (5 minutes; heartbeat at about a third of it). */
 export const DEFAULT_DISPATCH_LEASE_TTL_MS = 5 * 60_000;
 
+/** A dispatch: a task handed to an agent's terminal within a run, with its status and lease. */
 export interface Dispatch {
   readonly id: string;
   readonly taskId: string;

@@ -20,6 +20,7 @@ import { committed, type OutcomeDeclarations } from '../shared/outcomes.js';
  */
 export type MessageDeliveryStatus = 'pending' | 'delivered' | 'dead';
 
+/** A message between two handles, with its send order (`seq`) and delivery status. */
 export interface Message {
   readonly id: string;
   /**
@@ -58,6 +59,7 @@ export interface ReceivedMessage extends Message {
   readonly visibleAgainAt: number;
 }
 
+/** What `sendMessage` and each item of `sendMessages` take. */
 export interface SendMessageInput {
   /**
    * The message's id, chosen by the caller so a retry cannot send it twice: the same id with the
@@ -82,6 +84,7 @@ export interface SendMessageInput {
   readonly traceContext?: TraceContext | null;
 }
 
+/** Options of `receiveMessages`: how many, and how long each hand-out's lease lasts. */
 export interface ReceiveOptions {
   /** At most this many messages (default 100, at most 10 000). */
   readonly limit?: number;

@@ -5,6 +5,7 @@ import type { CoordinatorRunLease } from '../shared/running-run.js';
 import type { IdempotencyOptions } from '../idempotent.js';
 import { claim, committed, grant, release, renewal, type OutcomeDeclarations } from '../shared/outcomes.js';
 
+/** A coordinator run: the scope of a coordinator's dispatches, gates and messages (SPEC §3). */
 export interface CoordinatorRun {
   readonly id: string;
   /** Unique per run (`coordinator-<hex>` unless the caller chose one): the run's message inbox. */

@@ -5,6 +5,7 @@
 import type { WorkspaceRecord } from '../../domain/workspace.js';
 import type { ProjectRow, TaskRow, TaskStatus, WorkspaceMode, WorkspaceRow } from '../../schema/database.js';
 
+/** A task as the repositories return it: a unit of work, its status, assignment and run scoping. */
 export interface Task {
   readonly id: string;
   readonly companyId: string;
