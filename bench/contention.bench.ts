@@ -125,12 +125,16 @@ export function contentionTable(rows: readonly ContentionRow[]): string {
   ];
   for (const [key, group] of byKey) {
     const [dialect, op] = key.split('|');
-    const one = group.find((g) => g.workers === 1)!;
+    const one = group.find((g) => g.workers === 1);
     const most = group.at(-1)!;
     const errors = group.reduce((n, g) => n + g.errors, 0);
     // A failed call ends early, so a case with failures measured something else: no ratio for it.
     const scaling =
-      errors > 0 ? 'not measured: calls failed' : `${most.workers}: ${round(most.opsPerSec / one.opsPerSec)}`;
+      errors > 0
+        ? 'not measured: calls failed'
+        : one
+          ? `${most.workers}: ${round(most.opsPerSec / one.opsPerSec)}`
+          : 'no 1-worker case';
     lines.push(
       `| ${dialect} | ${op} | ${group.map((g) => `${g.workers}: ${g.opsPerSec} (${g.p99Ms}, ${g.retries})`).join('; ')} | ${errors} | ${scaling} |`,
     );

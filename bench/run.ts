@@ -2,9 +2,10 @@
  * `npm run bench`: measures taskfence on both dialects against raw-driver baselines in the same
  * run, and writes bench/results/<date>.{json,md} and bench/results/latest.md.
  * `npm run bench -- --quick` runs smaller sizes (for checking that the benchmark itself works).
- * `--check` (with `--quick`: `npm run bench:check`, a CI pass) writes no result files and exits
- * non-zero when any measured call failed, so benchmark code that no longer matches the API
- * fails CI instead of printing figures of failed calls.
+ * `--check` (with `--quick`: `npm run bench:check`, a CI pass) runs the overhead and contention
+ * sections with a few calls per case, writes no result files and exits non-zero when any
+ * measured call failed, so benchmark code that no longer matches the API fails CI instead of
+ * printing figures of failed calls.
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -42,7 +43,7 @@ async function main() {
   const want = (name: string) => !only || only.includes(name);
   try {
     if (want('overhead')) {
-      const rows = await benchOverhead(dbs, { iterations: quick ? 200 : 2000, runs: quick ? 1 : 9 });
+      const rows = await benchOverhead(dbs, { iterations: check ? 20 : quick ? 200 : 2000, runs: quick ? 1 : 9 });
       sections.push({
         title: 'Overhead against the raw driver (one connection, sequential)',
         data: rows,
@@ -51,8 +52,16 @@ async function main() {
     }
     if (want('contention')) {
       const rows = await benchContention(dbs, {
-        iterations: quick ? { sqlite: 100, postgres: 50 } : { sqlite: 1000, postgres: 300 },
-        workers: quick ? { sqlite: [1, 2], postgres: [1, 2] } : { sqlite: [1, 2, 4, 8], postgres: [1, 2, 4, 8, 16] },
+        iterations: check
+          ? { sqlite: 20, postgres: 10 }
+          : quick
+            ? { sqlite: 100, postgres: 50 }
+            : { sqlite: 1000, postgres: 300 },
+        workers: check
+          ? { sqlite: [2], postgres: [2] }
+          : quick
+            ? { sqlite: [1, 2], postgres: [1, 2] }
+            : { sqlite: [1, 2, 4, 8], postgres: [1, 2, 4, 8, 16] },
         runs: quick ? 1 : 3,
       });
       sections.push({
