@@ -2,8 +2,8 @@
  * `npm run bench`: measures taskfence on both dialects against raw-driver baselines in the same
  * run, and writes bench/results/<date>.{json,md} and bench/results/latest.md.
  * `npm run bench -- --quick` runs smaller sizes (for checking that the benchmark itself works).
- * `--check` (with `--quick`: `npm run bench:check`, a CI pass) runs the overhead and contention
- * sections with a few calls per case, writes no result files and exits non-zero when any
+ * `--check` (`npm run bench:check`, a CI pass) runs the overhead, contention and batch sections
+ * in quick mode with a few calls per case, writes no result files and exits non-zero when any
  * measured call failed, so benchmark code that no longer matches the API fails CI instead of
  * printing figures of failed calls.
  */
@@ -22,12 +22,15 @@ import { batchesTable, benchBatchBesideActive, benchBatches, besideActiveTable }
 import { benchDeliveryCycles, benchKeyOverhead, deliveryTable, keyOverheadTable } from './delivery.bench.js';
 import { benchCommitFloor, benchInboxDrain, benchWakeups, drainTable, wakeupTable } from './wakeups.bench.js';
 
-const quick = process.argv.includes('--quick');
 const check = process.argv.includes('--check');
-const only = process.argv
-  .find((a) => a.startsWith('--only='))
-  ?.slice('--only='.length)
-  .split(',');
+const quick = check || process.argv.includes('--quick');
+/** The sections `--check` runs unless `--only` names others. */
+const CHECKED = ['overhead', 'contention', 'batches'];
+const only =
+  process.argv
+    .find((a) => a.startsWith('--only='))
+    ?.slice('--only='.length)
+    .split(',') ?? (check ? CHECKED : undefined);
 const adminUrl = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const RESULTS = fileURLToPath(new URL('./results/', import.meta.url));
 
