@@ -175,4 +175,23 @@ describe('public API', () => {
   it('the list is sorted and has no duplicates', () => {
     expect([...new Set(PUBLIC_EXPORTS)].sort()).toEqual(PUBLIC_EXPORTS);
   });
+
+  it('the error families the README names group exactly the exported classes it lists', async () => {
+    const root = (await import('../../src/index.js')) as unknown as Record<string, unknown>;
+    const membersOf = (base: string) =>
+      Object.entries(root)
+        .filter(([, value]) => typeof value === 'function' && value.prototype instanceof (root[base] as never))
+        .map(([name]) => name)
+        .sort();
+    expect(membersOf('DatabaseFaultError')).toEqual([
+      'CommitOutcomeUnknownError',
+      'DatabaseUnavailableError',
+      'LockTimeoutError',
+      'PermissionDeniedError',
+      'ReadOnlyError',
+      'StatementTimeoutError',
+      'StorageFullError',
+    ]);
+    expect(membersOf('LeaseWaitTimeoutError')).toEqual(['PathLeaseTimeoutError', 'SemaphoreTimeoutError']);
+  });
 });
