@@ -28,6 +28,8 @@ import { migration0106 } from './0106_path_grant_function.js';
 import { migration0107 } from './0107_batch_busy_probe.js';
 import { migration0108 } from './0108_inbox_dead_by_array.js';
 import { migration0109 } from './0109_workspace_lock_claim_function.js';
+import { migration0110 } from './0110_path_lease_grant_index.js';
+import { migration0111 } from './0111_drop_path_lease_holder_index.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -62,6 +64,8 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0107,
   migration0108,
   migration0109,
+  migration0110,
+  migration0111,
 ]);
 
 /** The schema version this code expects. */

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sql } from 'kysely';
+import { CompiledQuery, sql } from 'kysely';
 import {
   InvalidArgumentError,
   InvalidWritePathError,
@@ -676,6 +676,61 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
       const everything = await store.paths.tryAcquirePaths(req(quiet, 'me', ['.']));
       expect(everything.acquired).toBe(false);
       if (!everything.acquired) expect(everything.conflicts.length).toBe(10);
+    });
+  });
+
+  describe("a grant's rows", () => {
+    it("release, renewal and assertLease find a grant by its token (path_leases_holder_token_idx), not through the holder's other leases", async () => {
+      const ws = await workspace();
+      // 3,000 live grants of one holder in the workspace (a coordinator leasing for all its tasks).
+      const rows = Array.from({ length: 3_000 }, (_, i) => ({
+        workspace_id: ws,
+        lease_key: `/held/f${i}/`,
+        holder: 'coord',
+        task_id: null,
+        acquired_at: 0,
+        expires_at: 9e12,
+        token: i + 1,
+      }));
+      await store.db
+        .insertInto('path_lease_tokens')
+        .values({ workspace_id: ws, token: 3_000, updated_at: 0 })
+        .execute();
+      for (let i = 0; i < rows.length; i += 500)
+        await store.db
+          .insertInto('path_leases')
+          .values(rows.slice(i, i + 500))
+          .execute();
+      await sql`analyze`.execute(store.db);
+      const statements: { sql: string; parameters: readonly unknown[] }[] = [];
+      const own = await fx.open(url, { onQuery: (q) => statements.push(q) });
+      try {
+        const grant = await own.paths.tryAcquirePaths(req(ws, 'coord', ['src/x']));
+        if (grant.status !== 'acquired') throw new Error('the grant was refused');
+        statements.length = 0;
+        const renewed = await own.paths.renewPaths(grant.lease, { ttlMs: LONG_TTL });
+        await own.transaction(async (tx) => tx.assertLease(renewed));
+        expect((await own.paths.releasePaths(renewed)).released).toEqual(['src/x']);
+        // Every statement that reads or deletes a grant's rows by its token.
+        const byToken = statements.filter(
+          (q) => /path_leases"? /.test(q.sql) && /"?token"? = /.test(q.sql) && !/^\s*insert/i.test(q.sql),
+        );
+        expect(byToken.length, statements.map((q) => q.sql).join('\n')).toBeGreaterThanOrEqual(2);
+        const explain = fx.kind === 'postgres' ? 'explain ' : 'explain query plan ';
+        for (const q of byToken) {
+          // PostgreSQL sends a lone release with BEGIN and COMMIT, its values as literals: explain its own statement.
+          const text = /^begin/i.test(q.sql) ? q.sql.split(';').find((part) => part.includes('path_leases'))! : q.sql;
+          const plan = JSON.stringify(
+            (await own.db.executeQuery(CompiledQuery.raw(explain + text, [...q.parameters]))).rows,
+          );
+          // Mutant "no schema 0110": each reads the holder's 3,000 leases through path_leases_holder_idx;
+          // mutant "0110's index without token": the same through the new index.
+          expect(plan, q.sql).toContain('path_leases_holder_token_idx');
+          expect(plan, q.sql).toMatch(fx.kind === 'postgres' ? /Index Cond: [^"]*token = / : /holder=\? AND token=\?/);
+        }
+      } finally {
+        await own.close();
+      }
     });
   });
 

@@ -39,7 +39,9 @@ describe('docs/schema.md', () => {
     );
     expect(text).toContain('  workspaces ||--o{ path_leases : "workspace_id"');
     expect(text).toContain('  tasks |o--o{ decision_gates : "task_id"');
-    expect(text).toMatch(/^\| `path_leases` \| .* \| 0055 path_leases \| 0095 path_lease_tokens \|$/m);
+    expect(text).toMatch(
+      /^\| `path_leases` \| .* \| 0055 path_leases \| 0095 path_lease_tokens, 0110 path_lease_grant_index, 0111 drop_path_lease_holder_index \|$/m,
+    );
     expect(text).toMatch(/^\| `coordinator_runs` \| .* \| 0005 baseline \| 0007 run_target_guard \|$/m);
     expect(text).toContain(
       "| `coordinator_runs` | `coordinator_runs_one_running_per_target` | `(coalesce(target_key, ''))` | yes | `status = 'running'` |",
