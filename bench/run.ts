@@ -14,7 +14,7 @@ import { describeMachine } from './lib/machine.js';
 import { benchBackfill, benchEmptyToLatest } from './migrations.bench.js';
 import { benchOverhead, overheadTable } from './overhead.bench.js';
 import { benchContention, contentionTable } from './contention.bench.js';
-import { benchPathScaling, scalingTable } from './scaling.bench.js';
+import { benchGrantRelease, benchPathScaling, scalingTable } from './scaling.bench.js';
 import { benchPeer } from './peer.bench.js';
 import { benchGraphilePeer, graphileTable } from './graphile.bench.js';
 import { benchLifecycle, lifecycleTable } from './lifecycle.bench.js';
@@ -80,6 +80,16 @@ async function main() {
         runs: quick ? 1 : 5,
       });
       sections.push({ title: 'Path-lease conflict check as held leases grow', data: rows, table: scalingTable(rows) });
+      const releases = await benchGrantRelease(dbs, {
+        sizes: quick ? [10, 1000] : [10, 1000, 100_000],
+        iterations: quick ? 100 : 500,
+        runs: quick ? 1 : 5,
+      });
+      sections.push({
+        title: "Releasing one grant as the holder's leases grow",
+        data: releases,
+        table: scalingTable(releases, "of the holder's leases"),
+      });
     }
     if (want('peer')) {
       const peer = await benchPeer(dbs, { iterations: quick ? 100 : 1000, runs: quick ? 1 : 5 });
@@ -252,6 +262,7 @@ async function main() {
       'Overhead',
       'Contention',
       'Path-lease',
+      'Releasing one grant',
       'Wake-ups',
       'Inbox',
       'Leased delivery',
