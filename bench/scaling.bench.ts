@@ -1,3 +1,5 @@
+import { sql } from 'kysely';
+import type { Store } from '../src/index.js';
 import { openStore } from './lib/taskfence.js';
 import { encodePathLeaseKey } from '../src/domain/write-paths.js';
 import type { BenchDatabases } from './lib/databases.js';
@@ -9,22 +11,34 @@ export interface ScalingRow {
   p50Ms: number;
 }
 
+/** One measured case: how the workspace's filler rows look, and the call timed beside them. */
+interface ScalingCase {
+  readonly label: string;
+  /** The filler lease `i` of the workspace. */
+  filler(i: number, far: number): { holder: string; token: number | null };
+  /** Runs once after each fill (the token row a grant continues from). */
+  afterFill?(store: Store, workspaceId: string, held: number): Promise<void>;
+  /** One iteration; returns the milliseconds that count. */
+  timed(store: Store, workspaceId: string): Promise<number>;
+}
+
 /**
- * `tryAcquirePaths` p50 with 10, 1,000 and 100,000 live leases of other holders in the same
- * workspace: the conflict check looks up ancestors by equality and descendants by one key range,
- * so its cost should stay flat (target: ≤ 1.5× at 100,000 vs 10).
+ * The p50 of `timed` beside 10, 1,000, 100,000 … filler leases in one workspace, per dialect:
+ * the median over `runs` of each run's p50, the workspace grown between sizes.
  */
-export async function benchPathScaling(
+async function scalingRows(
   dbs: BenchDatabases,
   options: { sizes: number[]; iterations: number; runs: number },
-) {
+  c: ScalingCase,
+  workspaceId: string,
+): Promise<ScalingRow[]> {
   const rows: ScalingRow[] = [];
   for (const dialect of ['sqlite', 'postgres'] as const) {
     const url = dialect === 'sqlite' ? `sqlite:${dbs.sqliteFile()}` : await dbs.postgresUrl();
     const store = await openStore({ url, poolSize: 1 });
     await store.migrate();
-    await store.org.createCompany({ id: 'c', name: 'c' });
-    await store.org.createWorkspace({ id: 'ws', companyId: 'c', name: 'ws' });
+    await store.org.createCompany({ id: `c-${workspaceId}`, name: 'c' });
+    await store.org.createWorkspace({ id: workspaceId, companyId: `c-${workspaceId}`, name: 'ws' });
     let held = 0;
     const far = Date.now() + 86_400_000;
     for (const size of [...options.sizes].sort((a, b) => a - b)) {
@@ -32,37 +46,24 @@ export async function benchPathScaling(
         const batch = [];
         for (let i = held; i < Math.min(size, held + 1000); i++) {
           batch.push({
-            workspace_id: 'ws',
+            workspace_id: workspaceId,
             lease_key: encodePathLeaseKey(`pkg${i % 500}/mod${i}/file.ts`),
-            holder: `other-${i % 64}`,
             task_id: null,
             acquired_at: 0,
             expires_at: far,
+            ...c.filler(i, far),
           });
         }
         await store.db.insertInto('path_leases').values(batch).execute();
         held = Math.min(size, held + 1000);
       }
-      if (dialect === 'postgres')
-        await store.db.executeQuery({
-          sql: 'analyze path_leases',
-          parameters: [],
-          query: { kind: 'RawNode' },
-        } as never);
+      await c.afterFill?.(store, workspaceId, held);
+      if (dialect === 'postgres') await sql`analyze path_leases`.execute(store.db);
       const medians: number[] = [];
       for (let r = 0; r < options.runs; r++) {
         const latencies: number[] = [];
         for (let i = -20; i < options.iterations; i++) {
-          const t0 = performance.now();
-          const result = await store.paths.tryAcquirePaths({
-            workspaceId: 'ws',
-            holder: 'bench',
-            paths: ['src/a', 'docs'],
-            ttlMs: 60_000,
-          });
-          const t = performance.now() - t0;
-          if (!result.acquired) throw new Error('unexpected conflict');
-          await store.paths.releasePaths({ workspaceId: 'ws', holder: 'bench' });
+          const t = await c.timed(store, workspaceId);
           if (i >= 0) latencies.push(t);
         }
         medians.push(
@@ -74,11 +75,41 @@ export async function benchPathScaling(
       }
       const row = { dialect, liveLeases: size, p50Ms: round(median(medians), 3) };
       rows.push(row);
-      console.log(`  path scaling ${dialect} ${size} leases: p50 ${row.p50Ms} ms`);
+      console.log(`  ${c.label} ${dialect} ${size} leases: p50 ${row.p50Ms} ms`);
     }
     await store.close();
   }
   return rows;
+}
+
+/**
+ * `tryAcquirePaths` p50 with 10, 1,000 and 100,000 live leases of other holders in the same
+ * workspace: the conflict check looks up ancestors by equality and descendants by one key range,
+ * so its cost should stay flat (target: ≤ 1.5× at 100,000 vs 10).
+ */
+export function benchPathScaling(dbs: BenchDatabases, options: { sizes: number[]; iterations: number; runs: number }) {
+  return scalingRows(
+    dbs,
+    options,
+    {
+      label: 'path scaling',
+      filler: (i) => ({ holder: `other-${i % 64}`, token: null }),
+      async timed(store, workspaceId) {
+        const t0 = performance.now();
+        const result = await store.paths.tryAcquirePaths({
+          workspaceId,
+          holder: 'bench',
+          paths: ['src/a', 'docs'],
+          ttlMs: 60_000,
+        });
+        const t = performance.now() - t0;
+        if (!result.acquired) throw new Error('unexpected conflict');
+        await store.paths.releasePaths({ workspaceId, holder: 'bench' });
+        return t;
+      },
+    },
+    'ws',
+  );
 }
 
 /**
@@ -87,78 +118,37 @@ export async function benchPathScaling(
  * finds its grant's rows by workspace, holder and token (schema 0110's index), so its cost should
  * stay flat. Before 0110 it read every lease the holder had there.
  */
-export async function benchGrantRelease(
-  dbs: BenchDatabases,
-  options: { sizes: number[]; iterations: number; runs: number },
-) {
-  const rows: ScalingRow[] = [];
-  for (const dialect of ['sqlite', 'postgres'] as const) {
-    const url = dialect === 'sqlite' ? `sqlite:${dbs.sqliteFile()}` : await dbs.postgresUrl();
-    const store = await openStore({ url, poolSize: 1 });
-    await store.migrate();
-    await store.org.createCompany({ id: 'c-grants', name: 'c' });
-    await store.org.createWorkspace({ id: 'ws-grants', companyId: 'c-grants', name: 'ws' });
-    let held = 0;
-    const far = Date.now() + 86_400_000;
-    for (const size of [...options.sizes].sort((a, b) => a - b)) {
-      while (held < size) {
-        const batch = [];
-        // One single-key grant each, as `tryAcquirePaths` would have made them.
-        for (let i = held; i < Math.min(size, held + 1000); i++) {
-          batch.push({
-            workspace_id: 'ws-grants',
-            lease_key: encodePathLeaseKey(`pkg${i % 500}/mod${i}/file.ts`),
-            holder: 'coordinator',
-            task_id: null,
-            acquired_at: 0,
-            expires_at: far,
-            token: i + 1,
-          });
-        }
-        await store.db.insertInto('path_leases').values(batch).execute();
-        held = Math.min(size, held + 1000);
-      }
-      // Later grants take tokens above the filler's.
-      await store.db.deleteFrom('path_lease_tokens').where('workspace_id', '=', 'ws-grants').execute();
-      await store.db
-        .insertInto('path_lease_tokens')
-        .values({ workspace_id: 'ws-grants', token: held + 1_000_000, updated_at: 0 })
-        .execute();
-      if (dialect === 'postgres')
-        await store.db.executeQuery({
-          sql: 'analyze path_leases',
-          parameters: [],
-          query: { kind: 'RawNode' },
-        } as never);
-      const medians: number[] = [];
-      for (let r = 0; r < options.runs; r++) {
-        const latencies: number[] = [];
-        for (let i = -20; i < options.iterations; i++) {
-          const result = await store.paths.tryAcquirePaths({
-            workspaceId: 'ws-grants',
-            holder: 'coordinator',
-            paths: ['src/a'],
-            ttlMs: 60_000,
-          });
-          if (!result.acquired) throw new Error('unexpected conflict');
-          const t0 = performance.now();
-          await store.paths.releasePaths(result.lease);
-          if (i >= 0) latencies.push(performance.now() - t0);
-        }
-        medians.push(
-          percentile(
-            latencies.sort((a, b) => a - b),
-            50,
-          ),
-        );
-      }
-      const row = { dialect, liveLeases: size, p50Ms: round(median(medians), 3) };
-      rows.push(row);
-      console.log(`  grant release ${dialect} beside ${size} of the holder's leases: p50 ${row.p50Ms} ms`);
-    }
-    await store.close();
-  }
-  return rows;
+export function benchGrantRelease(dbs: BenchDatabases, options: { sizes: number[]; iterations: number; runs: number }) {
+  return scalingRows(
+    dbs,
+    options,
+    {
+      label: 'grant release beside the holder’s',
+      // One single-key grant each, as `tryAcquirePaths` would have made them.
+      filler: (i) => ({ holder: 'coordinator', token: i + 1 }),
+      async afterFill(store, workspaceId, held) {
+        // Later grants take tokens above the filler's.
+        await store.db.deleteFrom('path_lease_tokens').where('workspace_id', '=', workspaceId).execute();
+        await store.db
+          .insertInto('path_lease_tokens')
+          .values({ workspace_id: workspaceId, token: held + 1_000_000, updated_at: 0 })
+          .execute();
+      },
+      async timed(store, workspaceId) {
+        const result = await store.paths.tryAcquirePaths({
+          workspaceId,
+          holder: 'coordinator',
+          paths: ['src/a'],
+          ttlMs: 60_000,
+        });
+        if (!result.acquired) throw new Error('unexpected conflict');
+        const t0 = performance.now();
+        await store.paths.releasePaths(result.lease);
+        return performance.now() - t0;
+      },
+    },
+    'ws-grants',
+  );
 }
 
 export function scalingTable(rows: readonly ScalingRow[], leases = 'leases'): string {
