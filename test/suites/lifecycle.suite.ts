@@ -1030,6 +1030,52 @@ export function defineLifecycleSuite(makeFixture: () => DialectFixture) {
       ).rejects.toMatchObject({ code: 'TASK_NOT_DISPATCHABLE', status: 'done' });
     });
 
+    it("a finish reaches its dependents through task_dependencies, never reading the store's blocked or ready tasks", async () => {
+      const statements: { sql: string; parameters: readonly unknown[] }[] = [];
+      const own = await fx.freshStore({ onQuery: (q) => statements.push(q) });
+      try {
+        const ownCompany = (await own.org.createCompany({ name: 'finish' })).id;
+        // 3,000 blocked and 3,000 ready tasks elsewhere in the store.
+        const values = Array.from(
+          { length: 6_000 },
+          (_, i) =>
+            sql`(${`bg${i}`}, ${ownCompany}, 't', ${i % 2 ? 'blocked' : 'ready'}, 0, 0, ${i % 2 ? 'dependencies: waiting for x' : null}, 0)`,
+        );
+        for (let i = 0; i < values.length; i += 500) {
+          await sql`insert into ${tbl(own.db, 'tasks')} (id, company_id, title, status, created_at, updated_at, blocked_reason, requires_filesystem)
+            values ${sql.join(values.slice(i, i + 500))}`.execute(own.db);
+        }
+        if (fx.kind === 'postgres') await sql`analyze ${tbl(own.db, 'tasks')}`.execute(own.db);
+        const base = { companyId: ownCompany, title: 't', requiresFilesystem: false };
+        const done = await own.tasks.createTask({ ...base, status: 'ready' });
+        const cancelled = await own.tasks.createTask({ ...base, status: 'ready' });
+        for (const dep of [done, cancelled]) await own.tasks.createTask({ ...base, dependsOn: [dep.id] });
+        const dispatch = await own.dispatches.createDispatch({ taskId: done.id, terminalHandle: unique('term') });
+        statements.length = 0;
+        await own.dispatches.endDispatch(dispatch.id, 'completed');
+        await own.tasks.transitionTask(cancelled.id, { from: 'ready', to: 'cancelled' });
+        // The dependents' moves: to ready (the done task's) and to blocked (the cancelled one's).
+        // PostgreSQL completes in a function (0104), whose plans kept-plans.test.ts counts: only the
+        // cancellation's move is a statement there.
+        const moves = statements.filter((q) =>
+          /^\s*update "?[\w.]*"?tasks"? set status = '(ready|blocked)'/.test(q.sql),
+        );
+        expect(moves.length, statements.map((q) => q.sql).join('\n')).toBe(fx.kind === 'postgres' ? 1 : 2);
+        const explain = fx.kind === 'postgres' ? 'explain ' : 'explain query plan ';
+        for (const q of moves) {
+          const plan = JSON.stringify(
+            (await own.db.executeQuery(CompiledQuery.raw(explain + q.sql, [...q.parameters]))).rows,
+          );
+          // Mutant "the re-checks as plain `status = …`": SQLite walks tasks_status_idx, every blocked
+          // task of the store (and every ready one for the cancellation).
+          expect(plan, q.sql).not.toContain('tasks_status_idx');
+          expect(plan, q.sql).toContain('task_dependencies');
+        }
+      } finally {
+        await own.close();
+      }
+    });
+
     it('run start reaches the target through tasks_unfinished_target_idx, never reading its history', async () => {
       const statements: { sql: string; parameters: readonly unknown[] }[] = [];
       const own = await fx.freshStore({ onQuery: (q) => statements.push(q) });

@@ -348,7 +348,11 @@ function finishStatements(
   const tasks = tableIn(db, 'tasks');
   const deps = tableIn(db, 'task_dependencies');
   const dependents = sql`${tasks}.id in (select task_id from ${deps} where depends_on_id = ${task})`;
-  const lifecycleBlocked = sql`${tasks}.status = 'blocked' and (${tasks}.blocked_reason like ${WAITING_REASON + '%'} or ${tasks}.blocked_reason like ${FAILED_DEPENDENCY_REASON + '%'})`;
+  // The status re-checks are written `(…) is true`, which no index serves: the dependents are
+  // reached from `task_dependencies` and then by primary key. Written `status = 'blocked'`,
+  // SQLite (no statistics) walked `tasks_status_idx` instead: every blocked task of the store
+  // (and for a failure every ready one too) read on each finish, 10.8 ms at 100,000.
+  const lifecycleBlocked = sql`(${tasks}.status = 'blocked' and (${tasks}.blocked_reason like ${WAITING_REASON + '%'} or ${tasks}.blocked_reason like ${FAILED_DEPENDENCY_REASON + '%'})) is true`;
   const move =
     status === 'done'
       ? sql`
@@ -362,7 +366,7 @@ function finishStatements(
       : status === 'failed' || status === 'cancelled'
         ? sql`
       update ${tasks} set status = 'blocked', blocked_reason = ${failedDependencyReason(task, status)}, updated_at = ${now}
-      where ${dependents} and (${lifecycleBlocked} or ${tasks}.status = 'ready')`
+      where ${dependents} and (${lifecycleBlocked} or (${tasks}.status = 'ready') is true)`
         : null;
   const lock = db
     .selectFrom('tasks')
