@@ -30,6 +30,7 @@ import { migration0108 } from './0108_inbox_dead_by_array.js';
 import { migration0109 } from './0109_workspace_lock_claim_function.js';
 import { migration0110 } from './0110_path_lease_grant_index.js';
 import { migration0111 } from './0111_drop_path_lease_holder_index.js';
+import { migration0112 } from './0112_functions_without_jit.js';
 import type { MigrationDefinition } from './types.js';
 
 /** The one ordered chain of schema versions. Gaps between versions are fine; order is by version. */
@@ -66,6 +67,7 @@ export const MIGRATIONS: readonly MigrationDefinition[] = Object.freeze([
   migration0109,
   migration0110,
   migration0111,
+  migration0112,
 ]);
 
 /** The schema version this code expects. */

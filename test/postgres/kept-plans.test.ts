@@ -370,11 +370,27 @@ describe('kept plans of the path grant function', () => {
          from generate_series(1, 60000) i`,
         [workspace.id, now],
       );
-      // Grants only (a release by token reads the holder's leases through that index, planned per call).
+      // Grants only (a release by token is a statement, planned per call; since 0110 by its token's index).
       expect(
         await readsDuring(store, admin, tables, 2_000, async () => {
           for (let i = 10; i < 20; i++) await grant(i);
         }),
       ).toEqual(tables.map((table) => ({ table, seqScans: 0, bounded: true })));
+    }));
+});
+
+describe('the functions run without JIT (0112)', () => {
+  it('every taskfence function in the schema is declared with jit = off', () =>
+    withKeptPlans([], async (_store, admin) => {
+      // A generic plan costed from a target's many stopped runs passed jit_above_cost, and every
+      // receive compiled it first (540–570 ms against 1.3 ms). Mutant "no schema 0112", or a later
+      // function created without `set jit = off`, fails here.
+      const { rows } = await admin.query<{ fn: string; config: string[] | null }>(
+        `select p.oid::regprocedure::text as fn, p.proconfig as config
+         from pg_proc p where p.proname like 'taskfence\\_%' and p.pronamespace = current_schema()::regnamespace
+         order by 1`,
+      );
+      expect(rows.length).toBeGreaterThanOrEqual(16);
+      expect(rows.filter((r) => !(r.config ?? []).includes('jit=off')).map((r) => r.fn)).toEqual([]);
     }));
 });
