@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CompiledQuery, sql } from 'kysely';
+import { CompiledQuery, sql, type Insertable } from 'kysely';
 import {
   InvalidArgumentError,
   InvalidWritePathError,
@@ -11,6 +11,7 @@ import {
   type Store,
 } from '../../src/index.js';
 import { buildPathConflictQuery } from '../../src/repositories/paths/statements.js';
+import type { PathLeasesTable } from '../../src/schema/database.js';
 import type { DialectFixture } from '../support/fixtures.js';
 import { Contenders, ContenderExitedError, SOAK_ROUNDS, SOAK_TIMEOUT, type Outcome } from '../support/race.js';
 import type { RaceEvent } from './paths.ops.js';
@@ -153,6 +154,16 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
     companyId = (await store.org.createCompany({ name: 'acme' })).id;
   });
   afterAll(() => fx.cleanup());
+
+  /** Lease rows written directly (a grown workspace, not what is measured), 500 a statement, then ANALYZE. */
+  async function insertLeasesAndAnalyze(rows: Insertable<PathLeasesTable>[]) {
+    for (let i = 0; i < rows.length; i += 500)
+      await store.db
+        .insertInto('path_leases')
+        .values(rows.slice(i, i + 500))
+        .execute();
+    await sql`analyze`.execute(store.db);
+  }
 
   async function workspace(on: Store = store, company = companyId): Promise<string> {
     return (await on.org.createWorkspace({ companyId: company, name: `ws-${++wsCounter}` })).id;
@@ -629,12 +640,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
           expires_at: 9e12,
         });
       }
-      for (let i = 0; i < rows.length; i += 500)
-        await store.db
-          .insertInto('path_leases')
-          .values(rows.slice(i, i + 500))
-          .execute();
-      await sql`analyze`.execute(store.db);
+      await insertLeasesAndAnalyze(rows);
       const now = Date.now();
       // Ancestors by equality plus one range per key, in the busy workspace; and the whole-workspace
       // range in a quiet one. (For the whole-workspace key in a workspace that holds most of the
@@ -696,12 +702,7 @@ export function definePathLeaseSuite(makeFixture: () => DialectFixture) {
         .insertInto('path_lease_tokens')
         .values({ workspace_id: ws, token: 3_000, updated_at: 0 })
         .execute();
-      for (let i = 0; i < rows.length; i += 500)
-        await store.db
-          .insertInto('path_leases')
-          .values(rows.slice(i, i + 500))
-          .execute();
-      await sql`analyze`.execute(store.db);
+      await insertLeasesAndAnalyze(rows);
       const statements: { sql: string; parameters: readonly unknown[] }[] = [];
       const own = await fx.open(url, { onQuery: (q) => statements.push(q) });
       try {
